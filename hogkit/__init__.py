@@ -1,0 +1,45 @@
+"""hogkit: lock-free, staleness-aware training on one multi-core machine.
+
+Re-exports only, and lazily (PEP 562): importing ``hogkit`` costs nothing, so a
+spawned worker can cap its threads before numpy, numba or torch load.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    # errors
+    "HogkitError": "hogkit.errors", "InvalidArgument": "hogkit.errors",
+    "InvalidType": "hogkit.errors", "NonFiniteGradient": "hogkit.errors",
+    "ShmCapacityError": "hogkit.errors", "PolicyTimeout": "hogkit.errors",
+    "WorkerFailed": "hogkit.errors",
+    # core
+    "Grad": "hogkit.grads",
+    "ParamStore": "hogkit.store",
+    "Clocks": "hogkit.clocks",
+    "Reader": "hogkit.reader", "StalenessLog": "hogkit.reader",
+    "Async": "hogkit.policy",
+    "SGD": "hogkit.rules", "StalenessAware": "hogkit.rules",
+    "DelayCompensated": "hogkit.rules", "GapAware": "hogkit.rules",
+    "Density": "hogkit.density",
+    "train": "hogkit.runtime", "Run": "hogkit.run",
+}
+
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+
+def __getattr__(name):
+    try:
+        module = _EXPORTS[name]
+    except KeyError:
+        raise AttributeError(f"module 'hogkit' has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return __all__

@@ -1,0 +1,77 @@
+"""The small exception tree of hogkit.
+
+Every error that bad input can cause is also a built-in exception of the matching
+kind, so ``except ValueError`` in user code keeps working:
+
+    HogkitError
+    ├── InvalidArgument      (also ValueError)  a value breaks a constraint
+    ├── InvalidType          (also TypeError)   wrong type or dtype
+    ├── NonFiniteGradient    (also FloatingPointError) a NaN/inf reached the guard
+    ├── ShmCapacityError     (also OSError)     /dev/shm cannot hold a segment
+    ├── PolicyTimeout        (also TimeoutError) a consistency wait ran out of time
+    └── WorkerFailed                            a worker process died or raised
+
+Messages name the offending value, the constraint and the fix.
+"""
+
+from __future__ import annotations
+
+
+class HogkitError(Exception):
+    """Base class of every error hogkit raises on purpose."""
+
+
+class InvalidArgument(HogkitError, ValueError):
+    """A value is outside what the call accepts."""
+
+
+class InvalidType(HogkitError, TypeError):
+    """A value has the wrong type or dtype."""
+
+
+class NonFiniteGradient(HogkitError, FloatingPointError):
+    """A gradient with NaN or inf was stopped before it reached shared parameters."""
+
+
+class ShmCapacityError(HogkitError, OSError):
+    """Shared memory (/dev/shm) has too little room for a segment."""
+
+
+class PolicyTimeout(HogkitError, TimeoutError):
+    """A consistency policy waited longer than its timeout."""
+
+
+class WorkerFailed(HogkitError):
+    """A worker process died, was killed, or raised.
+
+    Attributes: ``rank``, ``step`` (last step the worker reported, or None),
+    ``exitcode`` (None if unknown), ``signal`` (signal name if killed by one),
+    ``traceback`` (the worker's formatted traceback, or "").
+    """
+
+    def __init__(self, rank, *, step=None, exitcode=None, signal=None, traceback="",
+                 reason=""):
+        self.rank = rank
+        self.step = step
+        self.exitcode = exitcode
+        self.signal = signal
+        self.traceback = traceback
+        self.reason = reason
+        what = reason or (
+            f"was killed by {signal}" if signal else f"exited with code {exitcode}")
+        msg = f"worker {rank} {what}"
+        if step is not None:
+            msg += f" (at step {step})"
+        if traceback:
+            msg += f"\n--- worker {rank} traceback ---\n{traceback.rstrip()}"
+        super().__init__(msg)
+
+    def __reduce__(self):
+        return (_rebuild_worker_failed,
+                (self.rank, self.step, self.exitcode, self.signal, self.traceback,
+                 self.reason))
+
+
+def _rebuild_worker_failed(rank, step, exitcode, signal, traceback, reason):
+    return WorkerFailed(rank, step=step, exitcode=exitcode, signal=signal,
+                        traceback=traceback, reason=reason)

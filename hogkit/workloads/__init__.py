@@ -1,0 +1,1 @@
+"""Workloads: data, gradient and loss for each training problem."""
