@@ -1,0 +1,549 @@
+"""Consistency policies: when may a worker start its next iteration?
+
+Worker ``p``'s clock is ``c_p = clocks.iterations[p]`` (iterations finished). Before each
+iteration the worker calls ``policy.wait(clocks, p)``. The policies (REFERENCE §2):
+
+- **SSP(s)** (Ho et al., NIPS 2013): worker p at clock c may proceed only while
+  ``c − min_q c_q ≤ s``. Read-my-writes holds trivially (one shared copy).
+- **BSP()** is ``SSP(0)`` and **Async()** (ASP, Hogwild!) is ``SSP(∞)``: both are plain
+  :class:`SSP` instances, not subclasses; ``BSP() == SSP(0)``, ``Async() == SSP(math.inf)``.
+- **DSSP(s_lo, s_hi)** (Zhao et al., ICDCS 2019): a threshold chosen at run time in
+  [s_lo, s_hi] from the workers' recent iteration times (see :class:`DSSP`).
+- **LocalSGD(h, overlap)** (local SGD / HLSGD, Zhou et al. 2020): h private steps, then a
+  merge of the average change; its wait never blocks (see :class:`LocalSGD`,
+  :func:`local_delta`, :func:`merge`).
+
+Choices made here (REFERENCE leaves them open):
+
+- **DONE workers are excluded from the minimum** (treated as infinitely fast). A worker
+  that finished its steps never ticks again; counting its frozen clock would block the
+  others forever when workers run different numbers of steps. The waiting worker itself
+  always counts, so ``lag = c_p − min`` is never negative. FAILED and IDLE workers count
+  with their clocks as they are (an IDLE worker is about to start at 0).
+- **Stop**: ``wait`` returns as soon as ``clocks.stopping()`` is true, without proceeding
+  rights; the caller must check ``clocks.stopping()`` after ``wait`` (the runtime does).
+- **Failure**: if a worker that blocks the waiter (one whose clock keeps ``c_p − min``
+  above the bound) is marked FAILED, ``wait`` raises :class:`~hogkit.errors.WorkerFailed`
+  naming that rank at once. Otherwise, after ``timeout`` seconds it raises
+  :class:`~hogkit.errors.PolicyTimeout` naming each blocking rank, its clock, state and
+  heartbeat age, flagging as *suspect* any whose heartbeat is older than ``stale_after``.
+  A frozen clock therefore never blocks anyone forever.
+- **Waiting** does not spin a core: a few immediate re-checks, then ``time.sleep`` from
+  20 µs doubling to a 2 ms cap (so wake-up latency is at most ~2 ms plus the OS's sleep
+  slack once a wait has lasted more than ~4 ms, and ~0.1 ms for short waits).
+- The check reads the clock vector slot by slot while others write it; it is not a
+  snapshot, but every slot only grows, so a stale read can only make the waiter wait
+  longer, never let it proceed past the bound.
+
+Every policy is a small picklable object with ``wait``, ``may_proceed``, ``bound`` and
+``config()``. The pure predicate :func:`may_proceed` is what the tests (and the
+simulator) use; ``wait`` is that predicate in a backoff loop.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from hogkit.clocks import DONE, FAILED, STATES
+from hogkit.errors import InvalidArgument, InvalidType, PolicyTimeout, WorkerFailed
+from hogkit.validation import check_array, check_float, check_int
+
+__all__ = ["SSP", "BSP", "Async", "DSSP", "LocalSGD", "parse_policy", "may_proceed",
+           "clock_lag", "dssp_extra", "local_delta", "merge"]
+
+#: Backoff: immediate re-checks, then sleeps from _SLEEP_MIN doubling to _SLEEP_MAX (s).
+_SPINS = 4
+_SLEEP_MIN = 20e-6
+_SLEEP_MAX = 2e-3
+#: A blocking peer whose heartbeat is older than this (s) is named as suspect.
+STALE_AFTER = 10.0
+
+
+# --------------------------------------------------------------------------- pure core
+
+def clock_lag(iterations, state, rank) -> int:
+    """``c_rank − min_q c_q`` over workers that are not DONE (``rank`` always counts).
+
+    Pure: ``iterations`` and ``state`` are int arrays (or lists) of length W, the
+    clocks' views or private copies.
+    """
+    if isinstance(iterations, np.ndarray):
+        iterations = iterations.tolist()
+    if isinstance(state, np.ndarray):
+        state = state.tolist()
+    c = iterations[rank]
+    m = c
+    for q, (cq, sq) in enumerate(zip(iterations, state)):
+        if cq < m and sq != DONE and q != rank:
+            m = cq
+    return int(c - m)
+
+
+def may_proceed(iterations, state, rank, bound) -> bool:
+    """SSP(bound)'s rule: ``c_rank − min_q c_q ≤ bound`` (DONE workers excluded).
+
+    ``bound`` is a non-negative int or ``math.inf`` (then always True).
+    """
+    if bound == math.inf:
+        return True
+    return clock_lag(iterations, state, rank) <= bound
+
+
+def _blockers(iterations, state, rank, bound):
+    """Ranks whose clocks keep ``rank`` from proceeding under ``bound``."""
+    need = int(iterations[rank]) - bound  # a peer must have finished >= need
+    return [q for q in range(len(iterations))
+            if q != rank and state[q] != DONE and int(iterations[q]) < need]
+
+
+def _check_bound(name, value, what):
+    if isinstance(value, float) and value == math.inf:
+        return math.inf
+    value = check_int(f"{what} {name}", value,
+                      fix="pass a non-negative int, or use Async() for unbounded")
+    if value < 0:
+        raise InvalidArgument(f"{what} {name}={value} must be a non-negative int; "
+                              f"use Async() for unbounded")
+    return value
+
+
+def _wait_loop(policy, clocks, rank, timeout, stale_after, bound_fn):
+    """Shared backoff loop. ``bound_fn()`` returns the bound to test against now.
+
+    Returns seconds waited. Raises WorkerFailed / PolicyTimeout (see module doc).
+    """
+    it, st = clocks.iterations, clocks.state
+    if may_proceed(it, st, rank, bound_fn()):
+        return 0.0
+    timeout = check_float("timeout", timeout, min_value=0.0,
+                          fix="pass a timeout in seconds, e.g. timeout=60.0")
+    t0 = time.monotonic()
+    deadline = t0 + timeout
+    spins = 0
+    sleep = _SLEEP_MIN
+    while True:
+        bound = bound_fn()
+        if may_proceed(it, st, rank, bound):
+            return time.monotonic() - t0
+        if clocks.stopping():
+            return time.monotonic() - t0
+        blockers = _blockers(it, st, rank, bound)
+        failed = [q for q in blockers if st[q] == FAILED]
+        if failed:
+            q = failed[0]
+            raise WorkerFailed(
+                q, step=int(it[q]),
+                reason=(f"is marked FAILED; its frozen clock c={int(it[q])} blocks worker "
+                        f"{rank} (clock {int(it[rank])}) under {policy!r}"))
+        now = time.monotonic()
+        if now >= deadline:
+            raise _timeout_error(policy, clocks, rank, bound, blockers, now - t0,
+                                 timeout, stale_after)
+        if spins < _SPINS:
+            spins += 1
+            continue
+        time.sleep(min(sleep, max(deadline - now, 0.0)))
+        sleep = min(sleep * 2.0, _SLEEP_MAX)
+
+
+def _timeout_error(policy, clocks, rank, bound, blockers, waited, timeout, stale_after):
+    now_ns = time.monotonic_ns()
+    parts, suspects = [], []
+    for q in blockers:
+        hb = int(clocks.heartbeat_ns[q])
+        age = (now_ns - hb) / 1e9 if hb > 0 else math.inf
+        state = STATES.get(int(clocks.state[q]), str(int(clocks.state[q])))
+        desc = f"worker {q} (clock {int(clocks.iterations[q])}, state {state}, "
+        desc += "never beat" if hb <= 0 else f"last beat {age:.2f} s ago"
+        if age > stale_after:
+            desc += f"; suspect: no heartbeat for > {stale_after:g} s"
+            suspects.append(q)
+        parts.append(desc + ")")
+    c = int(clocks.iterations[rank])
+    err = PolicyTimeout(
+        f"{policy!r}: worker {rank} at clock {c} waited {waited:.3f} s (timeout={timeout:g} s) "
+        f"for {', '.join(parts) or 'no identifiable worker'}; it needs every running worker "
+        f"at clock >= {c - bound}. Raise timeout=..., loosen the bound, or look for a "
+        f"stuck worker")
+    err.rank = rank
+    err.blockers = list(blockers)
+    err.suspects = suspects
+    return err
+
+
+# --------------------------------------------------------------------------- SSP family
+
+class SSP:
+    """Stale Synchronous Parallel (Ho et al., NIPS 2013): worker p at clock c proceeds
+    only while ``c − min_q c_q ≤ s``.
+
+    ``s`` is a non-negative int, or ``math.inf`` (that is :func:`Async`). ``SSP(0)`` is
+    :func:`BSP`. Stateless: one instance may serve every worker (and thread).
+    """
+
+    __slots__ = ("s",)
+
+    def __init__(self, s):
+        self.s = _check_bound("s", s, "staleness bound")
+
+    @property
+    def bound(self):
+        """The staleness bound ``s`` (``math.inf`` for Async)."""
+        return self.s
+
+    @property
+    def name(self) -> str:
+        return "async" if self.s == math.inf else "bsp" if self.s == 0 else "ssp"
+
+    def may_proceed(self, iterations, state, rank) -> bool:
+        """Pure predicate of this policy on a clock vector (see :func:`may_proceed`)."""
+        return may_proceed(iterations, state, rank, self.s)
+
+    def wait(self, clocks, rank, *, timeout=60.0, stale_after=STALE_AFTER) -> float:
+        """Block until worker ``rank`` may start its next iteration (or stop is asked).
+
+        Returns the seconds waited. Raises WorkerFailed if a blocking peer is FAILED,
+        PolicyTimeout after ``timeout`` seconds. The caller checks ``clocks.stopping()``.
+        """
+        if self.s == math.inf:
+            return 0.0
+        s = self.s
+        return _wait_loop(self, clocks, rank, timeout, stale_after, lambda: s)
+
+    def config(self) -> dict:
+        return {"name": self.name, "s": None if self.s == math.inf else self.s}
+
+    def __repr__(self):
+        return {"async": "Async()", "bsp": "BSP()"}.get(self.name, f"SSP({self.s})")
+
+    def __eq__(self, other):
+        return isinstance(other, SSP) and other.s == self.s
+
+    def __hash__(self):
+        return hash(("SSP", self.s))
+
+    def __getstate__(self):
+        return self.s
+
+    def __setstate__(self, s):
+        self.s = s
+
+
+def BSP() -> SSP:
+    """Bulk Synchronous Parallel: wait until every worker has finished clock c−1.
+    Exactly ``SSP(0)``."""
+    return SSP(0)
+
+
+def Async() -> SSP:
+    """Asynchronous (ASP, Hogwild!): never wait. Exactly ``SSP(math.inf)``."""
+    return SSP(math.inf)
+
+
+# --------------------------------------------------------------------------- DSSP
+
+def dssp_extra(last_f, interval_f, last_s, interval_s, r_max) -> int:
+    """DSSP's synchronization controller (Zhao et al., ICDCS 2019), pure.
+
+    The fastest worker would finish its next iterations at ``last_f + r·interval_f``
+    (r = 0..r_max), the slowest at ``last_s + k·interval_s`` (k ≥ 1, its future
+    finishes). Returns the r whose time is closest to one of the slowest's (ties: the
+    smaller r). r = 0 means "wait now". Times in any one unit (ns here). A non-positive
+    or non-finite interval makes the prediction impossible: returns 0.
+    """
+    if r_max <= 0 or not (interval_f > 0 and interval_s > 0):
+        return 0
+    if not (math.isfinite(interval_f) and math.isfinite(interval_s)):
+        return 0
+    r = np.arange(r_max + 1, dtype=np.float64)
+    t_f = last_f + r * interval_f
+    k = np.maximum(np.rint((t_f - last_s) / interval_s), 1.0)
+    d = np.abs(t_f - (last_s + k * interval_s))
+    return int(np.argmin(d))
+
+
+class _Timing:
+    """One worker's private memory of what it observed (DSSP)."""
+
+    __slots__ = ("seen_it", "seen_hb", "interval", "own_c", "own_t", "own_interval",
+                 "extra")
+
+    def __init__(self, W):
+        self.seen_it = np.full(W, -1, np.int64)
+        self.seen_hb = np.zeros(W, np.int64)
+        self.interval = np.zeros(W, np.float64)   # ns per iteration, 0 = unknown
+        self.own_c = -1
+        self.own_t = 0
+        self.own_interval = 0.0
+        self.extra = None                         # grant of the current episode
+
+
+class DSSP:
+    """Dynamic SSP (Zhao et al., ICDCS 2019): the bound is chosen at run time in
+    [s_lo, s_hi].
+
+    Worker p at clock c, lag ``c − min`` (DONE workers excluded, as in :class:`SSP`):
+
+    - lag ≤ s_lo: proceed (plain SSP(s_lo)); the current episode ends.
+    - lag > s_lo and no grant yet in this episode: if p is the fastest (its clock is the
+      maximum among running workers) the synchronization controller :func:`dssp_extra`
+      picks r* ∈ [0, s_hi − s_lo] from the predicted finish times of p
+      (``now + r·interval_p``; p calls wait right after finishing, so now = its last
+      finish) and of the slowest worker (``heartbeat_ns[slow] + k·interval_slow``);
+      otherwise r* = 0. The grant is recorded; the episode's bound is ``s_lo + r*``.
+    - p proceeds while lag ≤ s_lo + r*; past that it waits (as SSP(s_lo + r*)) and the
+      grant is dropped once released, so the next iteration decides again with fresh
+      timings. The bound in force is always in [s_lo, s_hi]; ``bound`` is s_hi.
+
+    Timing source (what the runtime must write): ``clocks.beat(rank)`` right after
+    ``clocks.tick_iteration(rank)``, so ``heartbeat_ns[q]`` is q's last finish time.
+    Intervals (each worker's latest iteration time) are kept privately per waiting rank:
+    when q's clock has advanced since the last look, ``interval_q = Δheartbeat/Δclock``;
+    p's own interval is the time between its consecutive waits. Clock and heartbeat are
+    two slots, read without a snapshot, so a sample can be off by one iteration; this
+    only moves the heuristic's choice, never the [s_lo, s_hi] guarantee.
+
+    State is private and per rank (``self._mem[rank]``), so one instance can serve
+    several threads, and each spawned worker holds its own copy. :meth:`grants` gives
+    the histogram of r* decisions for the runtime to summarise.
+    """
+
+    def __init__(self, s_lo, s_hi):
+        self.s_lo = _check_bound("s_lo", s_lo, "DSSP lower bound")
+        self.s_hi = _check_bound("s_hi", s_hi, "DSSP upper bound")
+        if self.s_lo == math.inf or self.s_hi == math.inf:
+            raise InvalidArgument(f"DSSP bounds must be finite ints, got s_lo={s_lo}, "
+                                  f"s_hi={s_hi}; use Async() for unbounded")
+        if self.s_hi < self.s_lo:
+            raise InvalidArgument(f"DSSP needs s_lo <= s_hi, got s_lo={self.s_lo}, "
+                                  f"s_hi={self.s_hi}; swap them")
+        self._mem = {}
+        self._grants = {}
+
+    @property
+    def bound(self):
+        """The largest lag DSSP ever allows (s_hi)."""
+        return self.s_hi
+
+    def may_proceed(self, iterations, state, rank) -> bool:
+        """The guarantee only (lag ≤ s_hi); the run-time choice needs timings."""
+        return may_proceed(iterations, state, rank, self.s_hi)
+
+    def current_bound(self, rank):
+        """The bound in force for ``rank`` now (s_lo outside a grant episode)."""
+        m = self._mem.get(rank)
+        return self.s_lo if m is None or m.extra is None else self.s_lo + m.extra
+
+    def _observe(self, m, clocks, rank, now_ns):
+        it = clocks.iterations.tolist()
+        hb = clocks.heartbeat_ns.tolist()
+        for q in range(len(it)):
+            if q == rank:
+                continue
+            c, h = it[q], hb[q]
+            if m.seen_it[q] >= 0 and c > m.seen_it[q] and h > m.seen_hb[q] > 0:
+                m.interval[q] = (h - m.seen_hb[q]) / (c - m.seen_it[q])
+            if c != m.seen_it[q] or h != m.seen_hb[q]:
+                m.seen_it[q], m.seen_hb[q] = c, h
+        c = it[rank]
+        if c > m.own_c >= 0 and m.own_t:
+            m.own_interval = (now_ns - m.own_t) / (c - m.own_c)
+        if c != m.own_c:
+            m.own_c, m.own_t = c, now_ns
+
+    def _decide(self, m, clocks, rank, now_ns) -> int:
+        it, st = clocks.iterations, clocks.state
+        running = [q for q in range(len(it)) if q == rank or st[q] != DONE]
+        c = int(it[rank])
+        if any(int(it[q]) > c for q in running):
+            return 0                                  # not the fastest
+        lo = min(int(it[q]) for q in running)
+        slow = [q for q in running if q != rank and int(it[q]) == lo]
+        if not slow:
+            return 0
+        # The minimum moves when the last of the tied slowest finishes.
+        best = None
+        for q in slow:
+            iv, hb = float(m.interval[q]), int(clocks.heartbeat_ns[q])
+            if iv <= 0 or hb <= 0:
+                return 0                              # no timing yet: behave as SSP(s_lo)
+            nxt = hb + iv
+            if best is None or nxt > best[0]:
+                best = (nxt, hb, iv)
+        _, last_s, interval_s = best
+        return dssp_extra(float(now_ns), m.own_interval, float(last_s), interval_s,
+                          self.s_hi - self.s_lo)
+
+    def wait(self, clocks, rank, *, timeout=60.0, stale_after=STALE_AFTER) -> float:
+        """Block until ``rank`` may proceed under the run-time bound (see class doc)."""
+        m = self._mem.get(rank)
+        if m is None:
+            m = self._mem[rank] = _Timing(len(clocks.iterations))
+        now_ns = time.monotonic_ns()
+        self._observe(m, clocks, rank, now_ns)
+        lag = clock_lag(clocks.iterations, clocks.state, rank)
+        if lag <= self.s_lo:
+            m.extra = None
+            return 0.0
+        if m.extra is None:
+            r = self._decide(m, clocks, rank, now_ns)
+            m.extra = r
+            hist = self._grants.setdefault(rank, {})
+            hist[r] = hist.get(r, 0) + 1
+        bound = self.s_lo + m.extra
+        if lag <= bound:
+            return 0.0
+        waited = _wait_loop(self, clocks, rank, timeout, stale_after, lambda: bound)
+        m.extra = None          # released: decide again at the next sync point
+        return waited
+
+    def grants(self, rank=None) -> dict:
+        """Histogram ``{r*: count}`` of the extra iterations granted (one per decision),
+        for ``rank`` or summed over the ranks this instance served."""
+        if rank is not None:
+            return dict(sorted(self._grants.get(rank, {}).items()))
+        out = {}
+        for h in self._grants.values():
+            for r, n in h.items():
+                out[r] = out.get(r, 0) + n
+        return dict(sorted(out.items()))
+
+    def config(self) -> dict:
+        return {"name": "dssp", "s_lo": self.s_lo, "s_hi": self.s_hi}
+
+    def __repr__(self):
+        return f"DSSP({self.s_lo}, {self.s_hi})"
+
+    def __getstate__(self):
+        return {"s_lo": self.s_lo, "s_hi": self.s_hi}   # private memory is not shipped
+
+    def __setstate__(self, d):
+        self.s_lo, self.s_hi = d["s_lo"], d["s_hi"]
+        self._mem, self._grants = {}, {}
+
+
+# --------------------------------------------------------------------------- LocalSGD
+
+class LocalSGD:
+    """Local SGD with h local steps between merges (HLSGD, Zhou et al. 2020).
+
+    Each worker takes ``h`` steps on a private replica starting from ``base`` (the shared
+    values it pulled), then merges its change ``Δ = replica − base`` (:func:`local_delta`)
+    into the shared model as ``shared += Δ / W`` (:func:`merge`): when all W workers
+    merge deltas from the same base, the shared model becomes ``base + mean_w Δ_w``, the
+    model average of local SGD. With ``overlap=True`` the merge of round k runs while
+    round k+1's local phase goes on (the worker commits its replica, keeps stepping, and
+    merges the committed delta); the runtime owns those mechanics.
+
+    Waiting: merges are lock-free adds, so no barrier is needed for correctness;
+    ``wait`` behaves as :func:`Async` (``bound`` is ∞). hogkit departs from synchronous
+    local SGD here (it averages at a barrier every h steps): merges arrive asynchronously,
+    each at most h local steps old, which is the overlap the HLSGD paper aims for.
+    """
+
+    __slots__ = ("h", "overlap")
+
+    def __init__(self, h, overlap=False):
+        self.h = check_int("local steps h", h, min_value=1,
+                           fix="use h=1 to merge after every step")
+        if not isinstance(overlap, bool):
+            raise InvalidType(f"overlap={overlap!r} must be a bool")
+        self.overlap = overlap
+
+    bound = math.inf
+
+    def may_proceed(self, iterations, state, rank) -> bool:
+        return True
+
+    def wait(self, clocks, rank, *, timeout=60.0, stale_after=STALE_AFTER) -> float:
+        return 0.0
+
+    def merges_after(self, step) -> bool:
+        """True when iteration ``step`` (0-based) ends a local phase: ``(step+1) % h == 0``."""
+        return (step + 1) % self.h == 0
+
+    def config(self) -> dict:
+        return {"name": "local", "h": self.h, "overlap": self.overlap}
+
+    def __repr__(self):
+        return f"LocalSGD({self.h}{', overlap=True' if self.overlap else ''})"
+
+    def __eq__(self, other):
+        return isinstance(other, LocalSGD) and (other.h, other.overlap) == (self.h, self.overlap)
+
+    def __hash__(self):
+        return hash(("LocalSGD", self.h, self.overlap))
+
+    def __getstate__(self):
+        return (self.h, self.overlap)
+
+    def __setstate__(self, s):
+        self.h, self.overlap = s
+
+
+def local_delta(replica, base) -> np.ndarray:
+    """``Δ = replica − base``: a worker's change over one local phase (a new array)."""
+    check_array("replica", replica, dtype=(np.float32, np.float64), contiguous=False)
+    check_array("base", base, dtype=replica.dtype, shape=replica.shape, contiguous=False)
+    return np.subtract(replica, base)
+
+
+def merge(shared, delta, *, workers) -> None:
+    """``shared += delta / workers`` in place (the average change of W workers).
+
+    Racy by design: a lock-free read-modify-write of each element; two workers merging
+    into one element at the same instant can lose one add (Hogwild accepts this).
+    """
+    W = check_int("workers", workers, min_value=1, fix="pass the number of workers")
+    check_array("shared", shared, dtype=(np.float32, np.float64), contiguous=False,
+                writeable=True)
+    check_array("delta", delta, dtype=(np.float32, np.float64), shape=shared.shape,
+                contiguous=False)
+    np.add(shared, delta / W if W != 1 else delta, out=shared, casting="same_kind")
+
+
+# --------------------------------------------------------------------------- CLI
+
+_FORMS = '"async" | "bsp" | "ssp:S" | "dssp:LO:HI" | "local:H" | "local:H:overlap"'
+
+
+def _int_field(text, field, name):
+    try:
+        return int(field)
+    except ValueError:
+        raise InvalidArgument(f"policy {text!r}: {name}={field!r} is not an int; "
+                              f"expected {_FORMS}") from None
+
+
+def parse_policy(text):
+    """Parse a CLI policy: ``async`` | ``bsp`` | ``ssp:S`` | ``dssp:LO:HI`` |
+    ``local:H`` | ``local:H:overlap`` (case-insensitive)."""
+    if not isinstance(text, str):
+        raise InvalidType(f"policy must be a string such as 'ssp:2', got "
+                          f"{type(text).__name__}")
+    parts = [p.strip() for p in text.strip().lower().split(":")]
+    kind, args = parts[0], parts[1:]
+    arity = {"async": (0,), "bsp": (0,), "ssp": (1,), "dssp": (2,), "local": (1, 2)}
+    if kind not in arity:
+        raise InvalidArgument(f"unknown policy {text!r}; expected {_FORMS}")
+    if len(args) not in arity[kind]:
+        raise InvalidArgument(f"policy {text!r} has {len(args)} argument(s); expected "
+                              f"{_FORMS}")
+    if kind == "async":
+        return Async()
+    if kind == "bsp":
+        return BSP()
+    if kind == "ssp":
+        return SSP(_int_field(text, args[0], "s"))
+    if kind == "dssp":
+        return DSSP(_int_field(text, args[0], "s_lo"), _int_field(text, args[1], "s_hi"))
+    overlap = False
+    if len(args) == 2:
+        if args[1] != "overlap":
+            raise InvalidArgument(f"policy {text!r}: third field must be 'overlap'; "
+                                  f"expected {_FORMS}")
+        overlap = True
+    return LocalSGD(_int_field(text, args[0], "h"), overlap=overlap)
