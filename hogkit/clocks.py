@@ -1,0 +1,192 @@
+"""Per-worker counters in shared memory: the clocks staleness and policies are read from.
+
+:class:`Clocks` is a thin shell over int64 views of a :class:`~hogkit.store.ParamStore`
+built from :meth:`Clocks.specs` (names start with ``clk_``)::
+
+    store = ParamStore.create({**params, **Clocks.specs(workers, shards)})
+    clocks = Clocks(store.views())           # in the parent and, after attach, in workers
+
+Every slot has exactly one writer (worker ``w`` writes row ``w``; the parent writes
+``stop`` and may mark a dead worker FAILED), so no atomics and no locks are needed (numba
+has no CPU atomics; a cross-process lock held by a killed worker would deadlock all).
+
+What is racy: a read of one aligned int64 slot never tears (it is the old or the new
+value). A read of a whole vector (``updates.sum()``, ``iterations.min()``) is *not* a
+snapshot; because every slot only grows, such a sum lies between the true sums at the
+start and at the end of the read. Writes by another process become visible without a
+fence on x86-64 (TSO); on weaker memory models they become visible "soon".
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Mapping
+
+import numpy as np
+
+from hogkit.errors import InvalidArgument, InvalidType
+from hogkit.validation import check_int, check_indices
+
+__all__ = ["Clocks", "IDLE", "RUNNING", "DONE", "FAILED", "STATES"]
+
+IDLE, RUNNING, DONE, FAILED = 0, 1, 2, 3
+STATES = {IDLE: "IDLE", RUNNING: "RUNNING", DONE: "DONE", FAILED: "FAILED"}
+
+_I64 = np.dtype(np.int64)
+_UNSIGNED = {np.dtype(np.int64): np.dtype(np.uint64), np.dtype(np.int32): np.dtype(np.uint32)}
+
+
+def _shard_ids(shards, n):
+    """Check shard ids are int32/int64, 1-D, in [0, n); returns them.
+
+    Fast path for the hot loop: one reduction over an unsigned view (a negative id turns
+    into a huge unsigned one), about 1 us; anything else goes to ``check_indices`` for
+    the full message.
+    """
+    if shards.__class__ is np.ndarray and shards.ndim == 1:
+        u = _UNSIGNED.get(shards.dtype)
+        if u is not None and (shards.size == 0 or shards.view(u).max() < n):
+            return shards
+    check_indices("shards", shards, n)
+    return shards
+
+
+class Clocks:
+    """Single-writer int64 counters per worker (see the module docstring).
+
+    Fields (views into shared memory):
+
+    ``updates`` (W,)      updates applied by worker w
+    ``iterations`` (W,)   iterations finished by worker w (the SSP clock c_w)
+    ``heartbeat_ns`` (W,) ``time.monotonic_ns()`` of w's last :meth:`beat` (CLOCK_MONOTONIC
+                          is system-wide on Linux, so comparable across processes)
+    ``state`` (W,)        IDLE=0 RUNNING=1 DONE=2 FAILED=3
+    ``shard_updates`` (W, S)  updates by w that touched shard s
+    ``stop`` (1,)         1 once the parent asked every worker to stop
+    """
+
+    IDLE, RUNNING, DONE, FAILED = IDLE, RUNNING, DONE, FAILED
+
+    @staticmethod
+    def specs(workers, shards=1) -> dict:
+        """``{name: (shape, dtype)}`` to pass to ``ParamStore.create`` (zero-filled)."""
+        W = check_int("workers", workers, min_value=1, fix="use workers=1 or more")
+        S = check_int("shards", shards, min_value=1, fix="use shards=1 for no sharding")
+        return {
+            "clk_updates": ((W,), _I64),
+            "clk_iterations": ((W,), _I64),
+            "clk_heartbeat_ns": ((W,), _I64),
+            "clk_state": ((W,), _I64),
+            "clk_shard_updates": ((W, S), _I64),
+            "clk_stop": ((1,), _I64),
+        }
+
+    def __init__(self, views: Mapping[str, np.ndarray]):
+        if not isinstance(views, Mapping):
+            raise InvalidType(f"views must be a mapping name -> ndarray (store.views()), "
+                              f"got {type(views).__name__}")
+        need = ("clk_updates", "clk_iterations", "clk_heartbeat_ns", "clk_state",
+                "clk_shard_updates", "clk_stop")
+        missing = [n for n in need if n not in views]
+        if missing:
+            raise InvalidArgument(f"views lack {missing}; create the store with "
+                                  f"Clocks.specs(workers, shards)")
+        for n in need:
+            a = views[n]
+            if not isinstance(a, np.ndarray) or a.dtype != _I64:
+                raise InvalidType(f"{n} must be an int64 ndarray, got "
+                                  f"{getattr(a, 'dtype', type(a).__name__)}")
+        W = views["clk_updates"].shape[0]
+        su = views["clk_shard_updates"]
+        for n in ("clk_updates", "clk_iterations", "clk_heartbeat_ns", "clk_state"):
+            if views[n].shape != (W,):
+                raise InvalidArgument(f"{n} has shape {views[n].shape}, expected ({W},)")
+        if su.ndim != 2 or su.shape[0] != W or su.shape[1] < 1:
+            raise InvalidArgument(f"clk_shard_updates has shape {su.shape}, expected "
+                                  f"({W}, shards>=1)")
+        if views["clk_stop"].shape != (1,):
+            raise InvalidArgument(f"clk_stop has shape {views['clk_stop'].shape}, "
+                                  f"expected (1,)")
+        if W < 1:
+            raise InvalidArgument("clocks for 0 workers; use Clocks.specs(workers>=1)")
+        self.workers = W
+        self.shards = su.shape[1]
+        self.updates = views["clk_updates"]
+        self.iterations = views["clk_iterations"]
+        self.heartbeat_ns = views["clk_heartbeat_ns"]
+        self.state = views["clk_state"]
+        self.shard_updates = su
+        self.stop = views["clk_stop"]
+
+    def _rank(self, rank):
+        # Cheap check: a negative rank would wrap around to another worker's slot and
+        # break the single-writer rule.
+        if rank.__class__ is not int:
+            rank = check_int("rank", rank)
+        if not 0 <= rank < self.workers:
+            raise InvalidArgument(f"rank={rank} must be in [0, {self.workers})")
+        return rank
+
+    # ---------------------------------------------------------------- writers (hot path)
+
+    def tick_update(self, rank, shards=None):
+        """Count one applied update by ``rank``.
+
+        ``shards``: int64/int32 array of the shard ids the update touched; each distinct
+        shard is counted once per update (duplicates collapse). ``None`` means a dense
+        update, which touches every shard.
+        """
+        rank = self._rank(rank)
+        if shards is not None:
+            _shard_ids(shards, self.shards)
+        self.updates[rank] += 1
+        if shards is None:
+            if self.shards == 1:
+                self.shard_updates[rank, 0] += 1
+            else:
+                self.shard_updates[rank] += 1
+        else:
+            row = self.shard_updates[rank]
+            # Buffered fancy increment: a[idx] = a[idx] + 1, so a shard id repeated in
+            # ``shards`` is counted once. Only this worker writes this row.
+            row[shards] += 1
+
+    def tick_iteration(self, rank):
+        """Count one finished iteration of ``rank`` (its SSP clock)."""
+        rank = self._rank(rank)
+        self.iterations[rank] += 1
+
+    def beat(self, rank):
+        """Record ``time.monotonic_ns()`` as ``rank``'s heartbeat."""
+        rank = self._rank(rank)
+        self.heartbeat_ns[rank] = time.monotonic_ns()
+
+    def set_state(self, rank, s):
+        """Set ``rank``'s state (IDLE, RUNNING, DONE, FAILED). Writer: the worker; the
+        parent may mark a dead worker FAILED (the worker no longer writes)."""
+        rank = self._rank(rank)
+        if s not in STATES:
+            raise InvalidArgument(f"state {s!r} is not one of {STATES}")
+        self.state[rank] = s
+
+    def request_stop(self):
+        """Parent: ask every worker to stop (workers poll :meth:`stopping`)."""
+        self.stop[0] = 1
+
+    def stopping(self) -> bool:
+        """True once the parent called :meth:`request_stop`."""
+        return bool(self.stop[0])
+
+    # ---------------------------------------------------------------- readers
+
+    def total_updates(self) -> int:
+        """Sum of every worker's updates (racy sum, see the module docstring)."""
+        return int(self.updates.sum())
+
+    def min_iteration(self) -> int:
+        """Slowest worker's iteration count (racy, see the module docstring)."""
+        return int(self.iterations.min())
+
+    def __repr__(self):
+        return (f"Clocks(workers={self.workers}, shards={self.shards}, "
+                f"updates={self.updates.tolist()}, iterations={self.iterations.tolist()})")

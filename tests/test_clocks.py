@@ -1,0 +1,116 @@
+"""Clocks: single-writer counters over store views."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from hogkit.clocks import DONE, FAILED, IDLE, RUNNING, Clocks
+from hogkit.errors import InvalidArgument, InvalidType
+from hogkit.store import ParamStore
+
+
+@pytest.fixture
+def clocks():
+    with ParamStore.create(Clocks.specs(3, shards=4), tag="clk") as s:
+        yield Clocks(s.views())
+
+
+def test_specs():
+    sp = Clocks.specs(2, shards=5)
+    assert all(k.startswith("clk_") for k in sp)
+    assert sp["clk_shard_updates"] == ((2, 5), np.dtype(np.int64))
+    assert sp["clk_stop"] == ((1,), np.dtype(np.int64))
+    for bad in (0, -1):
+        with pytest.raises(InvalidArgument, match="workers"):
+            Clocks.specs(bad)
+    with pytest.raises(InvalidArgument, match="shards"):
+        Clocks.specs(2, shards=0)
+    with pytest.raises(InvalidType):
+        Clocks.specs(2.0)
+
+
+def test_fresh_clocks_are_zero(clocks):
+    assert clocks.workers == 3 and clocks.shards == 4
+    for a in (clocks.updates, clocks.iterations, clocks.heartbeat_ns, clocks.state,
+              clocks.shard_updates, clocks.stop):
+        assert not a.any()
+    assert (clocks.state == IDLE).all() and not clocks.stopping()
+
+
+def test_ticks_touch_only_the_own_slot(clocks):
+    clocks.tick_update(1)
+    clocks.tick_update(1)
+    clocks.tick_iteration(2)
+    assert clocks.updates.tolist() == [0, 2, 0]
+    assert clocks.iterations.tolist() == [0, 0, 1]
+    assert clocks.total_updates() == 2 and clocks.min_iteration() == 0
+    # a dense update (shards=None) touches every shard
+    assert clocks.shard_updates.tolist() == [[0] * 4, [2] * 4, [0] * 4]
+
+
+def test_tick_update_counts_each_distinct_shard_once(clocks):
+    clocks.tick_update(0, np.array([3, 1, 3, 3], dtype=np.int64))
+    clocks.tick_update(0, np.array([1], dtype=np.int32))
+    clocks.tick_update(0, np.array([], dtype=np.int64))
+    assert clocks.updates[0] == 3
+    assert clocks.shard_updates[0].tolist() == [0, 2, 0, 1]
+
+
+def test_one_shard_dense_path():
+    with ParamStore.create(Clocks.specs(2), tag="clk") as s:
+        c = Clocks(s.views())
+        c.tick_update(1)
+        assert c.shard_updates.tolist() == [[0], [1]]
+
+
+def test_beat_state_stop(clocks):
+    t0 = time.monotonic_ns()
+    clocks.beat(2)
+    assert t0 <= clocks.heartbeat_ns[2] <= time.monotonic_ns()
+    clocks.set_state(0, RUNNING)
+    clocks.set_state(1, DONE)
+    clocks.set_state(2, FAILED)
+    assert clocks.state.tolist() == [RUNNING, DONE, FAILED]
+    with pytest.raises(InvalidArgument, match="state 7"):
+        clocks.set_state(0, 7)
+    clocks.request_stop()
+    assert clocks.stopping() and clocks.stop[0] == 1
+
+
+@pytest.mark.parametrize("rank", [-1, 3, 100])
+def test_bad_rank_never_wraps_to_another_slot(clocks, rank):
+    for call in (lambda: clocks.tick_update(rank), lambda: clocks.tick_iteration(rank),
+                 lambda: clocks.beat(rank), lambda: clocks.set_state(rank, RUNNING)):
+        with pytest.raises(InvalidArgument, match=r"rank=.* must be in \[0, 3\)"):
+            call()
+    assert not clocks.updates.any() and not clocks.iterations.any()
+
+
+def test_bad_shards(clocks):
+    with pytest.raises(InvalidArgument, match="outside"):
+        clocks.tick_update(0, np.array([4], dtype=np.int64))
+    with pytest.raises(InvalidArgument, match="outside"):
+        clocks.tick_update(0, np.array([-1], dtype=np.int64))
+    with pytest.raises(InvalidType, match="int64"):
+        clocks.tick_update(0, np.array([1.0]))
+    with pytest.raises(InvalidType):
+        clocks.tick_update(0, [1, 2])
+    with pytest.raises(InvalidType):
+        clocks.tick_update(1.5)
+    assert not clocks.updates.any()
+
+
+def test_views_are_checked():
+    good = {k: np.zeros(shape, dt) for k, (shape, dt) in Clocks.specs(2, 3).items()}
+    Clocks(good)
+    with pytest.raises(InvalidArgument, match="clk_stop"):
+        Clocks({k: v for k, v in good.items() if k != "clk_stop"})
+    with pytest.raises(InvalidType, match="int64"):
+        Clocks({**good, "clk_updates": np.zeros(2, np.int32)})
+    with pytest.raises(InvalidArgument, match="shape"):
+        Clocks({**good, "clk_iterations": np.zeros(3, np.int64)})
+    with pytest.raises(InvalidType, match="mapping"):
+        Clocks([1, 2])
