@@ -1,0 +1,169 @@
+"""``Workload``: the contract every training problem of hogkit follows.
+
+A workload is a small, picklable *config object*: it holds settings only (sizes,
+seeds of nothing, regularisation), never big arrays, so the parent can send it to
+spawned workers. The arrays it makes live in a shared-memory store:
+
+============================================  =============================================
+``build(seed) -> (params, data)``             parent, once. Deterministic given ``seed``.
+                                              ``params``: dict of C-contiguous float32
+                                              (default) or float64 arrays; ``data``: dict
+                                              of int32/int64/float32/float64 arrays.
+``setup(params, data, *, rank, seed) -> ctx``  worker, once, after attaching the store;
+                                              ``params``/``data`` are views of shared
+                                              memory. Checks them (kernels do not), and
+                                              preallocates the step's buffers in ``ctx``.
+``gradient(ctx, rng, batch, *, keep_read)``   worker, every step: ``list[Grad]``, the
+                                              gradient of the loss (the rule does
+                                              ``w -= lr * g``) on a minibatch drawn with
+                                              ``rng`` (a ``numpy.random.Generator``).
+                                              Reads the shared params live: racy by design.
+``loss(params, data) -> float``               parent, on a snapshot.
+``metrics(params, data) -> dict``             ``loss`` plus what else the workload can
+                                              report cheaply (accuracy, RMSE...).
+``config() -> dict``                          JSON-able settings, ``name`` included.
+============================================  =============================================
+
+Buffer ownership: to avoid allocating every step, the arrays inside the ``Grad`` s that
+``gradient`` returns (``values``, ``rows``, ``read``) may be *views of buffers owned by
+``ctx``*: they stay valid until the next ``gradient`` call **with the same ctx**, which
+overwrites them. Apply (or copy) a step's grads before computing the next one with
+that ctx; a simulator that holds several grads of one virtual worker in flight gives
+each virtual worker its own ctx (``setup`` is cheap) or copies.
+
+``read`` (filled only when ``keep_read=True``) holds exactly the parameter values the
+gradient was computed from (same shape as ``values``): DC-ASGD's ``w_bak`` and
+Gap-Aware's ``w_read``.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from hogkit.errors import InvalidArgument, InvalidType
+from hogkit.validation import check_array, check_choice, check_int
+
+PARAM_DTYPES = ("float32", "float64")
+
+
+class Workload:
+    """Base class of the workloads; subclasses set the class attributes and methods.
+
+    Subclasses list their settings in ``_fields`` (attribute names); ``config``,
+    ``__repr__`` and ``__eq__`` are built from them.
+    """
+
+    name: str = ""
+    needs_torch: bool = False
+    default_lr: float = 0.0
+    default_batch: int = 0
+    #: "mean": the gradient is averaged over the batch (its scale does not grow with the
+    #: batch); "sum": summed per-sample gradients (lr is per sample). Adaptive batching
+    #: reweights mean-reduced gradients only.
+    grad_reduction: str = "mean"
+    _fields: tuple = ()
+
+    # --- the contract -------------------------------------------------------------
+    def build(self, seed: int):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def setup(self, params: Mapping[str, np.ndarray], data: Mapping[str, np.ndarray], *,
+              rank: int = 0, seed: int = 0):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def gradient(self, ctx, rng, batch: int, *, keep_read: bool = False):  # pragma: no cover
+        raise NotImplementedError
+
+    def loss(self, params, data) -> float:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def metrics(self, params, data) -> dict:
+        """``{"loss": loss(params, data)}``; subclasses add more."""
+        return {"loss": self.loss(params, data)}
+
+    def config(self) -> dict:
+        out = {"name": self.name}
+        out.update({f: getattr(self, f) for f in self._fields})
+        out["default_lr"] = self.default_lr
+        out["default_batch"] = self.default_batch
+        out["grad_reduction"] = self.grad_reduction
+        return out
+
+    # --- plumbing -----------------------------------------------------------------
+    def __repr__(self):
+        args = ", ".join(f"{f}={getattr(self, f)!r}" for f in self._fields)
+        return f"{type(self).__name__}({args})"
+
+    def __eq__(self, other):
+        return type(self) is type(other) and self.config() == other.config()
+
+    def __hash__(self):
+        return hash((type(self).__name__,) + tuple(repr(getattr(self, f)) for f in self._fields))
+
+
+# --- shared checks used by the workloads ----------------------------------------------
+
+def check_seed(seed, name="seed"):
+    return check_int(name, seed, min_value=0, max_value=2**63 - 1)
+
+
+def check_dtype(dtype):
+    """'float32' / 'float64' (also accepts numpy dtypes); returns the name."""
+    try:
+        name = np.dtype(dtype).name
+    except TypeError:
+        raise InvalidType(f"dtype={dtype!r} is not a numpy dtype; use 'float32' or "
+                          f"'float64'") from None
+    return check_choice("dtype", name, PARAM_DTYPES)
+
+
+def check_bool(name, value):
+    if not isinstance(value, (bool, np.bool_)):
+        raise InvalidType(f"{name}={value!r} must be True or False, got "
+                          f"{type(value).__name__}")
+    return bool(value)
+
+
+def check_keys(what, mapping, names, workload):
+    """``mapping`` (params or data) holds exactly the arrays ``names``."""
+    if not isinstance(mapping, Mapping):
+        raise InvalidType(f"{what} must be a mapping of name -> ndarray, got "
+                          f"{type(mapping).__name__}")
+    missing = [n for n in names if n not in mapping]
+    if missing:
+        raise InvalidArgument(f"{what} of workload {workload!r} lacks {missing}; it holds "
+                              f"{sorted(mapping)}; pass what build() returned")
+
+
+def check_param(name, a, shape, dtype=None):
+    """A shared parameter: float32/float64, the given shape, C-contiguous, writeable."""
+    check_array(name, a, dtype=dtype or tuple(np.dtype(d) for d in PARAM_DTYPES),
+                shape=shape)
+    if not a.flags.writeable:
+        raise InvalidArgument(f"{name} is read-only; a worker's params must be writeable "
+                              f"views of the shared store")
+    return a
+
+
+def zipf_probabilities(n, exponent, rng):
+    """Popularity p of n items: p[perm[k]] proportional to (k + 1) ** -exponent.
+
+    The permutation (drawn from ``rng``) spreads the popular items over the id space,
+    so sharding by id ranges does not put every hot item in shard 0. exponent=0 is
+    uniform.
+    """
+    weights = np.arange(1, n + 1, dtype=np.float64) ** -float(exponent)
+    p = np.empty(n, dtype=np.float64)
+    p[rng.permutation(n)] = weights / weights.sum()
+    return p
+
+
+def sample_from(p, size, rng):
+    """``size`` draws of ids distributed as ``p`` (inverse-CDF; int64)."""
+    cdf = np.cumsum(p)
+    cdf /= cdf[-1]
+    out = np.searchsorted(cdf, rng.random(size), side="right")
+    np.minimum(out, len(p) - 1, out=out)
+    return out.astype(np.int64, copy=False)

@@ -1,0 +1,172 @@
+"""Sparse logistic regression on generated data with Zipf feature popularity.
+
+The sparse workload of Hogwild! (Niu et al. 2011: sparse SVM / logistic models on
+RCV1-like data): each update touches only the weights of the features its samples
+hold, so conflicts between workers are rare unless a few features are very popular.
+``zipf`` sets that: 0 draws features uniformly (almost no conflicts), 1.1 (default)
+puts a handful of features in most samples (they are written by every update).
+
+Data (CSR): sample s holds about U[min_nnz, max_nnz] distinct features drawn with
+Zipf popularity (duplicates drawn for one sample are merged, so popular-heavy rows
+can hold a few fewer); values are 1 (``values="binary"``) or N(0, 1)
+(``values="real"``), each row scaled to unit L2 norm when ``normalize`` (off by
+default; with it on, a stable ``lr`` is about max_nnz times larger).
+A true weight vector w* ~ N(0, 1), rescaled so the true margins m_s = w* . x_s have
+standard deviation ``margin_scale``, gives labels y_s ~ Bernoulli(sigma(m_s))
+(logistic noise). Arrays: ``indptr`` int64 (n_samples + 1), ``indices`` int32,
+``values`` float32, ``y`` float32 in {0, 1}.
+
+Model: p_s = sigma(w . x_s), ``w`` (n_features,), initialised N(0, init_scale^2)
+(0 by default). Gradient (kernels/logreg.py), the **mean over the batch** of the
+per-sample log-loss gradient, one sparse entry per (sample, nonzero):
+
+    g[t] = ((p_s - y_s) x_sj + reg * w_j) / batch        rows[t] = j
+
+(L2 only on touched features, in proportion to how often they are touched, as in
+Hogwild!). Loss reported by ``loss``: the mean log-loss over all samples, without
+the L2 term; ``metrics`` adds ``accuracy``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hogkit.errors import InvalidArgument
+from hogkit.grads import Grad
+from hogkit.kernels.logreg import csr_matvec, logreg_grad, logreg_loss
+from hogkit.validation import check_array, check_choice, check_float, check_indices, check_int
+from hogkit.workloads.base import (Workload, check_bool, check_dtype, check_keys,
+                                   check_param, check_seed, sample_from,
+                                   zipf_probabilities)
+
+
+class _Ctx:
+    __slots__ = ("w", "indptr", "indices", "values", "y", "reg", "n", "max_nnz",
+                 "capacity", "g", "rows", "read")
+
+    def __init__(self, w, indptr, indices, values, y, reg, max_nnz, capacity):
+        self.w, self.indptr, self.indices, self.values, self.y = w, indptr, indices, values, y
+        self.reg = reg
+        self.n = len(y)
+        self.max_nnz = max_nnz
+        self.grow(capacity)
+
+    def grow(self, batch):
+        size = batch * self.max_nnz
+        self.capacity = batch
+        self.g = np.empty(size, self.w.dtype)
+        self.read = np.empty(size, self.w.dtype)
+        self.rows = np.empty(size, np.int64)
+
+
+class SparseLogReg(Workload):
+    """Sparse logistic regression; see the module docstring."""
+
+    name = "logreg"
+    needs_torch = False
+    default_lr = 2.0
+    default_batch = 64
+    _fields = ("n_samples", "n_features", "min_nnz", "max_nnz", "zipf", "values",
+               "normalize", "margin_scale", "reg", "init_scale", "dtype")
+
+    def __init__(self, *, n_samples=50_000, n_features=20_000, min_nnz=10, max_nnz=50,
+                 zipf=1.1, values="binary", normalize=False, margin_scale=4.0, reg=0.0,
+                 init_scale=0.0, dtype="float32"):
+        self.n_samples = check_int("n_samples", n_samples, min_value=1,
+                                   max_value=2**31 - 1)
+        self.n_features = check_int("n_features", n_features, min_value=1,
+                                    max_value=2**31 - 1)
+        self.min_nnz = check_int("min_nnz", min_nnz, min_value=1, max_value=self.n_features,
+                                 fix="a sample cannot hold more features than exist")
+        self.max_nnz = check_int("max_nnz", max_nnz, min_value=self.min_nnz,
+                                 max_value=self.n_features,
+                                 fix=f"use min_nnz={self.min_nnz} <= max_nnz <= "
+                                     f"n_features={self.n_features}")
+        self.zipf = check_float("zipf", zipf, min_value=0.0, max_value=10.0,
+                                fix="0 is uniform popularity, ~1.1 is typical")
+        self.values = check_choice("values", values, ("binary", "real"))
+        self.normalize = check_bool("normalize", normalize)
+        self.margin_scale = check_float("margin_scale", margin_scale, min_value=0.0)
+        self.reg = check_float("reg", reg, min_value=0.0)
+        self.init_scale = check_float("init_scale", init_scale, min_value=0.0)
+        self.dtype = check_dtype(dtype)
+
+    # --- parent -------------------------------------------------------------------
+    def build(self, seed):
+        """``({"w"}, {"indptr", "indices", "values", "y"})``; data and initial weights
+        from independent streams of ``seed``."""
+        seed = check_seed(seed)
+        rng, init_rng = (np.random.default_rng(s)
+                         for s in np.random.SeedSequence(seed).spawn(2))
+        n, d = self.n_samples, self.n_features
+        p_feat = zipf_probabilities(d, self.zipf, rng)
+        drawn = rng.integers(self.min_nnz, self.max_nnz + 1, n)
+        sample_of = np.repeat(np.arange(n, dtype=np.int64), drawn)
+        keys = sample_of * d + sample_from(p_feat, len(sample_of), rng)
+        keys.sort()
+        keep = np.empty(len(keys), bool)
+        keep[:1] = True
+        np.not_equal(keys[1:], keys[:-1], out=keep[1:])
+        keys = keys[keep]
+        rows_of, indices = np.divmod(keys, d)
+        indptr = np.zeros(n + 1, np.int64)
+        np.cumsum(np.bincount(rows_of, minlength=n), out=indptr[1:])
+        if self.values == "binary":
+            vals = np.ones(len(indices), np.float64)
+        else:
+            vals = rng.standard_normal(len(indices))
+        if self.normalize:
+            norms = np.sqrt(np.add.reduceat(vals * vals, indptr[:-1]))
+            vals /= np.repeat(norms, np.diff(indptr))
+        indices = indices.astype(np.int32)
+        values = vals.astype(np.float32)
+        w_true = rng.standard_normal(d)
+        m = np.empty(n, np.float64)
+        csr_matvec(indptr, indices, values, w_true, m)
+        std = m.std()
+        m *= self.margin_scale / std if std > 0 else 0.0
+        y = (rng.random(n) < 1.0 / (1.0 + np.exp(-m))).astype(np.float32)
+        data = {"indptr": indptr, "indices": indices, "values": values, "y": y}
+        w = (init_rng.standard_normal(d) * self.init_scale).astype(self.dtype)
+        return {"w": w}, data
+
+    def loss(self, params, data):
+        """Mean log-loss over all samples (stable softplus form, no L2 term)."""
+        total, _ = logreg_loss(params["w"], data["indptr"], data["indices"],
+                               data["values"], data["y"])
+        return float(total / len(data["y"]))
+
+    def metrics(self, params, data):
+        total, right = logreg_loss(params["w"], data["indptr"], data["indices"],
+                                   data["values"], data["y"])
+        n = len(data["y"])
+        return {"loss": float(total / n), "accuracy": right / n}
+
+    # --- worker -------------------------------------------------------------------
+    def setup(self, params, data, *, rank=0, seed=0):
+        check_keys("params", params, ("w",), self.name)
+        check_keys("data", data, ("indptr", "indices", "values", "y"), self.name)
+        w = check_param("params['w']", params["w"], (self.n_features,))
+        y = check_array("data['y']", data["y"], dtype=(np.float32, np.float64), ndim=1)
+        indptr = check_array("data['indptr']", data["indptr"], dtype=(np.int32, np.int64),
+                             shape=(len(y) + 1,))
+        values = check_array("data['values']", data["values"],
+                             dtype=(np.float32, np.float64), ndim=1)
+        indices = check_indices("data['indices']", data["indices"], self.n_features)
+        lengths = np.diff(indptr)
+        if (len(y) == 0 or indptr[0] != 0 or indptr[-1] != len(indices)
+                or len(values) != len(indices) or (lengths < 0).any()):
+            raise InvalidArgument(
+                f"data is not a valid CSR matrix of {len(y)} samples (indptr must start "
+                f"at 0, not decrease and end at len(indices)={len(indices)} = "
+                f"len(values)={len(values)}); pass what build() returned")
+        return _Ctx(w, indptr, indices, values, y, float(self.reg), int(lengths.max()),
+                    self.default_batch)
+
+    def gradient(self, ctx, rng, batch, *, keep_read=False):
+        if batch > ctx.capacity or batch < 1:
+            ctx.grow(check_int("batch", batch, min_value=1))
+        sample = rng.integers(0, ctx.n, size=batch)
+        t = logreg_grad(ctx.w, ctx.indptr, ctx.indices, ctx.values, ctx.y, sample,
+                        ctx.reg, 1.0 / batch, ctx.g, ctx.rows, ctx.read)
+        return [Grad("w", ctx.g[:t], ctx.rows[:t], ctx.read[:t] if keep_read else None)]
