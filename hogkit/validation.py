@@ -64,10 +64,11 @@ def check_choice(name, value, choices, *, fix=""):
 
 
 def check_array(name, a, *, dtype=None, ndim=None, shape=None, contiguous=True,
-                writeable=False):
+                writeable=False, min_ndim=None):
     """A numpy array of the given dtype(s), ndim and shape (None in shape = any).
 
-    ``dtype`` may be one dtype or a tuple of accepted dtypes. Returns ``a``.
+    ``dtype`` may be one dtype or a tuple of accepted dtypes; ``min_ndim`` bounds the
+    number of axes from below (e.g. 1: no 0-d arrays). Returns ``a``.
     """
     if not isinstance(a, np.ndarray):
         raise InvalidType(f"{name} must be a numpy.ndarray, got {type(a).__name__}; "
@@ -81,6 +82,9 @@ def check_array(name, a, *, dtype=None, ndim=None, shape=None, contiguous=True,
     if ndim is not None and a.ndim != ndim:
         raise InvalidArgument(f"{name} has ndim={a.ndim} (shape {a.shape}), expected "
                               f"ndim={ndim}")
+    if min_ndim is not None and a.ndim < min_ndim:
+        raise InvalidArgument(f"{name} has ndim={a.ndim} (shape {a.shape}), expected "
+                              f"ndim >= {min_ndim}; reshape it, e.g. {name}.reshape(1)")
     if shape is not None:
         if len(shape) != a.ndim or any(s is not None and s != t for s, t in zip(shape, a.shape)):
             want = "(" + ", ".join("any" if s is None else str(s) for s in shape) + ")"

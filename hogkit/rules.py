@@ -1,0 +1,436 @@
+"""Update rules: small objects with explicit state that apply a list of ``Grad``.
+
+Shell, functional core, kernel: a rule object holds hyper-parameters only; ``init``
+builds its state (a plain dict of numpy arrays, so a simulator can hold, copy and
+replay it); ``apply`` validates every gradient at the Python boundary, then calls one
+``hogkit.kernels`` kernel per gradient. Nothing is written until every gradient of
+the call has passed its checks, so a bad input leaves parameters and state as they
+were.
+
+Protocol (docs/contracts.md)::
+
+    rule.needs_read -> bool          DC-ASGD and Gap-Aware need Grad.read
+    rule.init(params) -> state       dict of arrays, keys "<slot>/<param name>"
+    rule.apply(params, grads, state, *, staleness=0, worker=0) -> None   in place
+
+Parameters of any ndim >= 1 are accepted. A dense ``Grad`` is applied to the flat
+view of its parameter; a sparse ``Grad`` indexes the first axis and the parameter is
+seen as a 2-D ``(n, prod(shape[1:]))`` view (no copy). Duplicate rows add up like
+``np.add.at``; stateful rules process duplicates one after the other.
+
+State ownership: the state returned by ``init`` is **per worker and private** (each
+worker calls ``init`` on its own). A runtime that wants shared state (e.g. one
+momentum buffer for all workers) places the same arrays, e.g. views of a shared
+store, in every worker's state dict; the rules work unchanged, and the read-modify-
+write of the shared buffer is then a Hogwild! race like the parameter update.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping, Optional, Sequence
+
+import numpy as np
+
+from hogkit.errors import InvalidArgument, InvalidType
+from hogkit.grads import Grad
+from hogkit.validation import FLOAT_DTYPES, check_array, check_float, check_indices, check_int
+from hogkit.kernels import delayed as _delayed
+from hogkit.kernels import dense as _dense
+from hogkit.kernels import guard as _guard
+from hogkit.kernels import sparse as _sparse
+
+__all__ = ["SGD", "StalenessAware", "DelayCompensated", "GapAware", "grads_finite",
+           "warmup"]
+
+_INT64 = np.dtype(np.int64)
+
+
+# --- the boundary: validate, then hand views to the kernels --------------------------
+
+class _Item:
+    """One validated gradient: ``p``/``g``/``read`` are flat (dense) or 2-D (rows)."""
+
+    __slots__ = ("name", "param", "p", "rows", "g", "read")
+
+    def __init__(self, name, param, p, rows, g, read):
+        self.name, self.param, self.p, self.rows, self.g, self.read = (
+            name, param, p, rows, g, read)
+
+
+def _as_rows(a, n):
+    """View ``a`` (shape ``(n,) + rest``) as 2-D ``(n, prod(rest))`` without copying."""
+    return a.reshape(n, math.prod(a.shape[1:]))
+
+
+def _prepare(rule, params, grads, *, needs_read):
+    """Check every gradient against its parameter; return the kernel-ready views."""
+    if not isinstance(params, Mapping):
+        raise InvalidType(f"params must be a mapping name -> numpy array, got "
+                          f"{type(params).__name__}")
+    if isinstance(grads, Grad):
+        raise InvalidType("grads must be a sequence of Grad, got a single Grad; "
+                          "pass [grad]")
+    items = []
+    for grad in grads:
+        if not isinstance(grad, Grad):
+            raise InvalidType(f"grads must hold hogkit.Grad objects, got "
+                              f"{type(grad).__name__}")
+        name = grad.name
+        param = params.get(name)
+        if param is None:
+            raise InvalidArgument(f"Grad {name!r} names no parameter; parameters are "
+                                  f"{sorted(params)}")
+        check_array(f"params[{name!r}]", param, dtype=FLOAT_DTYPES, min_ndim=1,
+                    writeable=True)
+        vname = f"Grad {name!r} values"
+        if grad.rows is None:
+            check_array(vname, grad.values, dtype=param.dtype, shape=param.shape)
+            p, rows, g = param.reshape(-1), None, grad.values.reshape(-1)
+            shape = param.shape
+        else:
+            n = param.shape[0]
+            rows = check_indices(f"Grad {name!r} rows", grad.rows, n)
+            if rows.dtype != _INT64:
+                rows = rows.astype(np.int64)
+            shape = (rows.shape[0],) + param.shape[1:]
+            check_array(vname, grad.values, dtype=param.dtype, shape=shape)
+            p, g = _as_rows(param, n), _as_rows(grad.values, rows.shape[0])
+        read = None
+        if needs_read:
+            if grad.read is None:
+                raise InvalidArgument(
+                    f"{type(rule).__name__} needs Grad.read (the parameter values the "
+                    f"gradient was computed from) for {name!r}, got None; compute "
+                    f"gradients with keep_read=True")
+            check_array(f"Grad {name!r} read", grad.read, dtype=param.dtype, shape=shape)
+            read = grad.read.reshape(g.shape)
+        items.append(_Item(name, param, p, rows, g, read))
+    return items
+
+
+def _slot(state, slot, item, dtype=None, shape=None):
+    """The state array ``state["<slot>/<name>"]``, checked; viewed like ``item.p``
+    unless an explicit ``shape`` is asked for (then returned as is)."""
+    key = f"{slot}/{item.name}"
+    if not isinstance(state, Mapping) or key not in state:
+        raise InvalidArgument(f"state has no {key!r}; build the state with "
+                              f"rule.init(params) for the same parameters")
+    a = state[key]
+    check_array(f"state[{key!r}]", a, dtype=dtype or item.param.dtype,
+                shape=shape or item.param.shape, writeable=True)
+    return a if shape else a.reshape(item.p.shape)
+
+
+def _check_staleness(staleness):
+    return check_int("staleness", staleness, min_value=0,
+                     fix="staleness is the number of updates by others since the read")
+
+
+def _lr(lr):
+    return check_float("lr", lr, min_value=0.0, exclude_min=True,
+                       fix="use a positive learning rate such as 0.01")
+
+
+def _unit(name, value, fix=""):
+    return check_float(name, value, min_value=0.0, max_value=1.0, exclude_max=True, fix=fix)
+
+
+def _zeros_like(params, slot):
+    return {f"{slot}/{k}": np.zeros_like(v) for k, v in params.items()}
+
+
+# --- the rules -----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SGD:
+    """Plain SGD, optionally with heavy-ball momentum.
+
+    ``w ← w − lr·g``; with momentum ``mu > 0``: ``m ← mu·m + g``, ``w ← w − lr·m``.
+    On sparse rows the momentum is lazy: only the touched rows of ``m`` move (rows not
+    in the batch do not decay), one step per occurrence of a row.
+
+    State: ``{"m/<name>": zeros like the parameter}`` when ``momentum > 0``, else
+    ``{}``; per worker and private unless the runtime passes shared arrays (see the
+    module docstring). ``staleness`` and ``worker`` are accepted and ignored.
+    """
+
+    lr: float
+    momentum: float = 0.0
+
+    needs_read = False
+
+    def __post_init__(self):
+        object.__setattr__(self, "lr", _lr(self.lr))
+        object.__setattr__(self, "momentum", _unit(
+            "momentum", self.momentum, fix="use 0.0 for plain SGD, 0.9 is common"))
+
+    def init(self, params):
+        return _zeros_like(params, "m") if self.momentum else {}
+
+    def apply(self, params, grads, state, *, staleness=0, worker=0):
+        _check_staleness(staleness)
+        items = _prepare(self, params, grads, needs_read=False)
+        if self.momentum:
+            ms = [_slot(state, "m", it) for it in items]
+            for it, m in zip(items, ms):
+                if it.rows is None:
+                    _dense.momentum_flat(it.p, m, it.g, self.lr, self.momentum)
+                else:
+                    _sparse.momentum_rows(it.p, m, it.rows, it.g, self.lr, self.momentum)
+        else:
+            for it in items:
+                if it.rows is None:
+                    _dense.sgd_flat(it.p, it.g, self.lr)
+                else:
+                    _sparse.sgd_rows(it.p, it.rows, it.g, self.lr)
+
+
+@dataclass(frozen=True)
+class StalenessAware:
+    """Staleness-aware SGD (Zhang, Gupta, Lian, Liu, "Staleness-aware Async-SGD for
+    distributed deep learning", IJCAI 2016): the learning rate is divided by the
+    gradient's staleness τ,
+
+        w ← w − (lr / max(τ, 1)) · g
+
+    where τ = ``staleness`` = updates applied by others since this gradient's read
+    (τ = 0 and τ = 1 both give plain SGD). With momentum ``mu > 0`` the stale
+    gradient is damped before it enters the buffer: ``m ← mu·m + g / max(τ, 1)``,
+    ``w ← w − lr·m`` (a hogkit choice: the paper has no momentum).
+
+    State as :class:`SGD` (``"m/<name>"`` when ``momentum > 0``), per worker, private.
+    """
+
+    lr: float
+    momentum: float = 0.0
+
+    needs_read = False
+
+    def __post_init__(self):
+        object.__setattr__(self, "lr", _lr(self.lr))
+        object.__setattr__(self, "momentum", _unit(
+            "momentum", self.momentum, fix="use 0.0 for plain SGD, 0.9 is common"))
+
+    def init(self, params):
+        return _zeros_like(params, "m") if self.momentum else {}
+
+    def apply(self, params, grads, state, *, staleness=0, worker=0):
+        tau = _check_staleness(staleness)
+        items = _prepare(self, params, grads, needs_read=False)
+        if self.momentum:
+            ms = [_slot(state, "m", it) for it in items]
+            for it, m in zip(items, ms):
+                if it.rows is None:
+                    _delayed.staleness_aware_momentum_flat(
+                        it.p, m, it.g, self.lr, self.momentum, tau)
+                else:
+                    _delayed.staleness_aware_momentum_rows(
+                        it.p, m, it.rows, it.g, self.lr, self.momentum, tau)
+        else:
+            for it in items:
+                if it.rows is None:
+                    _delayed.staleness_aware_flat(it.p, it.g, self.lr, tau)
+                else:
+                    _delayed.staleness_aware_rows(it.p, it.rows, it.g, self.lr, tau)
+
+
+@dataclass(frozen=True)
+class DelayCompensated:
+    """DC-ASGD (Zheng, Meng, Wang, Chen, Yu, Ma, Liu, "Asynchronous stochastic
+    gradient descent with delay compensation", ICML 2017). With ``w_bak`` the
+    parameters the worker read (``Grad.read``) and ``w`` their value now, the stale
+    gradient is corrected by a cheap diagonal Hessian approximation:
+
+        constant (DC-ASGD-c):  g' = g + λ · g ⊙ g ⊙ (w − w_bak)
+        adaptive (DC-ASGD-a):  MS ← m·MS + (1 − m)·g ⊙ g,   λ_t = λ0 / sqrt(MS + ε),
+                               g' = g + λ_t ⊙ g ⊙ g ⊙ (w − w_bak)
+        then                   w ← w − lr · g'
+
+    A fresh read (``w == w_bak``) gives plain SGD exactly. State: ``{}`` (constant)
+    or ``{"ms/<name>": zeros like the parameter}`` (adaptive), per worker, private
+    (the paper keeps MS per worker too); on sparse rows MS moves on touched rows only.
+    """
+
+    lr: float
+    lam: float = 0.04
+    adaptive: bool = False
+    lam0: float = 2.0
+    m: float = 0.95
+    eps: float = 1e-7
+
+    needs_read = True
+
+    def __post_init__(self):
+        object.__setattr__(self, "lr", _lr(self.lr))
+        object.__setattr__(self, "lam", check_float(
+            "lam", self.lam, min_value=0.0, fix="the paper uses lam=0.04"))
+        if not isinstance(self.adaptive, (bool, np.bool_)):
+            raise InvalidType(f"adaptive={self.adaptive!r} must be a bool")
+        object.__setattr__(self, "adaptive", bool(self.adaptive))
+        object.__setattr__(self, "lam0", check_float(
+            "lam0", self.lam0, min_value=0.0, fix="the paper uses lam0=2.0"))
+        object.__setattr__(self, "m", _unit("m", self.m, fix="the paper uses m=0.95"))
+        object.__setattr__(self, "eps", check_float(
+            "eps", self.eps, min_value=0.0, exclude_min=True, fix="use eps=1e-7"))
+
+    def init(self, params):
+        return _zeros_like(params, "ms") if self.adaptive else {}
+
+    def apply(self, params, grads, state, *, staleness=0, worker=0):
+        _check_staleness(staleness)
+        items = _prepare(self, params, grads, needs_read=True)
+        if self.adaptive:
+            mss = [_slot(state, "ms", it) for it in items]
+            for it, ms in zip(items, mss):
+                if it.rows is None:
+                    _delayed.dc_adaptive_flat(it.p, ms, it.g, it.read, self.lr,
+                                              self.lam0, self.m, self.eps)
+                else:
+                    _delayed.dc_adaptive_rows(it.p, ms, it.rows, it.g, it.read, self.lr,
+                                              self.lam0, self.m, self.eps)
+        else:
+            for it in items:
+                if it.rows is None:
+                    _delayed.dc_flat(it.p, it.g, it.read, self.lr, self.lam)
+                else:
+                    _delayed.dc_rows(it.p, it.rows, it.g, it.read, self.lr, self.lam)
+
+
+@dataclass(frozen=True)
+class GapAware:
+    """Gap-Aware (Barkai, Hakimi, Schuster, "Gap-aware mitigation of gradient
+    staleness", ICLR 2020). The penalty is the gap between the parameters the
+    gradient was computed from (``Grad.read``) and their value now, measured in
+    units of a typical step:
+
+        Δ = w_now − w_read
+        u = mu·m + g                       (the undamped step; u = g when mu = 0)
+        v ← γ·v + (1 − γ)·u ⊙ u,   v̂ = v / (1 − γ^k)    (k: this parameter's step count)
+        C = lr_max · (sqrt(v̂) + 1e-8),    G = 1 + |Δ| / C   (G = 1 when fresh)
+        m ← mu·m + g / G,   w ← w − lr·m   (w ← w − lr · g / G when mu = 0)
+
+    ``lr_max`` defaults to ``lr`` (hogkit's rules have a constant learning rate).
+    Departures: u is the momentum step taken with the *undamped* g, so C does not
+    depend on G; the paper also damps weight decay, which hogkit's rules do not have.
+    A fresh read gives plain SGD (with momentum) exactly.
+
+    State: ``"v/<name>"`` (second moment, like the parameter), ``"k/<name>"`` (int64
+    ``(1,)`` step count) and ``"m/<name>"`` when ``momentum > 0``; per worker,
+    private. On sparse rows ``v`` and ``m`` move on touched rows only, and the bias
+    correction uses the per-parameter ``k`` (a rarely touched row's v̂ is
+    under-estimated, so its gap is over-estimated: the conservative side).
+    """
+
+    lr: float
+    momentum: float = 0.0
+    gamma: float = 0.999
+    lr_max: Optional[float] = None
+
+    needs_read = True
+
+    def __post_init__(self):
+        object.__setattr__(self, "lr", _lr(self.lr))
+        object.__setattr__(self, "momentum", _unit(
+            "momentum", self.momentum, fix="use 0.0 for plain SGD, 0.9 is common"))
+        object.__setattr__(self, "gamma", check_float(
+            "gamma", self.gamma, min_value=0.0, max_value=1.0, exclude_min=True,
+            exclude_max=True, fix="the paper uses gamma=0.999"))
+        lr_max = self.lr if self.lr_max is None else check_float(
+            "lr_max", self.lr_max, min_value=0.0, exclude_min=True,
+            fix="lr_max is the largest learning rate of the schedule; omit it to use lr")
+        object.__setattr__(self, "lr_max", lr_max)
+
+    def init(self, params):
+        state = _zeros_like(params, "v")
+        state.update({f"k/{k}": np.zeros(1, np.int64) for k in params})
+        if self.momentum:
+            state.update(_zeros_like(params, "m"))
+        return state
+
+    def apply(self, params, grads, state, *, staleness=0, worker=0):
+        _check_staleness(staleness)
+        items = _prepare(self, params, grads, needs_read=True)
+        vs = [_slot(state, "v", it) for it in items]
+        ks = [_slot(state, "k", it, dtype=np.int64, shape=(1,)) for it in items]
+        if self.momentum:
+            ms = [_slot(state, "m", it) for it in items]
+        else:
+            ms = [np.empty((0,) * it.p.ndim, it.p.dtype) for it in items]
+        for it, v, k, m in zip(items, vs, ks, ms):
+            k[0] += 1
+            step = int(k[0])
+            if it.rows is None:
+                _delayed.gap_aware_flat(it.p, m, v, it.g, it.read, self.lr,
+                                        self.momentum, self.gamma, self.lr_max, step)
+            else:
+                _delayed.gap_aware_rows(it.p, m, v, it.rows, it.g, it.read, self.lr,
+                                        self.momentum, self.gamma, self.lr_max, step)
+
+
+# --- the guard and the compile step ---------------------------------------------------
+
+def grads_finite(grads: Sequence[Grad]) -> bool:
+    """True when every ``Grad.values`` is free of NaN and inf (``kernels.guard``).
+
+    The runtime calls it before density or rule touch anything, so a non-finite
+    gradient never reaches shared parameters.
+    """
+    for grad in grads:
+        v = grad.values
+        if isinstance(v, np.ndarray) and v.dtype in FLOAT_DTYPES and v.flags.c_contiguous:
+            if not _guard.all_finite(v.reshape(-1)):
+                return False
+        elif not np.isfinite(np.asarray(v)).all():
+            return False
+    return True
+
+
+def warmup(dtypes=(np.float32, np.float64)):
+    """Compile every kernel the rules, the density filter and the guard call, for
+    each dtype, with the argument types they pass (C-contiguous arrays, int64 rows,
+    Python float and int scalars). Call it in the parent before spawning workers:
+    with ``cache=True`` the workers then load the machine code from the cache
+    instead of compiling it each. Returns the number of kernel calls made.
+    """
+    from hogkit.kernels import density as _density
+    calls = 0
+    for dt in dtypes:
+        dt = np.dtype(dt)
+        if dt not in FLOAT_DTYPES:
+            raise InvalidType(f"warmup dtype {dt} is not float32 or float64")
+        w, m, v, g, b = (np.zeros(2, dt) for _ in range(5))
+        W, M, V, G, B = (np.zeros((2, 2), dt) for _ in range(5))
+        rows = np.zeros(2, np.int64)
+        mask = np.zeros(4, np.bool_)
+        todo = [
+            (_dense.sgd_flat, (w, g, 0.1)),
+            (_dense.momentum_flat, (w, m, g, 0.1, 0.9)),
+            (_sparse.sgd_rows, (W, rows, G, 0.1)),
+            (_sparse.momentum_rows, (W, M, rows, G, 0.1, 0.9)),
+            (_delayed.staleness_aware_flat, (w, g, 0.1, 1)),
+            (_delayed.staleness_aware_rows, (W, rows, G, 0.1, 1)),
+            (_delayed.staleness_aware_momentum_flat, (w, m, g, 0.1, 0.9, 1)),
+            (_delayed.staleness_aware_momentum_rows, (W, M, rows, G, 0.1, 0.9, 1)),
+            (_delayed.dc_flat, (w, g, b, 0.1, 0.04)),
+            (_delayed.dc_rows, (W, rows, G, B, 0.1, 0.04)),
+            (_delayed.dc_adaptive_flat, (w, m, g, b, 0.1, 2.0, 0.95, 1e-7)),
+            (_delayed.dc_adaptive_rows, (W, M, rows, G, B, 0.1, 2.0, 0.95, 1e-7)),
+            (_delayed.gap_aware_flat, (w, m, v, g, b, 0.1, 0.9, 0.999, 0.1, 1)),
+            (_delayed.gap_aware_rows, (W, M, V, rows, G, B, 0.1, 0.9, 0.999, 0.1, 1)),
+            (_guard.all_finite, (g,)),
+            (_density.fold_flat, (g, v, w)),
+            (_density.fold_rows, (G, rows, V, W)),
+            (_density.accumulate_rows, (V, rows, G)),
+            (_density.topk_mask, (W.reshape(-1), 2, mask)),
+            (_density.threshold_mask, (W.reshape(-1), 0.5, mask)),
+            (_density.random_mask, (4, 2, 1, mask)),
+            (_density.drop_flat, (W.reshape(-1), mask)),
+            (_density.split_flat, (W.reshape(-1), mask, V.reshape(-1))),
+            (_density.split_rows, (W, rows, mask, V)),
+        ]
+        for kernel, args in todo:
+            kernel(*args)
+            calls += 1
+    return calls

@@ -1,0 +1,39 @@
+"""Dense update kernels over a flat buffer (axpy-style).
+
+Every array is 1-D, C-contiguous and of one float dtype; a parameter of any shape is
+passed as its flat view (``p.reshape(-1)``, no copy). The loop walks the buffer in
+blocks of 4096 elements: the inner loop is a plain stride-1 axpy that LLVM
+vectorises, and a concurrent Hogwild! reader sees the buffer change block by block
+(Recht et al., NIPS 2011: element updates are not atomic; with one writer the result
+is deterministic).
+
+Scalars are cast to the buffer's dtype once per call, so float32 stays float32.
+Nothing here checks shapes: ``hogkit.rules`` does.
+"""
+
+from numba import njit
+
+
+@njit(cache=True, nogil=True)
+def sgd_flat(w, g, lr):
+    """``w -= lr * g`` element-wise."""
+    a = w.dtype.type(lr)
+    n = w.shape[0]
+    for lo in range(0, n, 4096):
+        hi = min(lo + 4096, n)
+        for i in range(lo, hi):
+            w[i] -= a * g[i]
+
+
+@njit(cache=True, nogil=True)
+def momentum_flat(w, m, g, lr, mu):
+    """Heavy-ball momentum: ``m = mu * m + g; w -= lr * m`` element-wise."""
+    a = w.dtype.type(lr)
+    b = w.dtype.type(mu)
+    n = w.shape[0]
+    for lo in range(0, n, 4096):
+        hi = min(lo + 4096, n)
+        for i in range(lo, hi):
+            v = b * m[i] + g[i]
+            m[i] = v
+            w[i] -= a * v

@@ -1,0 +1,70 @@
+"""Sparse-row update kernels: ``W[rows[i]] -= lr * G[i]`` on a 2-D table.
+
+Shapes: ``W`` is ``(n, d)``, ``rows`` is ``(b,)`` int64, ``G`` is ``(b, d)``, all
+C-contiguous and of one float dtype (float32 or float64). Duplicate rows add up, in
+batch order, exactly as ``np.subtract.at(W, rows, lr * G)`` does.
+
+Nothing here checks anything: numba does no bounds checking, so a row outside
+``[0, n)`` writes outside the table. ``hogkit.rules`` checks every argument first.
+
+Each kernel prefetches the row 8 batch entries ahead (``_intrinsics.prefetch_row``).
+
+The scalars are cast to the table's dtype once per call (``W.dtype.type(lr)``), so a
+float32 table is updated with float32 arithmetic throughout (no float64 temporaries).
+
+Races: called on a shared table from several processes at once, these loops are the
+Hogwild! update of Recht et al. (NIPS 2011): each element's read-modify-write is not
+atomic, so concurrent writers to one element may lose an update. Called from one
+process they are deterministic.
+"""
+
+from numba import njit
+
+from ._intrinsics import prefetch_row
+
+
+@njit(cache=True, nogil=True)
+def sgd_rows(W, rows, G, lr):
+    """``W[rows[i], :] -= lr * G[i, :]`` for i in batch order (duplicates add up)."""
+    a = W.dtype.type(lr)
+    b = rows.shape[0]
+    d = W.shape[1]
+    for i in range(min(8, b)):
+        prefetch_row(W, rows[i])
+    for i in range(b):
+        if i + 8 < b:
+            prefetch_row(W, rows[i + 8])
+        r = rows[i]
+        for j in range(d):
+            W[r, j] -= a * G[i, j]
+
+
+@njit(cache=True, nogil=True)
+def momentum_rows(W, M, rows, G, lr, mu):
+    """Heavy-ball momentum on the touched rows only ("lazy" sparse momentum).
+
+    For each i in batch order, with ``r = rows[i]``::
+
+        M[r] = mu * M[r] + G[i]
+        W[r] = W[r] - lr * M[r]
+
+    ``M`` has W's shape. Rows not in the batch keep their buffer undecayed (the
+    semantics of lazy sparse optimisers, e.g. torch's SparseAdam); a duplicated row
+    takes one momentum step per occurrence.
+    """
+    a = W.dtype.type(lr)
+    m = W.dtype.type(mu)
+    b = rows.shape[0]
+    d = W.shape[1]
+    for i in range(min(8, b)):
+        prefetch_row(W, rows[i])
+        prefetch_row(M, rows[i])
+    for i in range(b):
+        if i + 8 < b:
+            prefetch_row(W, rows[i + 8])
+            prefetch_row(M, rows[i + 8])
+        r = rows[i]
+        for j in range(d):
+            v = m * M[r, j] + G[i, j]
+            M[r, j] = v
+            W[r, j] -= a * v
