@@ -75,3 +75,17 @@ class WorkerFailed(HogkitError):
 def _rebuild_worker_failed(rank, step, exitcode, signal, traceback, reason):
     return WorkerFailed(rank, step=step, exitcode=exitcode, signal=signal,
                         traceback=traceback, reason=reason)
+
+
+class Interrupted(KeyboardInterrupt):
+    """The parent got SIGINT or SIGTERM; the run was shut down in order.
+
+    A ``KeyboardInterrupt`` (not a ``HogkitError``) so that ``except Exception``
+    never swallows it. ``signum`` is the signal that arrived.
+    """
+
+    def __init__(self, signum):
+        import signal as _signal
+        self.signum = signum
+        super().__init__(f"interrupted by {_signal.Signals(signum).name}; workers stopped "
+                         f"and shared memory released")

@@ -64,8 +64,29 @@ def _as_rows(a, n):
     return a.reshape(n, math.prod(a.shape[1:]))
 
 
+def _ok(a, dtype, shape):
+    """Fast path of the boundary checks: plain attribute comparisons, no messages."""
+    return (a.__class__ is np.ndarray and a.dtype == dtype and a.shape == shape
+            and a.flags.c_contiguous)
+
+
+def _rows_ok(rows, n):
+    if rows.__class__ is not np.ndarray or rows.dtype != _INT64 or rows.ndim != 1 \
+            or not rows.flags.c_contiguous:
+        return False
+    if rows.shape[0] == 0:
+        return True
+    lo, hi = _guard.index_bounds(rows)
+    return lo >= 0 and hi < n
+
+
 def _prepare(rule, params, grads, *, needs_read):
-    """Check every gradient against its parameter; return the kernel-ready views."""
+    """Check every gradient against its parameter; return the kernel-ready views.
+
+    Runs every step, so each check first tries a fast path (attribute comparisons and
+    a one-pass numba scan of the row indices); only when that fails does the full
+    check run, to raise with the value, the constraint and the fix.
+    """
     if not isinstance(params, Mapping):
         raise InvalidType(f"params must be a mapping name -> numpy array, got "
                           f"{type(params).__name__}")
@@ -82,20 +103,26 @@ def _prepare(rule, params, grads, *, needs_read):
         if param is None:
             raise InvalidArgument(f"Grad {name!r} names no parameter; parameters are "
                                   f"{sorted(params)}")
-        check_array(f"params[{name!r}]", param, dtype=FLOAT_DTYPES, min_ndim=1,
-                    writeable=True)
+        if not (param.__class__ is np.ndarray and param.dtype in FLOAT_DTYPES
+                and param.ndim >= 1 and param.flags.c_contiguous and param.flags.writeable):
+            check_array(f"params[{name!r}]", param, dtype=FLOAT_DTYPES, min_ndim=1,
+                        writeable=True)
         vname = f"Grad {name!r} values"
-        if grad.rows is None:
-            check_array(vname, grad.values, dtype=param.dtype, shape=param.shape)
-            p, rows, g = param.reshape(-1), None, grad.values.reshape(-1)
+        rows = grad.rows
+        if rows is None:
             shape = param.shape
+            if not _ok(grad.values, param.dtype, shape):
+                check_array(vname, grad.values, dtype=param.dtype, shape=shape)
+            p, g = param.reshape(-1), grad.values.reshape(-1)
         else:
             n = param.shape[0]
-            rows = check_indices(f"Grad {name!r} rows", grad.rows, n)
-            if rows.dtype != _INT64:
-                rows = rows.astype(np.int64)
+            if not _rows_ok(rows, n):
+                rows = check_indices(f"Grad {name!r} rows", rows, n)
+                if rows.dtype != _INT64:
+                    rows = rows.astype(np.int64)
             shape = (rows.shape[0],) + param.shape[1:]
-            check_array(vname, grad.values, dtype=param.dtype, shape=shape)
+            if not _ok(grad.values, param.dtype, shape):
+                check_array(vname, grad.values, dtype=param.dtype, shape=shape)
             p, g = _as_rows(param, n), _as_rows(grad.values, rows.shape[0])
         read = None
         if needs_read:
@@ -104,7 +131,9 @@ def _prepare(rule, params, grads, *, needs_read):
                     f"{type(rule).__name__} needs Grad.read (the parameter values the "
                     f"gradient was computed from) for {name!r}, got None; compute "
                     f"gradients with keep_read=True")
-            check_array(f"Grad {name!r} read", grad.read, dtype=param.dtype, shape=shape)
+            if not _ok(grad.read, param.dtype, shape):
+                check_array(f"Grad {name!r} read", grad.read, dtype=param.dtype,
+                            shape=shape)
             read = grad.read.reshape(g.shape)
         items.append(_Item(name, param, p, rows, g, read))
     return items

@@ -53,8 +53,14 @@ def sgd_apply(params, grads, lr):
 
 
 def sampled(rng_seed, n, batch):
-    """The sample a workload draws from default_rng(rng_seed) (its first draw)."""
+    """The sample logreg and mlp draw from default_rng(rng_seed) (their first draw)."""
     return np.random.default_rng(rng_seed).integers(0, n, size=batch)
+
+
+def mf_block(rng_seed, n, batch):
+    """The sample mf draws: ``batch`` consecutive ratings from a uniform offset, wrapping."""
+    start = int(np.random.default_rng(rng_seed).integers(0, n))
+    return (start + np.arange(batch)) % n
 
 
 # --- kernels against references --------------------------------------------------------
@@ -158,7 +164,7 @@ def test_mf_gradient_is_autograd_of_half_squared_error_plus_l2():
     ctx = wl.setup(params, data, rank=0, seed=0)
     batch = 9
     grads = wl.gradient(ctx, np.random.default_rng(11), batch)
-    sample = torch.from_numpy(sampled(11, len(data["r"]), batch))
+    sample = torch.from_numpy(mf_block(11, len(data["r"]), batch))
     P = torch.tensor(params["P"], requires_grad=True)
     Q = torch.tensor(params["Q"], requires_grad=True)
     u, i = torch.from_numpy(data["u"]).long()[sample], torch.from_numpy(data["i"]).long()[sample]
@@ -494,3 +500,18 @@ def test_only_mlp_imports_torch():
             "import hogkit.workloads.mlp\n"
             "assert 'torch' not in sys.modules, 'torch was imported'\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_mf_batch_is_a_wrapping_block_of_the_shuffled_ratings():
+    wl = tiny_mf()
+    params, data = wl.build(0)
+    ctx = wl.setup(params, data, rank=0, seed=0)
+    n = len(data["r"])
+    batch = n - 1
+    seed = next(s for s in range(100)
+                if int(np.random.default_rng(s).integers(0, n)) + batch > n)
+    gP, gQ = wl.gradient(ctx, np.random.default_rng(seed), batch)
+    block = mf_block(seed, n, batch)
+    np.testing.assert_array_equal(gP.rows, data["u"][block])
+    np.testing.assert_array_equal(gQ.rows, data["i"][block])
+    assert len(np.unique(block)) == batch          # no rating twice in one batch

@@ -59,6 +59,8 @@ class Workload:
     needs_torch: bool = False
     default_lr: float = 0.0
     default_batch: int = 0
+    #: total iterations of a plain ``hogkit run`` (about 10-20 s on 2 cores)
+    default_steps: int = 10_000
     #: "mean": the gradient is averaged over the batch (its scale does not grow with the
     #: batch); "sum": summed per-sample gradients (lr is per sample). Adaptive batching
     #: reweights mean-reduced gradients only.

@@ -66,6 +66,7 @@ class SparseLogReg(Workload):
     needs_torch = False
     default_lr = 2.0
     default_batch = 64
+    default_steps = 200_000
     _fields = ("n_samples", "n_features", "min_nnz", "max_nnz", "zipf", "values",
                "normalize", "margin_scale", "reg", "init_scale", "dtype")
 

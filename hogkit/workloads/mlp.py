@@ -68,6 +68,7 @@ class DigitsMLP(Workload):
     needs_torch = True
     default_lr = 0.1
     default_batch = 32
+    default_steps = 40_000
     _fields = ("hidden", "test_fraction", "split_seed", "dtype")
 
     def __init__(self, *, hidden=64, test_fraction=0.2, split_seed=0, dtype="float32"):

@@ -1,0 +1,214 @@
+"""``hogkit`` command line: a thin layer over the Python API.
+
+    hogkit run     train with real worker processes (default: matrix factorisation, 2 workers)
+    hogkit bench   benchmark scenarios (kernels, scaling, instrumentation)
+    hogkit report  re-draw plots and print the summary of a results folder
+
+Exit codes: 0 done, 1 a worker failed, 2 bad usage, 130 interrupted (SIGINT/SIGTERM).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+EXIT_OK, EXIT_WORKER_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+RULES = ("sgd", "staleness-aware", "dc-asgd", "gap-aware")
+
+
+def _positive_int(text):
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an int") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{v} must be >= 1")
+    return v
+
+
+def _positive_float(text):
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"{v} must be > 0")
+    return v
+
+
+def _add_training_options(p):
+    p.add_argument("--workload", default="mf", choices=("mf", "logreg", "mlp"),
+                   help="training problem (default: mf, generated matrix factorisation)")
+    p.add_argument("--workers", type=_positive_int, default=2, help="worker processes")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--steps", type=_positive_int, default=None,
+                   help="total iterations over all workers (default: the workload's)")
+    g.add_argument("--seconds", type=_positive_float, default=None, help="wall-time budget")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--policy", default="async",
+                   help="async | bsp | ssp:S | dssp:LO:HI | local:H (default async)")
+    p.add_argument("--rule", default="sgd", choices=RULES, help="update rule (default sgd)")
+    p.add_argument("--lr", type=_positive_float, default=None,
+                   help="learning rate (default: the workload's)")
+    p.add_argument("--momentum", type=float, default=0.0)
+    p.add_argument("--density", type=float, default=None,
+                   help="apply this fraction of each update (top-k), keep the rest as residual")
+    p.add_argument("--batch", default=None,
+                   help="samples per worker per step (an int), or fixed[:b] | "
+                        "adaptive[:B[:last|ema|narx]] | epoch[:B] (LB-BSP / DBS shares of a "
+                        "global batch B)")
+    p.add_argument("--straggler", action="append", default=[], metavar="RANK:FACTOR",
+                   help="slow worker RANK down by FACTOR (repeatable)")
+    p.add_argument("--nonfinite", default="raise", choices=("raise", "skip"))
+    p.add_argument("--out", default=None,
+                   help="results folder (default: a fresh runs/<timestamp>)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="hogkit", description="Lock-free, staleness-aware training on one machine.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="train with real worker processes")
+    _add_training_options(run)
+    bench = sub.add_parser("bench", help="run benchmark scenarios")
+    bench.add_argument("scenario", nargs="?", default="kernels",
+                       choices=("kernels", "scaling", "instrumentation", "policies"))
+    bench.add_argument("--quick", action="store_true", help="small sizes, a few rounds")
+    bench.add_argument("--json", default=None, metavar="FILE", help="write raw figures here")
+    rep = sub.add_parser("report", help="print a results folder's summary and re-draw plots")
+    rep.add_argument("folder")
+    return parser
+
+
+def _make_rule(name, lr, momentum, workload):
+    from hogkit import rules
+    lr = workload.default_lr if lr is None else lr
+    if name == "sgd":
+        return rules.SGD(lr=lr, momentum=momentum)
+    if name == "staleness-aware":
+        return rules.StalenessAware(lr=lr, momentum=momentum)
+    if name == "dc-asgd":
+        return rules.DelayCompensated(lr=lr)
+    return rules.GapAware(lr=lr, momentum=momentum)
+
+
+def _default_out():
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = os.path.join("runs", stamp)
+    n = 1
+    while os.path.exists(path):
+        n += 1
+        path = os.path.join("runs", f"{stamp}-{n}")
+    return path
+
+
+def _fmt_stats(s):
+    return (f"mean {s['mean']:.2f}  p50 {s['p50']}  p99 {s['p99']}  max {s['max']}  "
+            f"(n={s['count']})")
+
+
+def print_summary(summary, out=None):
+    out = sys.stdout if out is None else out
+    cfg = summary["config"]
+    sim = " (simulated)" if summary.get("simulated") else ""
+    print(f"workload {cfg['workload']}, {summary['workers']} workers, policy "
+          f"{(cfg.get('policy') or {}).get('name', cfg.get('policy'))}{sim}", file=out)
+    print(f"  updates      {summary['updates']}  ({summary['updates_per_s']:.0f}/s over "
+          f"{summary['wall_s']:.2f} s)", file=out)
+    print(f"  loss         {summary['initial_loss']:.5g} -> {summary['final_loss']:.5g}",
+          file=out)
+    st = summary["staleness"]
+    print(f"  update gap   {_fmt_stats(st['update_gap'])}", file=out)
+    print(f"  clock lag    {_fmt_stats(st['clock_lag'])}", file=out)
+    wf = ", ".join(f"{w:.3f}" for w in summary.get("wait_fraction", []))
+    print(f"  wait frac.   {wf}", file=out)
+
+
+def _cmd_run(args):
+    from hogkit import workloads
+    from hogkit.delays import parse_straggler
+    from hogkit.runtime import train
+    from hogkit.policy import parse_policy
+
+    wl = workloads.get(args.workload)
+    policy = parse_policy(args.policy)
+    rule = _make_rule(args.rule, args.lr, args.momentum, wl)
+    density = None
+    if args.density is not None:
+        from hogkit.density import Density
+        density = Density(args.density)
+    stragglers = dict(parse_straggler(s) for s in args.straggler)
+    batch = None
+    if args.batch is not None:
+        from hogkit.batching import parse_batch
+        batch = (int(args.batch) if args.batch.isdigit()
+                 else parse_batch(args.batch, per_worker=wl.default_batch,
+                                  workers=args.workers))
+    steps, seconds = args.steps, args.seconds
+    if steps is None and seconds is None:
+        steps = wl.default_steps
+    out = args.out or _default_out()
+    print(f"hogkit run: {wl.name} with {args.workers} workers, results in {out}",
+          file=sys.stderr)
+    run = train(wl, workers=args.workers, policy=policy, rule=rule, density=density,
+                batch=batch, steps=steps, seconds=seconds, seed=args.seed,
+                nonfinite=args.nonfinite, stragglers=stragglers, out=out,
+                progress=False if args.no_progress else None, keep_params=False)
+    print_summary(run.summary())
+    print(f"results: {out}")
+    return EXIT_OK
+
+
+def _cmd_bench(args):
+    import importlib
+    mod = importlib.import_module(f"hogkit.benchmarks.{args.scenario}")
+    result = mod.run(quick=args.quick)
+    print(mod.format_table(result))
+    if args.json:
+        from hogkit.report import write_json
+        write_json(args.json, result)
+        print(f"figures: {args.json}")
+    return EXIT_OK
+
+
+def _cmd_report(args):
+    from hogkit.report import plot_run
+    path = os.path.join(args.folder, "summary.json")
+    try:
+        with open(path) as f:
+            summary = json.load(f)
+    except FileNotFoundError:
+        print(f"hogkit report: {path} not found; give a folder written by "
+              f"`hogkit run --out DIR`", file=sys.stderr)
+        return EXIT_USAGE
+    print_summary(summary)
+    for p in plot_run(summary, args.folder):
+        print(f"plot: {p}")
+    return EXIT_OK
+
+
+def main(argv=None):
+    from hogkit.errors import HogkitError, Interrupted, WorkerFailed
+
+    args = build_parser().parse_args(argv)
+    handler = {"run": _cmd_run, "bench": _cmd_bench, "report": _cmd_report}[args.command]
+    try:
+        return handler(args)
+    except WorkerFailed as e:
+        print(f"hogkit {args.command}: {e}", file=sys.stderr)
+        return EXIT_WORKER_FAILED
+    except (Interrupted, KeyboardInterrupt) as e:
+        print(f"hogkit {args.command}: {e or 'interrupted'}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except HogkitError as e:
+        print(f"hogkit {args.command}: {e}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,164 @@
+"""Results on disk: an append-only JSONL event log, ``summary.json``, CSV and PNG plots.
+
+- :class:`EventLog` appends one JSON object per line and flushes each batch, so a
+  crash loses at most the batch being written and never corrupts earlier lines.
+- :func:`write_summary` writes ``summary.json`` atomically (tmp → fsync → replace).
+- :func:`plot_run` draws loss vs time and the staleness histograms from saved
+  results (matplotlib, Agg backend; skipped with a note when matplotlib is absent).
+  Plotting reads files; it never trains.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+
+
+class EventLog:
+    """Append-only JSONL file; ``write(records)`` appends and flushes."""
+
+    def __init__(self, path):
+        self.path = os.fspath(path)
+        self._f = open(self.path, "a", buffering=1 << 16)
+
+    def write(self, records) -> None:
+        if not records:
+            return
+        self._f.write("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records))
+        self._f.flush()
+
+    def write_lines(self, text: str) -> None:
+        """Append pre-formatted JSON lines (the hot path formats in bulk)."""
+        if text:
+            self._f.write(text)
+            self._f.flush()
+
+    def close(self) -> None:
+        if not self._f.closed:
+            self._f.flush()
+            os.fsync(self._f.fileno())
+            self._f.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def read_events(path) -> list:
+    """Read a JSONL event log; a torn last line (crash mid-write) is skipped."""
+    out = []
+    with open(path) as f:
+        for line in f:
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                break
+    return out
+
+
+def environment() -> dict:
+    """Versions and settings recorded with every run."""
+    import numpy
+    env = {"python": sys.version.split()[0], "platform": platform.platform(),
+           "numpy": numpy.__version__, "cpus": os.cpu_count(), "start_method": "spawn",
+           "thread_caps": 1, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    try:
+        import numba
+        env["numba"] = numba.__version__
+    except ImportError:  # pragma: no cover
+        pass
+    if "torch" in sys.modules:
+        env["torch"] = sys.modules["torch"].__version__
+    from hogkit import __version__
+    env["hogkit"] = __version__
+    return env
+
+
+def write_json(path, obj) -> None:
+    """Write JSON atomically: tmp in the same folder → fsync → os.replace."""
+    path = os.fspath(path)
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=2, sort_keys=False, default=_jsonable)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _jsonable(x):
+    import numpy as np
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    return str(x)
+
+
+def write_summary(run, out_dir) -> str:
+    path = os.path.join(out_dir, "summary.json")
+    write_json(path, run.summary())
+    write_loss_csv(run, os.path.join(out_dir, "loss.csv"))
+    return path
+
+
+def write_loss_csv(run, path) -> None:
+    with open(path, "w") as f:
+        f.write("t_s,updates,loss\n")
+        for p in run.loss_curve:
+            f.write(f"{p['t']:.4f},{p['updates']},{p['loss']!r}\n")
+
+
+def plot_run(summary: dict, out_dir) -> list:
+    """Draw ``loss.png`` and ``staleness.png`` from a summary dict; returns the paths.
+
+    Returns an empty list if matplotlib is not installed (``pip install hogkit[plot]``).
+    """
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    paths = []
+    time_label = "simulated time (s)" if summary.get("simulated") else "wall time (s)"
+    curve = summary.get("loss_curve") or []
+    if curve:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        ax.plot([p["t"] for p in curve], [p["loss"] for p in curve], marker=".")
+        ax.set_xlabel(time_label)
+        ax.set_ylabel("loss")
+        ax.set_yscale("log")
+        cfg = summary.get("config", {})
+        ax.set_title(f"{cfg.get('workload', '')}: {summary.get('workers')} workers, "
+                     f"{cfg.get('policy', {}).get('name', '')}")
+        ax.grid(True, alpha=0.3)
+        fig.tight_layout()
+        p = os.path.join(out_dir, "loss.png")
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        paths.append(p)
+    st = summary.get("staleness", {})
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, key, label in ((axes[0], "update_gap", "update gap τ (updates by others)"),
+                           (axes[1], "clock_lag", "clock lag (iterations ahead of slowest)")):
+        hist = (st.get(key) or {}).get("histogram") or {}
+        xs = sorted(int(k) for k in hist)
+        ax.bar(xs, [hist[str(x)] if str(x) in hist else hist[x] for x in xs], width=0.9)
+        s = st.get(key) or {}
+        ax.set_title(f"{label}\nmean {s.get('mean', 0):.2f}, p99 {s.get('p99', 0)}, "
+                     f"max {s.get('max', 0)}", fontsize=9)
+        ax.set_xlabel("value")
+        ax.set_ylabel("reads")
+        ax.set_yscale("log")
+    fig.tight_layout()
+    p = os.path.join(out_dir, "staleness.png")
+    fig.savefig(p, dpi=110)
+    plt.close(fig)
+    paths.append(p)
+    return paths

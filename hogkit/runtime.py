@@ -1,0 +1,455 @@
+"""``train()``: a supervised Hogwild! run on real processes over shared memory.
+
+The parent owns everything shared: it builds the workload's data and initial
+parameters, puts them in shared-memory stores (parameters, data, control), compiles
+the numba kernels once (workers then load them from numba's cache), spawns the
+workers with the ``spawn`` start method and capped thread pools, and supervises
+them on their process sentinels. It evaluates the loss on the live parameters now
+and then, drains the staleness log into ``events.jsonl``, and, at the end, returns
+a :class:`~hogkit.run.Run` with the final snapshot.
+
+Shutdown is ordered and happens on every exit path (done, worker failure,
+SIGINT/SIGTERM to the parent, an exception in the parent): stop flag → grace →
+SIGTERM → grace → SIGKILL → unlink every segment. Workers ignore SIGINT and are
+killed by the kernel if the parent dies (``PR_SET_PDEATHSIG``); if the parent is
+SIGKILLed the multiprocessing resource tracker unlinks the segments it created.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import multiprocessing.connection
+import os
+import pickle
+import signal
+import tempfile
+import threading
+import time
+
+import numpy as np
+
+from hogkit import _worker
+from hogkit.clocks import DONE, FAILED, Clocks
+from hogkit.errors import Interrupted, InvalidArgument, InvalidType, WorkerFailed
+from hogkit.reader import StalenessLog
+from hogkit.report import EventLog, environment, plot_run, write_summary
+from hogkit.run import Run
+from hogkit.store import ParamStore, sweep_dead_segments
+from hogkit.validation import check_choice, check_float, check_int
+from hogkit.worker_loop import WorkerSpec, runtime_specs
+
+
+def _config_of(obj):
+    if obj is None:
+        return None
+    if hasattr(obj, "config"):
+        return obj.config()
+    return repr(obj)
+
+
+def _resolve_workload(workload, options):
+    from hogkit import workloads
+    if isinstance(workload, str):
+        return workloads.get(workload, **(options or {}))
+    if options:
+        raise InvalidArgument("workload_options only apply when workload is given by name")
+    for attr in ("build", "setup", "gradient", "loss"):
+        if not hasattr(workload, attr):
+            raise InvalidArgument(
+                f"workload {workload!r} has no {attr}(); pass a name from "
+                f"{workloads.NAMES} or an object following hogkit.workloads.base.Workload")
+    return workload
+
+
+def _resolve_batch(batch, wl, workers):
+    """``(batch, global_batch, epoch_steps)``: an int batch is per worker and fixed
+    (global_batch 0); a hogkit.batching object sizes each worker's share per iteration."""
+    if batch is None:
+        return wl.default_batch, 0, 0
+    if isinstance(batch, (int, np.integer)) and not isinstance(batch, bool):
+        return check_int("batch", batch, min_value=1), 0, 0
+    if not all(hasattr(batch, a) for a in ("sizes", "observe", "speed", "global_batch")):
+        raise InvalidType(f"batch={batch!r} must be an int (samples per worker per "
+                          f"step) or a hogkit.batching object (FixedBatch, AdaptiveBatch, "
+                          f"EpochBalancedBatch)")
+    B = int(batch.global_batch(workers))
+    if B < workers:
+        raise InvalidArgument(f"global batch B={B} is smaller than workers={workers}; "
+                              f"every worker needs at least one sample per step")
+    n = int(getattr(wl, "n_samples", 0) or 0)
+    return batch, B, max(1, n // B) if n else 100
+
+
+def _split_steps(steps, workers):
+    if steps is None:
+        return [None] * workers
+    return [steps // workers + (1 if r < steps % workers else 0) for r in range(workers)]
+
+
+def warm_compile(workload, rule, density, params, data, seed, batch) -> None:
+    """Compile every kernel a worker will call, in the parent, before spawning.
+
+    Runs one gradient and applies it to a private copy of the parameters (the
+    shared ones are not touched), so numba compiles for the real dtypes and caches
+    the machine code on disk; workers load it instead of compiling in parallel.
+    """
+    ctx = workload.setup(params, data, rank=0, seed=seed)
+    grads = workload.gradient(ctx, np.random.default_rng(seed), batch,
+                              keep_read=bool(getattr(rule, "needs_read", False)))
+    scratch = {k: v.copy() for k, v in params.items()}
+    from hogkit.rules import grads_finite
+    grads_finite(grads)
+    if density is not None:
+        grads = density.filter(grads, density.init(scratch), step=0)
+    rule.apply(scratch, grads, rule.init(scratch), staleness=1, worker=0)
+
+
+@contextlib.contextmanager
+def _child_env(threads):
+    """Thread caps in os.environ while children are spawned (they inherit it)."""
+    saved = {v: os.environ.get(v) for v in _worker.THREAD_VARS}
+    try:
+        _worker.cap_threads(threads)
+        yield
+    finally:
+        for v, old in saved.items():
+            if old is None:
+                os.environ.pop(v, None)
+            else:
+                os.environ[v] = old
+
+
+@contextlib.contextmanager
+def _parent_signals():
+    """SIGINT/SIGTERM raise :class:`Interrupted` in the supervisor (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise Interrupted(signum)
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+@contextlib.contextmanager
+def _signals_ignored():
+    """Shutdown must not be cut short by a second Ctrl-C (SIGKILL still works, and
+    then the resource tracker unlinks the segments)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _signal_name(exitcode):
+    if exitcode is not None and exitcode < 0:
+        try:
+            return signal.Signals(-exitcode).name
+        except ValueError:
+            return f"signal {-exitcode}"
+    return None
+
+
+class _Supervisor:
+    """The parent's side of a run: processes, stores, events, shutdown."""
+
+    def __init__(self, workers, grace):
+        self.workers = workers
+        self.grace = grace
+        self.procs = []
+        self.finished = set()
+        self.closed = False
+
+    def start(self, specs, errdir):
+        ctx = mp.get_context("spawn")
+        self.errfiles = [os.path.join(errdir, f"worker{r}.err") for r in range(self.workers)]
+        with _child_env(1):
+            for r, spec in enumerate(specs):
+                p = ctx.Process(target=_worker.main, name=f"hogkit-worker-{r}", daemon=True,
+                                args=(pickle.dumps(spec), os.getpid(), 1, self.errfiles[r]))
+                p.start()
+                self.procs.append(p)
+
+    def poll(self, clocks, timeout):
+        """Wait up to ``timeout`` for a worker to exit; raise WorkerFailed on failure."""
+        alive = [p for r, p in enumerate(self.procs) if r not in self.finished]
+        if not alive:
+            return
+        ready = mp.connection.wait([p.sentinel for p in alive], timeout=timeout)
+        for r, p in enumerate(self.procs):
+            if r in self.finished or p.sentinel not in ready:
+                continue
+            p.join()
+            if p.exitcode == 0 and clocks.state[r] == DONE:
+                self.finished.add(r)
+                continue
+            raise self.failure(r, clocks)
+
+    def failure(self, r, clocks, reason=""):
+        p = self.procs[r]
+        clocks.state[r] = FAILED
+        tb = ""
+        try:
+            with open(self.errfiles[r]) as f:
+                tb = f.read()
+        except OSError:
+            pass
+        if not reason and p.exitcode == 0:
+            reason = "exited before finishing its steps"
+        return WorkerFailed(r, step=None, exitcode=p.exitcode,
+                            signal=_signal_name(p.exitcode), traceback=tb, reason=reason)
+
+    @property
+    def done(self):
+        return len(self.finished) == self.workers
+
+    def shutdown(self, clocks):
+        """Stop flag → grace → SIGTERM → grace → SIGKILL; reaps every process.
+
+        Idempotent: the failure path and the final ``finally`` may both call it."""
+        if self.closed:
+            return
+        self.closed = True
+        if clocks is not None:
+            clocks.request_stop()
+        deadline = time.monotonic() + self.grace
+        for p in self.procs:
+            p.join(max(0.0, deadline - time.monotonic()))
+        live = [p for p in self.procs if p.is_alive()]
+        for p in live:
+            p.terminate()
+        deadline = time.monotonic() + self.grace
+        for p in live:
+            p.join(max(0.0, deadline - time.monotonic()))
+        for p in live:
+            if p.is_alive():
+                p.kill()
+                p.join()
+        for p in self.procs:
+            p.close()
+
+
+def _per_worker(clocks, log, control, workers):
+    out = []
+    for r in range(workers):
+        busy = int(control["rt_busy_ns"][r])
+        wait = int(control["rt_wait_ns"][r])
+        st = log.summary(r)
+        out.append({"rank": r, "updates": int(clocks.updates[r]),
+                    "iterations": int(clocks.iterations[r]),
+                    "wait_fraction": round(wait / busy, 4) if busy else 0.0,
+                    "nonfinite_skipped": int(control["rt_nonfinite"][r]),
+                    "staleness": {"update_gap": st["gap"], "clock_lag": st["lag"]}})
+    return out
+
+
+def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, batch=None,
+          steps=None, seconds=None, seed=0, nonfinite="raise", stragglers=None,
+          eval_every=1.0, out=None, progress=None, wait_timeout=60.0, grace=2.0,
+          workload_options=None, keep_params=True) -> Run:
+    """Train ``workload`` with ``workers`` processes sharing one parameter store.
+
+    Parameters
+    ----------
+    workload : str or Workload
+        ``"mf"``, ``"logreg"``, ``"mlp"`` (see :mod:`hogkit.workloads`) or an object
+        with ``build/setup/gradient/loss``. ``workload_options`` go to its constructor.
+    workers : int
+        Number of worker processes (≥ 1).
+    policy : consistency policy, default ``Async()`` (Hogwild!).
+    rule : update rule, default ``SGD(lr=workload.default_lr)``.
+    density : optional ``Density`` filter applied to each update before the rule.
+    batch : samples per gradient, default ``workload.default_batch``.
+    steps, seconds : stop after ``steps`` iterations in total (split evenly over the
+        workers) and/or after ``seconds`` of wall time, whichever comes first.
+    nonfinite : ``"raise"`` (the run stops with the worker's rank and step) or
+        ``"skip"`` (the update is dropped and counted). Either way, nothing
+        non-finite reaches the shared parameters.
+    stragglers : ``{rank: delay model}`` from :mod:`hogkit.delays`.
+    eval_every : seconds between loss evaluations on the live parameters (None: only
+        at start and end).
+    out : folder for ``summary.json``, ``events.jsonl``, ``loss.csv``, plots and
+        ``checkpoint.npz``; None writes nothing.
+    progress : show a tqdm bar (None: only when stderr is a terminal).
+
+    Raises
+    ------
+    InvalidArgument / InvalidType for bad settings (before anything is spawned),
+    WorkerFailed when a worker dies or raises (with its rank, signal or exit code
+    and traceback), Interrupted on SIGINT/SIGTERM. In every case the workers are
+    stopped and no shared-memory segment is left behind.
+    """
+    from hogkit.policy import Async
+    from hogkit.rules import SGD
+
+    wl = _resolve_workload(workload, workload_options)
+    workers = check_int("workers", workers, min_value=1, max_value=4096,
+                        fix="use workers=1 for a sequential baseline")
+    if steps is None and seconds is None:
+        raise InvalidArgument("give steps= (total iterations) or seconds= (wall time), "
+                              "or both; the run stops at whichever comes first")
+    if steps is not None:
+        steps = check_int("steps", steps, min_value=workers,
+                          fix=f"steps is the total over all workers; give at least {workers}")
+    if seconds is not None:
+        seconds = check_float("seconds", seconds, min_value=0.0, exclude_min=True)
+    seed = check_int("seed", seed, min_value=0)
+    check_choice("nonfinite", nonfinite, ("raise", "skip"))
+    batch, global_batch, epoch_steps = _resolve_batch(batch, wl, workers)
+    policy = Async() if policy is None else policy
+    rule = SGD(lr=wl.default_lr) if rule is None else rule
+    stragglers = dict(stragglers or {})
+    for r in stragglers:
+        check_int("straggler rank", r, min_value=0, max_value=workers - 1)
+    if eval_every is not None:
+        eval_every = check_float("eval_every", eval_every, min_value=0.0, exclude_min=True)
+
+    config = {"workload": wl.name, "workload_config": _config_of(wl), "workers": workers,
+              "policy": _config_of(policy), "rule": _config_of(rule),
+              "density": _config_of(density), "batch": _config_of(batch) if global_batch else batch,
+              "steps": steps,
+              "seconds": seconds, "seed": seed, "nonfinite": nonfinite,
+              "stragglers": {str(r): _config_of(m) for r, m in stragglers.items()},
+              "environment": environment()}
+
+    sweep_dead_segments()
+    params0, data0 = wl.build(seed)
+    warm_compile(wl, rule, density, params0, data0, seed,
+                 batch if not global_batch else max(1, global_batch // workers))
+    initial_loss = float(wl.loss(params0, data0))
+
+    if out is not None:
+        os.makedirs(out, exist_ok=True)
+    events = EventLog(os.path.join(out, "events.jsonl")) if out is not None else None
+    sup = _Supervisor(workers, grace)
+    clocks = None
+    with contextlib.ExitStack() as stack:
+        if events is not None:
+            stack.callback(events.close)
+        errdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="hogkit-err-"))
+        pstore = stack.enter_context(ParamStore.create(params0, tag="params"))
+        dstore = stack.enter_context(ParamStore.create(data0, tag="data"))
+        del params0
+        cstore = stack.enter_context(ParamStore.create(
+            {**Clocks.specs(workers), **StalenessLog.specs(workers), **runtime_specs(workers)},
+            tag="ctl"))
+        control = cstore.views()
+        clocks, log = Clocks(control), StalenessLog(control)
+        params, data = pstore.views(), dstore.views()
+        specs = [WorkerSpec(rank=r, workers=workers, seed=seed, steps=n, workload=wl,
+                            rule=rule, policy=policy, density=density, batch=batch,
+                            global_batch=global_batch, epoch_steps=epoch_steps,
+                            params=pstore.handle, data=dstore.handle, control=cstore.handle,
+                            nonfinite=nonfinite, wait_timeout=wait_timeout,
+                            delay=stragglers.get(r), parent_pid=os.getpid())
+                 for r, n in enumerate(_split_steps(steps, workers))]
+        if events is not None:
+            events.write([{"type": "start", "t": 0.0, "config": config,
+                           "initial_loss": initial_loss}])
+        curve = [{"t": 0.0, "updates": 0, "loss": initial_loss}]
+        cursors = np.zeros(workers, dtype=np.int64)
+        dropped = 0
+        bar = _progress_bar(progress, steps, seconds)
+        try:
+            with _parent_signals():
+                sup.start(specs, errdir)
+                t0 = time.monotonic()
+                next_eval = t0 + eval_every if eval_every else float("inf")
+                stop_sent = False
+                try:
+                    while not sup.done:
+                        sup.poll(clocks, 0.05)
+                        now = time.monotonic()
+                        if seconds is not None and not stop_sent and now - t0 >= seconds:
+                            clocks.request_stop()
+                            stop_sent = True
+                        if now >= next_eval:
+                            loss = float(wl.loss(params, data))
+                            curve.append({"t": round(now - t0, 4),
+                                          "updates": int(clocks.updates.sum()), "loss": loss})
+                            next_eval = now + eval_every
+                            if events is not None:
+                                events.write([{"type": "eval", **curve[-1]}])
+                        if events is not None:
+                            cursors, n_lost = _drain(log, cursors, events, t0)
+                            dropped += n_lost
+                        if bar is not None:
+                            bar.n = (int(clocks.iterations.sum()) if steps is not None
+                                     else round(min(now - t0, seconds), 1))
+                            bar.refresh()
+                except WorkerFailed as failure:
+                    with _signals_ignored():
+                        sup.shutdown(clocks)
+                    if events is not None:
+                        events.write([{"type": "failure", "t": round(time.monotonic() - t0, 4),
+                                       "rank": failure.rank, "signal": failure.signal,
+                                       "exitcode": failure.exitcode}])
+                    raise
+                wall = time.monotonic() - t0
+        finally:
+            if bar is not None:
+                bar.close()
+            with _signals_ignored():
+                sup.shutdown(clocks)
+        if events is not None:
+            cursors, n_lost = _drain(log, cursors, events, t0)
+            dropped += n_lost
+        final_loss = float(wl.loss(params, data))
+        curve.append({"t": round(wall, 4), "updates": int(clocks.updates.sum()),
+                      "loss": final_loss})
+        summary = log.summary()
+        run = Run(config=config, workers=workers, updates=int(clocks.updates.sum()),
+                  wall_s=wall, initial_loss=initial_loss, final_loss=final_loss,
+                  staleness={"update_gap": summary["gap"], "clock_lag": summary["lag"]},
+                  per_worker=_per_worker(clocks, log, control, workers),
+                  loss_curve=curve, params=pstore.snapshot() if keep_params else None,
+                  out=os.fspath(out) if out is not None else None,
+                  extra={"events_dropped": int(dropped),
+                         "nonfinite_skipped": int(control["rt_nonfinite"].sum()),
+                         "samples": int(control["rt_samples"].sum())})
+        if hasattr(policy, "grants"):
+            g = control["rt_grants"].sum(axis=0)
+            run.extra["dssp_grants"] = {str(r): int(n) for r, n in enumerate(g) if n}
+        if out is not None:
+            events.write([{"type": "end", "t": round(wall, 4), "updates": run.updates,
+                           "final_loss": final_loss}])
+            write_summary(run, out)
+            plot_run(run.summary(), out)
+            pstore.save(os.path.join(out, "checkpoint.npz"),
+                        meta={"consistency": "quiesced", "updates": run.updates,
+                              "version_vector": clocks.updates.tolist(), "seed": seed,
+                              "config": config})
+    return run
+
+
+def _drain(log, cursors, events, t0):
+    """Move new staleness events from the shared rings into events.jsonl."""
+    new, cursors, lost = log.drain(cursors)
+    if new:
+        events.write([{"type": "update", **e} for e in new])
+    return cursors, lost
+
+
+def _progress_bar(progress, steps, seconds):
+    if progress is False:
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover
+        return None
+    total = steps if steps is not None else seconds
+    unit = "it" if steps is not None else "s"
+    return tqdm(total=total, unit=unit, disable=None if progress is None else not progress,
+                dynamic_ncols=True, leave=False)

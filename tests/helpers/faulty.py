@@ -1,0 +1,55 @@
+"""A workload wrapper that misbehaves on purpose, in a real worker process.
+
+``Faulty(inner, rank=R, step=K, fault=...)`` behaves like ``inner`` except that worker
+``R``, at its step ``K`` (and after, for "nan"), does one of:
+
+- ``"nan"``: returns a gradient holding NaN (the guard must stop it);
+- ``"raise"``: raises RuntimeError (the parent must re-raise it with the traceback);
+- ``"sigkill"``: SIGKILLs its own process in the middle of the step;
+- ``"exit"``: exits with code 7 without a traceback.
+Importable from spawned workers because tests/ is on sys.path.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+
+class Faulty:
+    def __init__(self, inner, *, rank=0, step=5, fault="raise", every=False):
+        self.inner = inner
+        self.rank, self.step, self.fault, self.every = rank, step, fault, every
+        self.name = f"faulty-{inner.name}"
+        self.needs_torch = inner.needs_torch
+        self.default_lr = inner.default_lr
+        self.default_batch = inner.default_batch
+
+    def build(self, seed):
+        return self.inner.build(seed)
+
+    def setup(self, params, data, *, rank, seed):
+        return {"inner": self.inner.setup(params, data, rank=rank, seed=seed), "rank": rank,
+                "k": 0}
+
+    def gradient(self, ctx, rng, batch, *, keep_read=False):
+        k = ctx["k"]
+        ctx["k"] += 1
+        grads = self.inner.gradient(ctx["inner"], rng, batch, keep_read=keep_read)
+        hit = ctx["rank"] == self.rank and (k == self.step or (self.every and k > self.step))
+        if hit:
+            if self.fault == "nan":
+                grads[0].values.flat[0] = float("nan")
+            elif self.fault == "raise":
+                raise RuntimeError(f"planted failure at step {k}")
+            elif self.fault == "sigkill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            elif self.fault == "exit":
+                os._exit(7)
+        return grads
+
+    def loss(self, params, data):
+        return self.inner.loss(params, data)
+
+    def config(self):
+        return {"name": self.name, "fault": self.fault, "rank": self.rank, "step": self.step}

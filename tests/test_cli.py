@@ -1,0 +1,60 @@
+"""The command line: exit codes, results folder, summary keys."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from hogkit.cli import main
+
+pytestmark = pytest.mark.process
+
+
+def test_run_writes_results(tmp_path, capsys):
+    out = tmp_path / "r"
+    code = main(["run", "--workload", "logreg", "--steps", "3000", "--no-progress",
+                 "--out", str(out)])
+    assert code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["workers"] == 2 and summary["updates"] == 3000
+    assert summary["final_loss"] < summary["initial_loss"]
+    assert (out / "events.jsonl").exists() and (out / "checkpoint.npz").exists()
+    assert (out / "loss.png").exists() and (out / "staleness.png").exists()
+    printed = capsys.readouterr().out
+    assert "update gap" in printed and str(out) in printed
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "--workers", "0"],
+    ["run", "--workload", "resnet"],
+    ["run", "--steps", "10", "--seconds", "1"],
+])
+def test_bad_usage_exits_2(argv):
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+
+
+@pytest.mark.parametrize("policy", ["ssp:-1", "nonsense", "dssp:5:1"])
+def test_bad_policy_exits_2_with_a_clear_message(policy, capsys, tmp_path):
+    assert main(["run", "--policy", policy, "--steps", "10", "--out", str(tmp_path)]) == 2
+    assert "hogkit run:" in capsys.readouterr().err
+
+
+def test_report_redraws_plots(tmp_path, capsys):
+    out = tmp_path / "r"
+    assert main(["run", "--workload", "mf", "--steps", "400", "--no-progress",
+                 "--out", str(out)]) == 0
+    (out / "loss.png").unlink()
+    assert main(["report", str(out)]) == 0
+    assert (out / "loss.png").exists()
+    assert main(["report", str(tmp_path / "missing")]) == 2
+
+
+def test_console_script_help():
+    res = subprocess.run([sys.executable, "-m", "hogkit.cli", "--help"], capture_output=True,
+                         text=True)
+    assert res.returncode == 0 and "run" in res.stdout

@@ -1,0 +1,158 @@
+"""Faults on real processes. After each: no hogkit_* segment and no orphan (the
+autouse fixture in conftest.py checks both), parameters finite."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from hogkit import WorkerFailed, train
+from hogkit import workloads
+from helpers.faulty import Faulty
+
+pytestmark = [pytest.mark.process, pytest.mark.faults]
+
+
+def hot():
+    return workloads.get("mf", preset="hot")
+
+
+@pytest.mark.parametrize("policy", ["async", "bsp", "ssp:2"])
+def test_sigkill_of_a_worker_mid_run(policy):
+    from hogkit.policy import parse_policy
+    t0 = time.monotonic()
+    with pytest.raises(WorkerFailed) as info:
+        train(Faulty(hot(), rank=1, step=200, fault="sigkill"), workers=2, steps=100_000,
+              policy=parse_policy(policy), progress=False, eval_every=None)
+    assert info.value.rank == 1
+    assert info.value.signal == "SIGKILL"
+    assert "worker 1 was killed by SIGKILL" in str(info.value)
+    assert time.monotonic() - t0 < 30
+
+
+def test_exception_in_a_worker_carries_its_traceback():
+    with pytest.raises(WorkerFailed) as info:
+        train(Faulty(hot(), rank=0, step=50, fault="raise"), workers=2, steps=100_000,
+              progress=False, eval_every=None)
+    assert info.value.rank == 0
+    assert info.value.exitcode == 1
+    assert "planted failure at step 50" in info.value.traceback
+    assert "RuntimeError" in str(info.value)
+
+
+def test_worker_exit_code_is_reported():
+    with pytest.raises(WorkerFailed) as info:
+        train(Faulty(hot(), rank=1, step=10, fault="exit"), workers=2, steps=100_000,
+              progress=False, eval_every=None)
+    assert info.value.rank == 1 and info.value.exitcode == 7
+
+
+def test_nan_gradient_raise_names_rank_and_step():
+    with pytest.raises(WorkerFailed) as info:
+        train(Faulty(hot(), rank=1, step=30, fault="nan"), workers=2, steps=100_000,
+              progress=False, eval_every=None)
+    assert info.value.rank == 1
+    assert "NonFiniteGradient" in info.value.traceback
+    assert "step 30" in info.value.traceback
+
+
+def test_nan_gradient_skip_keeps_parameters_finite():
+    run = train(Faulty(hot(), rank=1, step=30, fault="nan", every=True), workers=2,
+                steps=2000, nonfinite="skip", progress=False, eval_every=None)
+    assert run.extra["nonfinite_skipped"] == 1000 - 30
+    assert run.updates == 2000 - (1000 - 30)
+    assert all(np.isfinite(v).all() for v in run.params.values())
+
+
+# --- signals to the parent: run the CLI in a subprocess --------------------------
+
+def _start_cli(tmp_path):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hogkit.cli", "run", "--workload", "mf", "--seconds", "60",
+         "--no-progress", "--out", str(tmp_path / "out")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True)
+    # Wait until both workers are running: two children of the CLI process that are
+    # spawned workers (the resource tracker is a child too).
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        workers = [pid for pid, cmd in _children_of(proc.pid) if "spawn_main" in cmd
+                   and "resource_tracker" not in cmd]
+        segs = [n for n in os.listdir("/dev/shm") if n.startswith(f"hogkit_{proc.pid}_")]
+        if len(workers) == 2 and len(segs) == 3:
+            time.sleep(0.5)
+            return proc, workers
+        if proc.poll() is not None:
+            raise AssertionError(proc.stderr.read().decode())
+        time.sleep(0.1)
+    proc.kill()
+    raise AssertionError("workers did not start")
+
+
+def _children_of(ppid):
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if int(fields[1]) == ppid and fields[0] != "Z":
+            out.append((int(pid), cmd))
+    return out
+
+
+def _gone(pids, timeout=15):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        alive = [p for p in pids if os.path.exists(f"/proc/{p}") and _state(p) != "Z"]
+        if not alive:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _state(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "X"
+
+
+def _segments_of(pid):
+    return [n for n in os.listdir("/dev/shm") if n.startswith(f"hogkit_{pid}_")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_to_the_parent_shuts_down_in_order(tmp_path, sig):
+    proc, workers = _start_cli(tmp_path)
+    os.kill(proc.pid, sig)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err.decode()
+    assert "interrupted" in err.decode()
+    assert _gone(workers)
+    assert _segments_of(proc.pid) == []
+
+
+@pytest.mark.slow
+def test_sigkill_of_the_parent_leaves_nothing(tmp_path):
+    proc, workers = _start_cli(tmp_path)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=30)
+    assert _gone(workers), "workers outlived a SIGKILLed parent"
+    deadline = time.monotonic() + 15
+    while _segments_of(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _segments_of(proc.pid) == [], "segments outlived a SIGKILLed parent"

@@ -1,0 +1,87 @@
+"""The supervised runtime on real processes: convergence, staleness, results, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from hogkit import InvalidArgument, InvalidType, train
+from hogkit.delays import Slowdown
+from hogkit.store import ParamStore
+
+HOT = {"preset": "hot"}
+
+pytestmark = pytest.mark.process
+
+
+def test_two_workers_converge_and_measure_staleness(tmp_path):
+    run = train("mf", workers=2, steps=6000, seed=1, workload_options=HOT, out=tmp_path,
+                progress=False)
+    assert run.updates == 6000
+    assert [w["iterations"] for w in run.per_worker] == [3000, 3000]
+    assert run.final_loss < 0.5 * run.initial_loss
+    gap = run.staleness["update_gap"]
+    assert gap["count"] == run.updates
+    assert sum(gap["histogram"].values()) == gap["count"]
+    assert all(np.isfinite(v).all() for v in run.params.values())
+
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    for key in ("config", "workers", "updates", "updates_per_s", "final_loss", "staleness"):
+        assert key in summary
+    for kind in ("update_gap", "clock_lag"):
+        assert {"mean", "p50", "p99", "max", "histogram"} <= set(summary["staleness"][kind])
+    assert {"mean", "p50", "p99", "max", "histogram"} <= set(summary["staleness"])
+
+    lines = (tmp_path / "events.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    assert records[0]["type"] == "start" and records[-1]["type"] == "end"
+    updates = [r for r in records if r["type"] == "update"]
+    assert len(updates) + summary["events_dropped"] == run.updates
+
+    arrays, meta = ParamStore.read_file(tmp_path / "checkpoint.npz")
+    assert meta["consistency"] == "quiesced" and meta["updates"] == run.updates
+    for name, value in arrays.items():
+        np.testing.assert_array_equal(value, run.params[name])
+
+
+def test_one_worker_has_zero_staleness():
+    run = train("mf", workers=1, steps=500, workload_options=HOT, progress=False,
+                eval_every=None)
+    assert run.staleness["update_gap"]["max"] == 0
+    assert run.staleness["clock_lag"]["max"] == 0
+
+
+def test_seconds_budget_stops_the_run():
+    run = train("logreg", workers=2, seconds=1.0, progress=False, eval_every=None)
+    assert run.updates > 0
+    assert run.wall_s < 6.0
+
+
+def test_straggler_is_slower():
+    run = train("mf", workers=2, seconds=1.5, workload_options=HOT, progress=False,
+                stragglers={1: Slowdown(4.0)}, eval_every=None)
+    fast, slow = (w["iterations"] for w in run.per_worker)
+    assert fast > 1.5 * slow
+
+
+@pytest.mark.parametrize("kwargs, error", [
+    ({"workers": 0}, InvalidArgument),
+    ({"workers": 2.5}, InvalidType),
+    ({"steps": None}, InvalidArgument),
+    ({"steps": 1}, InvalidArgument),
+    ({"nonfinite": "ignore"}, InvalidArgument),
+    ({"stragglers": {5: Slowdown(2.0)}}, InvalidArgument),
+    ({"seconds": -1.0}, InvalidArgument),
+])
+def test_bad_settings_fail_before_spawning(kwargs, error):
+    settings = {"workers": 2, "steps": 100, "progress": False, **kwargs}
+    with pytest.raises(error):
+        train("mf", workload_options=HOT, **settings)
+
+
+def test_unknown_workload_names_the_choices():
+    with pytest.raises(InvalidArgument, match="mf"):
+        train("resnet", workers=1, steps=10)
