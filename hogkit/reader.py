@@ -34,6 +34,7 @@ import numpy as np
 
 from hogkit.errors import InvalidArgument, InvalidType
 from hogkit.clocks import _shard_ids
+from hogkit.kernels.staleness import record_event as _record_event
 from hogkit.validation import check_int
 
 __all__ = ["StalenessLog", "Reader", "EVENT_FIELDS"]
@@ -95,8 +96,6 @@ class StalenessLog:
         self.gap_hist, self.lag_hist = gh, lh
         self.stats = views["log_stats"]
         self.events, self.cursor = ring, cur
-        # Per-rank row views, made once: 1-D indexing on the hot path is cheaper.
-        self._rows = [(gh[w], lh[w], self.stats[w], ring[w]) for w in range(W)]
 
     # ---------------------------------------------------------------- writer (hot path)
 
@@ -113,20 +112,8 @@ class StalenessLog:
         if gap < 0 or lag < 0:
             raise InvalidArgument(f"gap={gap} and lag={lag} must be >= 0 (they count "
                                   f"updates and iterations)")
-        gh, lh, st, ev = self._rows[rank]
-        top = self.bins - 1
-        gh[gap if gap < top else top] += 1
-        lh[lag if lag < top else top] += 1
-        st[_GAP_SUM] += gap
-        if gap > st[_GAP_MAX]:
-            st[_GAP_MAX] = gap
-        st[_LAG_SUM] += lag
-        if lag > st[_LAG_MAX]:
-            st[_LAG_MAX] = lag
-        cur = self.cursor
-        c = int(cur[rank])
-        ev[c % self.ring] = (rank, step, gap, lag, t_ns)
-        cur[rank] = c + 1  # publishes the event (and is the count)
+        _record_event(self.gap_hist, self.lag_hist, self.stats, self.events, self.cursor,
+                      rank, step, gap, lag, t_ns)
 
     # ---------------------------------------------------------------- parent side
 
@@ -301,8 +288,13 @@ class Reader:
         elif self._others_read is None:
             raise InvalidArgument("commit() before read(); call reader.read() first")
         lag = self._lag
-        if self.log is not None:
-            self.log.record(self.rank, step=step, gap=gap, lag=lag, t_ns=time.monotonic_ns())
+        log = self.log
+        if log is not None:
+            if gap < 0:
+                raise InvalidArgument(f"gap={gap} must be >= 0 (it counts updates)")
+            # the rank was checked when the reader was built: straight to the kernel
+            _record_event(log.gap_hist, log.lag_hist, log.stats, log.events, log.cursor,
+                          self.rank, step, gap, lag, time.monotonic_ns())
         return gap, lag
 
     def __repr__(self):

@@ -182,7 +182,7 @@ class _Supervisor:
                 p.start()
                 self.procs.append(p)
 
-    def poll(self, clocks, timeout):
+    def poll(self, clocks, step_slots, timeout):
         """Wait up to ``timeout`` for a worker to exit; raise WorkerFailed on failure."""
         alive = [p for r, p in enumerate(self.procs) if r not in self.finished]
         if not alive:
@@ -195,9 +195,9 @@ class _Supervisor:
             if p.exitcode == 0 and clocks.state[r] == DONE:
                 self.finished.add(r)
                 continue
-            raise self.failure(r, clocks)
+            raise self.failure(r, clocks, int(step_slots[r]))
 
-    def failure(self, r, clocks, reason=""):
+    def failure(self, r, clocks, step=None, reason=""):
         p = self.procs[r]
         clocks.state[r] = FAILED
         tb = ""
@@ -208,7 +208,7 @@ class _Supervisor:
             pass
         if not reason and p.exitcode == 0:
             reason = "exited before finishing its steps"
-        return WorkerFailed(r, step=None, exitcode=p.exitcode,
+        return WorkerFailed(r, step=step, exitcode=p.exitcode,
                             signal=_signal_name(p.exitcode), traceback=tb, reason=reason)
 
     @property
@@ -370,7 +370,7 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
                 stop_sent = False
                 try:
                     while not sup.done:
-                        sup.poll(clocks, 0.05)
+                        sup.poll(clocks, control["rt_step"], 0.05)
                         now = time.monotonic()
                         if seconds is not None and not stop_sent and now - t0 >= seconds:
                             clocks.request_stop()

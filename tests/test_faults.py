@@ -40,9 +40,10 @@ def test_exception_in_a_worker_carries_its_traceback():
     with pytest.raises(WorkerFailed) as info:
         train(Faulty(hot(), rank=0, step=50, fault="raise"), workers=2, steps=100_000,
               progress=False, eval_every=None)
-    assert info.value.rank == 0
+    assert info.value.rank == 0 and info.value.step == 50
     assert info.value.exitcode == 1
     assert "planted failure at step 50" in info.value.traceback
+    assert "(at step 50)" in str(info.value)
     assert "RuntimeError" in str(info.value)
 
 
