@@ -64,6 +64,9 @@ def _add_training_options(p):
     p.add_argument("--straggler", action="append", default=[], metavar="RANK:FACTOR",
                    help="slow worker RANK down by FACTOR (repeatable)")
     p.add_argument("--nonfinite", default="raise", choices=("raise", "skip"))
+    p.add_argument("--shards", type=_positive_int, default=1,
+                   help="per-shard staleness: count a sparse update's gap only over "
+                        "others' updates to the same row ranges (default 1: global)")
     p.add_argument("--out", default=None,
                    help="results folder (default: a fresh runs/<timestamp>)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -158,6 +161,7 @@ def _cmd_run(args):
     run = train(wl, workers=args.workers, policy=policy, rule=rule, density=density,
                 batch=batch, steps=steps, seconds=seconds, seed=args.seed,
                 nonfinite=args.nonfinite, stragglers=stragglers, out=out,
+                shards=args.shards,
                 progress=False if args.no_progress else None, keep_params=False)
     print_summary(run.summary())
     print(f"results: {out}")

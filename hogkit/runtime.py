@@ -41,10 +41,14 @@ from hogkit.worker_loop import WorkerSpec, runtime_specs
 
 
 def _config_of(obj):
+    """JSON-able settings of a knob: its ``config()``, its dataclass fields, or repr."""
+    import dataclasses
     if obj is None:
         return None
     if hasattr(obj, "config"):
         return obj.config()
+    if dataclasses.is_dataclass(obj):
+        return {"name": type(obj).__name__, **dataclasses.asdict(obj)}
     return repr(obj)
 
 
@@ -257,8 +261,8 @@ def _per_worker(clocks, log, control, workers):
 
 def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, batch=None,
           steps=None, seconds=None, seed=0, nonfinite="raise", stragglers=None,
-          eval_every=1.0, out=None, progress=None, wait_timeout=60.0, grace=2.0,
-          workload_options=None, keep_params=True) -> Run:
+          eval_every=0.5, out=None, progress=None, wait_timeout=60.0, grace=2.0,
+          workload_options=None, keep_params=True, shards=1) -> Run:
     """Train ``workload`` with ``workers`` processes sharing one parameter store.
 
     Parameters
@@ -283,6 +287,11 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
     out : folder for ``summary.json``, ``events.jsonl``, ``loss.csv``, plots and
         ``checkpoint.npz``; None writes nothing.
     progress : show a tqdm bar (None: only when stderr is a terminal).
+    shards : per-shard staleness (REFERENCE §1). With S > 1, each parameter's rows
+        are cut into S contiguous ranges and clocks count updates per shard; the gap
+        recorded for a sparse update counts only updates by others that touched one
+        of its shards (the largest such count over its shards), so rows nobody else
+        wrote read as fresh. Dense updates touch every shard.
 
     Raises
     ------
@@ -306,6 +315,8 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
     if seconds is not None:
         seconds = check_float("seconds", seconds, min_value=0.0, exclude_min=True)
     seed = check_int("seed", seed, min_value=0)
+    shards = check_int("shards", shards, min_value=1, max_value=1 << 16,
+                       fix="use shards=1 for one global update counter")
     check_choice("nonfinite", nonfinite, ("raise", "skip"))
     batch, global_batch, epoch_steps = _resolve_batch(batch, wl, workers)
     policy = Async() if policy is None else policy
@@ -320,7 +331,7 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
               "policy": _config_of(policy), "rule": _config_of(rule),
               "density": _config_of(density), "batch": _config_of(batch) if global_batch else batch,
               "steps": steps,
-              "seconds": seconds, "seed": seed, "nonfinite": nonfinite,
+              "seconds": seconds, "seed": seed, "nonfinite": nonfinite, "shards": shards,
               "stragglers": {str(r): _config_of(m) for r, m in stragglers.items()},
               "environment": environment()}
 
@@ -343,7 +354,8 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
         dstore = stack.enter_context(ParamStore.create(data0, tag="data"))
         del params0
         cstore = stack.enter_context(ParamStore.create(
-            {**Clocks.specs(workers), **StalenessLog.specs(workers), **runtime_specs(workers)},
+            {**Clocks.specs(workers, shards), **StalenessLog.specs(workers),
+             **runtime_specs(workers)},
             tag="ctl"))
         control = cstore.views()
         clocks, log = Clocks(control), StalenessLog(control)
@@ -352,7 +364,7 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
                             rule=rule, policy=policy, density=density, batch=batch,
                             global_batch=global_batch, epoch_steps=epoch_steps,
                             params=pstore.handle, data=dstore.handle, control=cstore.handle,
-                            nonfinite=nonfinite, wait_timeout=wait_timeout,
+                            nonfinite=nonfinite, wait_timeout=wait_timeout, shards=shards,
                             delay=stragglers.get(r), parent_pid=os.getpid())
                  for r, n in enumerate(_split_steps(steps, workers))]
         if events is not None:

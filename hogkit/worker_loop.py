@@ -84,7 +84,8 @@ class _Worker:
         self.shared = params
         self.clocks = Clocks(control)
         self.log = StalenessLog(control)
-        self.reader = Reader(self.clocks, self.log, spec.rank)
+        self.shards = spec.shards
+        self.reader = Reader(self.clocks, self.log, spec.rank, shards=spec.shards > 1)
         self.control = control
         self.wait_ns = control["rt_wait_ns"]
         self.busy_ns = control["rt_busy_ns"]
@@ -121,6 +122,18 @@ class _Worker:
             sizer.end_epoch(self.rank)
         self.control["rt_speed"][k % 2, self.rank] = sizer.speed(self.rank)
 
+    def _shards_of(self, grads):
+        """Shard ids an update touches: row r of an n-row parameter is in shard
+        ``r·S // n`` (S contiguous row ranges per parameter). ``None`` (every shard)
+        as soon as one gradient is dense."""
+        parts = []
+        for g in grads:
+            if g.rows is None:
+                return None
+            n = self.shared[g.name].shape[0]
+            parts.append(g.rows * self.shards // n)
+        return np.concatenate(parts) if parts else None
+
     def step(self, k: int) -> bool:
         """Run iteration ``k``. Returns False if the run is stopping."""
         spec, rank, clocks = self.spec, self.rank, self.clocks
@@ -154,10 +167,11 @@ class _Worker:
             if self.density_state is not None:
                 grads = spec.density.filter(grads, self.density_state, step=k)
             if self.local is None:
-                gap = self.reader.gap()
+                touched = self._shards_of(grads) if self.shards > 1 else None
+                gap = self.reader.gap(touched) if touched is not None else self.reader.gap()
                 spec.rule.apply(self.params, grads, self.rule_state, staleness=gap,
                                 worker=rank)
-                clocks.tick_update(rank)
+                clocks.tick_update(rank, touched)
                 self.reader.commit(k, gap)
             else:
                 spec.rule.apply(self.params, grads, self.rule_state, staleness=0,

@@ -23,7 +23,7 @@ def hot():
     return workloads.get("mf", preset="hot")
 
 
-@pytest.mark.parametrize("policy", ["async", "bsp", "ssp:2"])
+@pytest.mark.parametrize("policy", ["async", "bsp", "ssp:2", "dssp:1:4"])
 def test_sigkill_of_a_worker_mid_run(policy):
     from hogkit.policy import parse_policy
     t0 = time.monotonic()
@@ -45,6 +45,14 @@ def test_exception_in_a_worker_carries_its_traceback():
     assert "planted failure at step 50" in info.value.traceback
     assert "(at step 50)" in str(info.value)
     assert "RuntimeError" in str(info.value)
+
+
+def test_workers_are_capped_and_mf_workers_never_import_torch():
+    with pytest.raises(WorkerFailed) as info:
+        train(Faulty(hot(), rank=1, step=3, fault="inspect"), workers=2, steps=1000,
+              progress=False, eval_every=None)
+    tb = info.value.traceback
+    assert "INSPECT torch_loaded=False omp=1 numba_threads=1" in tb
 
 
 def test_worker_exit_code_is_reported():

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hogkit import train
 from hogkit.batching import AdaptiveBatch, FixedBatch
@@ -63,3 +65,16 @@ def test_adaptive_batch_gives_the_straggler_a_smaller_share():
     assert adaptive.final_loss < adaptive.initial_loss
     # same samples, less waiting: the fast worker no longer idles a whole step
     assert adaptive.per_worker[0]["wait_fraction"] < fixed.per_worker[0]["wait_fraction"]
+
+
+@settings(max_examples=5, deadline=None)
+@given(s=st.integers(0, 3), workers=st.integers(2, 4), slow=st.sampled_from([1.0, 2.0, 4.0]),
+       steps=st.integers(40, 200))
+def test_ssp_bound_holds_for_any_workers_and_straggler(s, workers, slow, steps):
+    """Property, on real processes: whatever s, W and the straggler, the reader's
+    record of every read has clock lag <= s, and every worker finishes its share."""
+    run = train("mf", workers=workers, steps=steps * workers, policy=SSP(s),
+                workload_options=HOT, stragglers={workers - 1: Slowdown(slow)},
+                progress=False, eval_every=None, keep_params=False)
+    assert run.staleness["clock_lag"]["max"] <= s
+    assert [w["iterations"] for w in run.per_worker] == [steps] * workers

@@ -85,3 +85,17 @@ def test_bad_settings_fail_before_spawning(kwargs, error):
 def test_unknown_workload_names_the_choices():
     with pytest.raises(InvalidArgument, match="mf"):
         train("resnet", workers=1, steps=10)
+
+
+def test_per_shard_staleness_counts_only_conflicting_updates():
+    """Each worker writes only its own half of the rows; with shards=2 no update ever
+    touches a shard another worker wrote, so every per-shard gap is exactly 0."""
+    from helpers.faulty import Partitioned
+    from hogkit import workloads
+    wl = Partitioned(workloads.get("mf", preset="default"), parts=2)
+    run = train(wl, workers=2, steps=4000, shards=2, progress=False, eval_every=None,
+                batch=8)
+    gap = run.staleness["update_gap"]
+    assert gap["count"] == run.updates == 4000
+    assert gap["max"] == 0
+    assert run.summary()["config"]["shards"] == 2

@@ -6,7 +6,9 @@
 - ``"nan"``: returns a gradient holding NaN (the guard must stop it);
 - ``"raise"``: raises RuntimeError (the parent must re-raise it with the traceback);
 - ``"sigkill"``: SIGKILLs its own process in the middle of the step;
-- ``"exit"``: exits with code 7 without a traceback.
+- ``"exit"``: exits with code 7 without a traceback;
+- ``"inspect"``: raises, listing what the worker process has loaded and its thread
+  caps, so a test can read them from the traceback (torch present? caps set?).
 Importable from spawned workers because tests/ is on sys.path.
 """
 
@@ -46,6 +48,13 @@ class Faulty:
                 os.kill(os.getpid(), signal.SIGKILL)
             elif self.fault == "exit":
                 os._exit(7)
+            elif self.fault == "inspect":
+                import sys
+                import numba
+                raise RuntimeError(
+                    f"INSPECT torch_loaded={'torch' in sys.modules} "
+                    f"omp={os.environ.get('OMP_NUM_THREADS')} "
+                    f"numba_threads={numba.config.NUMBA_NUM_THREADS}")
         return grads
 
     def loss(self, params, data):
@@ -53,3 +62,35 @@ class Faulty:
 
     def config(self):
         return {"name": self.name, "fault": self.fault, "rank": self.rank, "step": self.step}
+
+
+class Partitioned:
+    """Worker ``rank`` of ``parts`` only ever writes rows in the rank-th contiguous
+    range of every parameter (its gradient rows are folded into that range). The
+    values are unchanged, so training is meaningless; it exists to test per-shard
+    staleness: with ``shards=parts`` no update ever conflicts with another worker's."""
+
+    def __init__(self, inner, parts=2):
+        self.inner, self.parts = inner, parts
+        self.name = f"partitioned-{inner.name}"
+        self.needs_torch = inner.needs_torch
+        self.default_lr = inner.default_lr
+        self.default_batch = inner.default_batch
+
+    def build(self, seed):
+        return self.inner.build(seed)
+
+    def setup(self, params, data, *, rank, seed):
+        return {"inner": self.inner.setup(params, data, rank=rank, seed=seed),
+                "rank": max(rank, 0), "n": {k: v.shape[0] for k, v in params.items()}}
+
+    def gradient(self, ctx, rng, batch, *, keep_read=False):
+        grads = self.inner.gradient(ctx["inner"], rng, batch, keep_read=keep_read)
+        for g in grads:
+            n = ctx["n"][g.name]
+            size = n // self.parts
+            g.rows = g.rows % size + ctx["rank"] * size
+        return grads
+
+    def loss(self, params, data):
+        return self.inner.loss(params, data)
