@@ -289,7 +289,10 @@ class StepTimes:
         """Expected step time of ``rank`` ignoring load (for sizing and reports)."""
         b = self.base
         base = b.seconds if isinstance(b, Constant) else b.median * math.exp(b.sigma ** 2 / 2)
-        speed = self.arrays(rank + 1)[0][rank]
+        speed = self.speeds[rank] if rank < len(self.speeds) else 1.0
+        for r, m in self.stragglers:
+            if r == rank and isinstance(m, Slowdown):
+                speed *= m.factor
         prob, secs = self._pause_of(rank)
         return base * speed + prob * secs
 
