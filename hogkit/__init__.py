@@ -26,6 +26,8 @@ _EXPORTS = {
     "FixedBatch": "hogkit.batching", "AdaptiveBatch": "hogkit.batching",
     "EpochBalancedBatch": "hogkit.batching",
     "Slowdown": "hogkit.delays", "Pauses": "hogkit.delays", "Load": "hogkit.delays",
+    "Constant": "hogkit.delays", "LogNormal": "hogkit.delays", "StepTimes": "hogkit.delays",
+    "simulate": "hogkit.simulate", "replay": "hogkit.simulate",
     "SGD": "hogkit.rules", "StalenessAware": "hogkit.rules",
     "DelayCompensated": "hogkit.rules", "GapAware": "hogkit.rules",
     "Density": "hogkit.density",

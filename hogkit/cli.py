@@ -1,6 +1,7 @@
 """``hogkit`` command line: a thin layer over the Python API.
 
     hogkit run     train with real worker processes (default: matrix factorisation, 2 workers)
+    hogkit sim     the same run in virtual time, with any number of virtual workers
     hogkit bench   benchmark scenarios (kernels, scaling, instrumentation)
     hogkit report  re-draw plots and print the summary of a results folder
 
@@ -78,9 +79,20 @@ def build_parser():
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="train with real worker processes")
     _add_training_options(run)
+    sim = sub.add_parser("sim", help="simulate the run in virtual time (deterministic; "
+                                     "workers may far exceed the cores)")
+    _add_training_options(sim)
+    sim.add_argument(
+        "--delays", default="constant:1e-3",
+        help="virtual compute time per step: constant:S | lognormal:MEDIAN:SIGMA, plus "
+             "straggler:RANK:FACTOR, pauses:PROB:SECONDS, load:AMPLITUDE:PERIOD, joined "
+             "by commas (default constant:1e-3); --seconds is then virtual time")
+    sim.add_argument("--engine", default="auto", choices=("auto", "fused", "python"),
+                     help="event loop: the fused numba kernel where supported (auto)")
     bench = sub.add_parser("bench", help="run benchmark scenarios")
     bench.add_argument("scenario", nargs="?", default="kernels",
-                       choices=("kernels", "scaling", "instrumentation", "policies"))
+                       choices=("kernels", "scaling", "instrumentation", "policies",
+                                "simulate"))
     bench.add_argument("--quick", action="store_true", help="small sizes, a few rounds")
     bench.add_argument("--json", default=None, metavar="FILE", help="write raw figures here")
     rep = sub.add_parser("report", help="print a results folder's summary and re-draw plots")
@@ -132,38 +144,70 @@ def print_summary(summary, out=None):
     print(f"  wait frac.   {wf}", file=out)
 
 
-def _cmd_run(args):
+def _knobs(args):
+    """The workload and the settings ``run`` and ``sim`` share, from parsed options."""
     from hogkit import workloads
     from hogkit.delays import parse_straggler
-    from hogkit.runtime import train
     from hogkit.policy import parse_policy
 
     wl = workloads.get(args.workload)
-    policy = parse_policy(args.policy)
-    rule = _make_rule(args.rule, args.lr, args.momentum, wl)
     density = None
     if args.density is not None:
         from hogkit.density import Density
         density = Density(args.density)
-    stragglers = dict(parse_straggler(s) for s in args.straggler)
+    steps, seconds = args.steps, args.seconds
+    if steps is None and seconds is None:
+        steps = wl.default_steps
+    return wl, {"workers": args.workers, "policy": parse_policy(args.policy),
+                "rule": _make_rule(args.rule, args.lr, args.momentum, wl),
+                "density": density,
+                "stragglers": dict(parse_straggler(s) for s in args.straggler),
+                "steps": steps, "seconds": seconds, "seed": args.seed,
+                "nonfinite": args.nonfinite}
+
+
+def _cmd_run(args):
+    from hogkit.runtime import train
+
+    wl, knobs = _knobs(args)
     batch = None
     if args.batch is not None:
         from hogkit.batching import parse_batch
         batch = (int(args.batch) if args.batch.isdigit()
                  else parse_batch(args.batch, per_worker=wl.default_batch,
                                   workers=args.workers))
-    steps, seconds = args.steps, args.seconds
-    if steps is None and seconds is None:
-        steps = wl.default_steps
     out = args.out or _default_out()
     print(f"hogkit run: {wl.name} with {args.workers} workers, results in {out}",
           file=sys.stderr)
-    run = train(wl, workers=args.workers, policy=policy, rule=rule, density=density,
-                batch=batch, steps=steps, seconds=seconds, seed=args.seed,
-                nonfinite=args.nonfinite, stragglers=stragglers, out=out,
-                shards=args.shards,
-                progress=False if args.no_progress else None, keep_params=False)
+    run = train(wl, batch=batch, out=out, progress=False if args.no_progress else None,
+                keep_params=False, shards=args.shards, **knobs)
     print_summary(run.summary())
+    print(f"results: {out}")
+    return EXIT_OK
+
+
+def _cmd_sim(args):
+    from hogkit.errors import InvalidArgument
+    from hogkit.simulate import simulate
+
+    wl, knobs = _knobs(args)
+    if args.shards != 1:
+        raise InvalidArgument("--shards is not simulated; drop it for hogkit sim")
+    batch = None
+    if args.batch is not None:
+        if not args.batch.isdigit():
+            raise InvalidArgument(f"--batch {args.batch!r}: hogkit sim takes an int batch "
+                                  f"(samples per worker per step); adaptive batch sizing is "
+                                  f"not simulated")
+        batch = int(args.batch)
+    out = args.out or _default_out()
+    run = simulate(wl, batch=batch, delays=args.delays, engine=args.engine, out=out,
+                   keep_params=False, **knobs)
+    s = run.summary()
+    print(f"hogkit sim: {wl.name}, {run.workers} virtual workers, {run.updates} updates in "
+          f"{s['virtual_time_s']:.4g} virtual s ({s['wall_s']:.2f} s wall, "
+          f"{s['engine']} engine)")
+    print_summary(s)
     print(f"results: {out}")
     return EXIT_OK
 
@@ -200,7 +244,8 @@ def main(argv=None):
     from hogkit.errors import HogkitError, Interrupted, WorkerFailed
 
     args = build_parser().parse_args(argv)
-    handler = {"run": _cmd_run, "bench": _cmd_bench, "report": _cmd_report}[args.command]
+    handler = {"run": _cmd_run, "sim": _cmd_sim, "bench": _cmd_bench,
+               "report": _cmd_report}[args.command]
     try:
         return handler(args)
     except WorkerFailed as e:

@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import heapq
 import math
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Optional
@@ -71,9 +70,9 @@ from hogkit.errors import InvalidArgument, InvalidType, NonFiniteGradient
 from hogkit.policy import DSSP, SSP, LocalSGD, clock_lag, dssp_extra, local_delta, merge
 from hogkit.reader import StalenessLog
 from hogkit.run import Run
-from hogkit.validation import check_array, check_choice, check_float, check_int
+from hogkit.validation import check_choice, check_float, check_int
 
-__all__ = ["simulate", "simulate_from_args", "add_sim_options", "parse_delays",
+__all__ = ["simulate", "parse_delays",
            "strip_wall", "fit_delays", "compare_gaps", "agreement", "Step", "ReadRecord",
            "Replay", "replay", "interleave", "fused_supported"]
 
@@ -601,83 +600,6 @@ def _run_fused(S):
 
 
 # --------------------------------------------------------------------------- CLI
-
-def add_sim_options(parser) -> None:
-    """Add the options ``hogkit sim`` has beyond ``hogkit run``'s: ``--delays`` and
-    ``--engine`` (``--seconds`` is then a budget in virtual seconds)."""
-    parser.add_argument(
-        "--delays", default="constant:1e-3",
-        help="virtual compute time per step: constant:S | lognormal:MEDIAN:SIGMA, plus "
-             "straggler:RANK:FACTOR, pauses:PROB:SECONDS, load:AMPLITUDE:PERIOD, joined "
-             "by commas (default constant:1e-3)")
-    parser.add_argument("--engine", default="auto", choices=("auto", "fused", "python"),
-                        help="event loop: fused numba kernel where supported (auto)")
-
-
-def _rule_from_args(name, lr, momentum, wl):
-    from hogkit import rules
-    lr = wl.default_lr if lr is None else lr
-    if name == "sgd":
-        return rules.SGD(lr=lr, momentum=momentum)
-    if name == "staleness-aware":
-        return rules.StalenessAware(lr=lr, momentum=momentum)
-    if name == "dc-asgd":
-        return rules.DelayCompensated(lr=lr)
-    if name == "gap-aware":
-        return rules.GapAware(lr=lr, momentum=momentum)
-    raise InvalidArgument(f"unknown rule {name!r}; choose sgd, staleness-aware, dc-asgd or "
-                          f"gap-aware")
-
-
-def simulate_from_args(args, *, out=None, stdout=None) -> int:
-    """``hogkit sim``: run :func:`simulate` from parsed ``hogkit run`` options plus
-    :func:`add_sim_options`; print the summary (cli.print_summary format); return 0.
-
-    ``args`` needs: workload, workers, steps, seconds, seed, policy, rule, lr,
-    momentum, density, batch, straggler, nonfinite, out, delays, engine. ``out``
-    overrides ``args.out`` (the CLI passes its default results folder). Returns
-    the run's exit code (0); errors propagate as hogkit errors for the CLI to map.
-    """
-    from hogkit import workloads
-    from hogkit.delays import parse_straggler
-    from hogkit.policy import parse_policy
-    stdout = stdout or sys.stdout
-    wl = workloads.get(args.workload)
-    policy = parse_policy(args.policy)
-    rule = _rule_from_args(args.rule, args.lr, args.momentum, wl)
-    density = None
-    if getattr(args, "density", None) is not None:
-        from hogkit.density import Density
-        density = Density(args.density)
-    stragglers = dict(parse_straggler(s) for s in (getattr(args, "straggler", None) or []))
-    batch = None
-    if getattr(args, "batch", None) is not None:
-        if not str(args.batch).isdigit():
-            raise InvalidArgument(f"--batch {args.batch!r}: hogkit sim takes an int batch "
-                                  f"(samples per worker per step); adaptive batching is not "
-                                  f"simulated")
-        batch = int(args.batch)
-    steps, seconds = args.steps, args.seconds
-    if steps is None and seconds is None:
-        steps = wl.default_steps
-    out = out if out is not None else getattr(args, "out", None)
-    run = simulate(wl, workers=args.workers, policy=policy, rule=rule, density=density,
-                   batch=batch, delays=getattr(args, "delays", None), stragglers=stragglers,
-                   steps=steps, seconds=seconds, seed=args.seed, nonfinite=args.nonfinite,
-                   engine=getattr(args, "engine", "auto"), out=out, keep_params=False)
-    s = run.summary()
-    print(f"hogkit sim: {wl.name}, {run.workers} virtual workers, {run.updates} updates in "
-          f"{s['virtual_time_s']:.4g} virtual s ({s['wall_s']:.2f} s wall, "
-          f"{s['engine']} engine)", file=stdout)
-    try:
-        from hogkit.cli import print_summary
-        print_summary(s, out=stdout)
-    except ImportError:  # pragma: no cover
-        pass
-    if out is not None:
-        print(f"results: {out}", file=stdout)
-    return 0
-
 
 # --------------------------------------------------------------------------- vs reality
 

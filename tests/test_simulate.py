@@ -4,7 +4,6 @@ processes) agreement of its update gaps with a real 2-worker run."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 
@@ -21,7 +20,7 @@ from hogkit.policy import BSP, DSSP, SSP, Async, LocalSGD
 from hogkit.rules import SGD, DelayCompensated, GapAware, StalenessAware
 from hogkit.density import Density
 from hogkit.simulate import (agreement, compare_gaps, fit_delays, simulate,
-                             simulate_from_args, strip_wall)
+                             strip_wall)
 from hogkit.testing import assert_staleness_bounded, delay_models, staleness_bounds
 
 LOGREG = workloads.get("logreg", n_samples=400, n_features=120, min_nnz=3, max_nnz=8)
@@ -230,20 +229,6 @@ def test_parse_delays():
                        ("straggler:1:2,straggler:1:3", "twice"), ("constant:-1", ">= 0")]:
         with pytest.raises(InvalidArgument, match=match):
             parse_delays(bad)
-
-
-# --------------------------------------------------------------------------- CLI entry
-
-def test_simulate_from_args_prints_a_summary(tmp_path, capsys):
-    ns = argparse.Namespace(workload="logreg", workers=64, steps=640, seconds=None, seed=0,
-                            policy="ssp:2", rule="staleness-aware", lr=None, momentum=0.0,
-                            density=None, batch="4", straggler=["3:4"], nonfinite="raise",
-                            out=str(tmp_path), delays="lognormal:1e-3:0.5", engine="auto")
-    assert simulate_from_args(ns) == 0
-    out = capsys.readouterr().out
-    assert "64 virtual workers" in out and "(simulated)" in out
-    s = json.loads((tmp_path / "summary.json").read_text())
-    assert s["simulated"] and s["workers"] == 64 and s["clock_lag"]["max"] <= 2
 
 
 # --------------------------------------------------------------------------- vs reality
