@@ -156,9 +156,10 @@ class Density:
                         _k.accumulate_rows(_as_rows(r, n), rows,
                                            _as_rows(grad.values, rows.shape[0]))
             return []
-        if self.fraction == 1.0 and self.how != "threshold" and (
-                self.every == 1 or not self.residual):
+        if self.fraction == 1.0 and self.how != "threshold" and not self.residual:
             return [grad for grad, _ in checked]   # everything is sent, nothing held
+        # (in residual mode a full send still flushes the residual: it need not be
+        # zero, e.g. a state carried over from a lower fraction or set by the caller)
         out = []
         for pos, (grad, r) in enumerate(checked):
             values = grad.values

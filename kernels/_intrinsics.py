@@ -8,12 +8,18 @@
   numba lowers ``math.sqrt`` / ``np.sqrt`` to a call of libm ``sqrt``/``sqrtf``,
   which keeps LLVM from vectorising the loop around it; the intrinsic does not.
   The argument must not be negative (the callers take roots of sums of squares).
+- ``uint_bits(x)``: a float32 / float64 array viewed as uint32 / uint64 (same
+  bytes; the width is picked when the kernel is typed). A float's magnitude orders
+  like its bits with the sign bit cleared, which lets ``density.topk_mask`` select
+  on integer keys (radix select, no comparison branches).
 
-With ``NUMBA_DISABLE_JIT=1`` both are plain Python (a no-op and ``math.sqrt``), so
-the kernels still run, interpreted, for coverage.
+With ``NUMBA_DISABLE_JIT=1`` all three are plain Python (a no-op, ``math.sqrt`` and
+``ndarray.view``), so the kernels still run, interpreted, for coverage.
 """
 
 import math
+
+import numpy as np
 
 from numba import njit
 from numba.core import config
@@ -24,6 +30,9 @@ if config.DISABLE_JIT:
 
     def sqrt(x):
         return math.sqrt(x)
+
+    def uint_bits(x):
+        return x.view(np.uint32 if x.dtype.itemsize == 4 else np.uint64)
 
 else:
     from llvmlite import ir
@@ -60,6 +69,18 @@ else:
             return builder.call(fn, args)
 
         return sig, codegen
+
+    from numba.extending import overload
+
+    def uint_bits(x):
+        return x.view(np.uint32 if x.dtype.itemsize == 4 else np.uint64)
+
+    @overload(uint_bits)
+    def _uint_bits(x):
+        if not isinstance(x, types.Array) or not isinstance(x.dtype, types.Float):
+            return None
+        it = np.uint32 if x.dtype.bitwidth == 32 else np.uint64
+        return lambda x: x.view(it)
 
 
 @njit(cache=True, nogil=True)

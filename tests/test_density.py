@@ -229,3 +229,20 @@ def test_bad_input_raises_and_keeps_the_residual():
         d.filter(grads[0], state, step=1)
     with pytest.raises(InvalidArgument, match="density.init"):
         d.filter(grads, {}, step=1)
+
+
+@pytest.mark.parametrize("how", ["topk", "random"])
+def test_full_density_flushes_a_nonzero_residual(how):
+    """fraction=1 in residual mode sends gradient + old residual and empties it (the
+    residual may be non-zero: a state carried over from a lower fraction)."""
+    g = [Grad("w", np.ones((2, 2), np.float32)),
+         Grad("e", np.ones((2, 3), np.float32), np.array([1, 1]))]
+    d = Density(1.0, how=how, residual=True)
+    state = d.init({"w": np.zeros((2, 2), np.float32), "e": np.zeros((3, 3), np.float32)})
+    state["r/w"][...] = 5
+    state["r/e"][...] = 2
+    out = d.filter(g, state, step=0)
+    np.testing.assert_array_equal(out[0].values, 6)
+    np.testing.assert_array_equal(out[1].values, [[3, 3, 3], [1, 1, 1]])  # once per row
+    assert not state["r/w"].any()
+    np.testing.assert_array_equal(state["r/e"], [[2, 2, 2], [0, 0, 0], [2, 2, 2]])

@@ -384,3 +384,188 @@ def test_all_finite_extremes(dtype):
     big = np.finfo(dtype).max
     assert guard.all_finite(np.array([big, -big, 0.0, -0.0, np.finfo(dtype).tiny], dtype))
     assert guard.all_finite(np.zeros(0, dtype))
+
+
+# --- delayed: the one-pass row kernels on duplicate-heavy batches --------------------
+
+def _repeats_reference(rows):
+    """(code, ns) of ``delayed._repeats`` in plain Python."""
+    rows = [int(r) for r in rows]
+    slot, seen = {}, set()
+    for r in rows:                     # slots numbered by second occurrence
+        if r in seen and r not in slot:
+            slot[r] = len(slot)
+        seen.add(r)
+    code, first = [], set()
+    for r in rows:
+        if r not in slot:
+            code.append(-1)
+        elif r not in first:
+            first.add(r)
+            code.append(2 * slot[r])
+        else:
+            code.append(2 * slot[r] + 1)
+    return code, len(slot)
+
+
+@given(st.lists(st.integers(0, 2**40), max_size=60), st.integers(1, 2**40))
+def test_repeats_finds_every_repeated_row(rows, spread):
+    rows = np.asarray(rows, np.int64) * (spread % 7919 + 1) % (2**40)   # hash collisions too
+    code, ns = delayed._repeats(rows)
+    want_code, want_ns = _repeats_reference(rows)
+    assert ns == want_ns
+    np.testing.assert_array_equal(code, want_code)
+
+
+@st.composite
+def dup_heavy_cases(draw):
+    """Batches of up to 64 rows drawn from a few rows: most rows repeat, often."""
+    dtype = draw(DTYPES)
+    n = draw(st.integers(1, 5))
+    d = draw(st.integers(1, 20))
+    b = draw(st.integers(0, 64))
+    rows = draw(arrays(np.int64, b, elements=st.integers(0, n - 1)))
+    W = draw(values(dtype, (n, d), 10.0))
+    G = draw(values(dtype, (b, d), 10.0))
+    return dtype, W, rows, G
+
+
+@given(dup_heavy_cases(), st.sampled_from([0.0, 0.04, 1.0]), st.integers(0, 99))
+def test_dc_rows_duplicate_heavy(case, lam, seed):
+    dtype, W, rows, G = case
+    B = _read_of(W[rows], 0.3, seed)
+    W2, MS, MS2 = W.copy(), np.full_like(W, 0.25), np.full_like(W, 0.25)
+    want = naive.dc_rows(W, rows, G, B, 0.1, lam)
+    want_w, want_ms = naive.dc_adaptive_rows(W, MS, rows, G, B, 0.1, 2.0, 0.95, 1e-7)
+    delayed.dc_rows(W, rows, G, B, 0.1, lam)
+    delayed.dc_adaptive_rows(W2, MS2, rows, G, B, 0.1, 2.0, 0.95, 1e-7)
+    s = (1 + len(rows))
+    assert_close(W, want, dtype, mag(W, G, lam * G * G * 20) * s)
+    assert_close(MS2, want_ms, dtype, mag(G * G))
+    assert_close(W2, want_w, dtype, mag(W2, G) * 100 * s)
+
+
+@given(dup_heavy_cases(), st.sampled_from([0.0, 0.9]), st.integers(1, 5), st.integers(0, 99))
+def test_gap_aware_rows_duplicate_heavy(case, mu, k, seed):
+    dtype, W, rows, G = case
+    R = _read_of(W[rows], 0.3, seed)
+    V = np.full_like(W, 0.5)
+    M = (0.1 * W).astype(dtype) if mu else np.empty((0, 0), dtype)
+    want_w, want_m, want_v = naive.gap_aware_rows(W, M, V, rows, G, R, 0.1, mu, 0.999,
+                                                  0.1, k)
+    delayed.gap_aware_rows(W, M, V, rows, G, R, 0.1, mu, 0.999, 0.1, k)
+    s = mag(W, G, V) * (1 + len(rows))
+    assert_close(V, want_v, dtype, s * s)
+    if mu:
+        assert_close(M, want_m, dtype, s)
+    assert_close(W, want_w, dtype, s)
+
+
+def _fresh_duplicates(dtype, seed=0):
+    """A batch where every row repeats and every read is fresh (B = W at the start)."""
+    rng = np.random.default_rng(seed)
+    W = rng.normal(size=(5, 37)).astype(dtype)
+    rows = np.array([3, 1, 3, 3, 0, 1, 4, 3], np.int64)
+    G = rng.normal(size=(len(rows), 37)).astype(dtype)
+    return W, rows, G, W[rows].copy()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fresh_read_with_duplicates_is_plain_sgd_exactly(dtype):
+    """The later occurrences of a row must not see its earlier steps as staleness:
+    with fresh reads every rule reduces to plain SGD, bit for bit, duplicates or not
+    (the path that saves repeated rows' start values against the plain one)."""
+    W, rows, G, B = _fresh_duplicates(dtype)
+    want = W.copy()
+    sparse.sgd_rows(want, rows, G, 0.1)
+    for run in (lambda X: delayed.dc_rows(X, rows, G, B, 0.1, 1.0),
+                lambda X: delayed.dc_adaptive_rows(X, np.ones_like(X), rows, G, B, 0.1,
+                                                   2.0, 0.95, 1e-7),
+                lambda X: delayed.gap_aware_rows(X, np.empty((0, 0), dtype),
+                                                 np.ones_like(X), rows, G, B, 0.1, 0.0,
+                                                 0.999, 0.1, 3)):
+        X = W.copy()
+        run(X)
+        np.testing.assert_array_equal(X, want)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_unique_rows_do_not_depend_on_batch_order(dtype):
+    """A batch without duplicates (the path with no saved rows): permuting it gives
+    bit-identical tables, and it equals the same rows applied one call at a time."""
+    rng = np.random.default_rng(1)
+    W = rng.normal(size=(50, 9)).astype(dtype)
+    rows = rng.permutation(50)[:20].astype(np.int64)
+    G = rng.normal(size=(20, 9)).astype(dtype)
+    B = _read_of(W[rows], 0.3, 2)
+    perm = rng.permutation(20)
+    for f, extra in ((delayed.dc_rows, ()), (delayed.gap_aware_rows, ())):
+        a, b, c = W.copy(), W.copy(), W.copy()
+        if f is delayed.dc_rows:
+            f(a, rows, G, B, 0.1, 0.5)
+            f(b, rows[perm], G[perm], B[perm], 0.1, 0.5)
+            for i in range(20):
+                f(c, rows[i:i + 1], G[i:i + 1], B[i:i + 1], 0.1, 0.5)
+        else:
+            E = np.empty((0, 0), dtype)
+            Va, Vb, Vc = (np.full_like(W, 0.5) for _ in range(3))
+            f(a, E, Va, rows, G, B, 0.1, 0.0, 0.999, 0.1, 2)
+            f(b, E, Vb, rows[perm], G[perm], B[perm], 0.1, 0.0, 0.999, 0.1, 2)
+            for i in range(20):
+                f(c, E, Vc, rows[i:i + 1], G[i:i + 1], B[i:i + 1], 0.1, 0.0, 0.999, 0.1, 2)
+            np.testing.assert_array_equal(Va, Vb)
+            np.testing.assert_array_equal(Va, Vc)
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a, c)
+
+
+# --- density: top-k on arrays large enough for the sampled bracket -------------------
+
+@st.composite
+def big_topk_cases(draw):
+    """n > 4 * _SAMPLE, so topk_mask brackets the k-th magnitude from a sample; data
+    continuous, tie-heavy, or built so the strided sample misses (the fallback)."""
+    dtype = draw(DTYPES)
+    n = draw(st.integers(4 * density._SAMPLE + 1, 6 * density._SAMPLE))
+    kind = draw(st.sampled_from(["normal", "ties", "adversarial", "signed_zeros"]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    if kind == "normal":
+        x = rng.normal(scale=draw(st.sampled_from([1e-3, 1.0, 1e20])), size=n)
+    elif kind == "ties":
+        x = rng.choice([0.0, 1.0, -1.0, 2.0, -2.5, 0.5], size=n)
+    elif kind == "adversarial":            # the strided sample sees only zeros
+        x = rng.normal(size=n) + 10.0
+        x[::n // density._SAMPLE] = 0.0
+    else:
+        x = rng.choice([0.0, -0.0, 1e-30, -1e-30], size=n)
+    k = draw(st.one_of(st.integers(0, n + 2), st.sampled_from([1, n - 1, n // 10, n // 2])))
+    return x.astype(dtype), k
+
+
+@given(big_topk_cases())
+def test_topk_mask_large(case):
+    x, k = case
+    mask = np.zeros(x.size, np.bool_)
+    count = density.topk_mask(x, k, mask)
+    want = naive.topk_mask(x, k)
+    np.testing.assert_array_equal(mask, want)
+    assert count == want.sum() == min(k, x.size)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("frac", [0.1, 0.3, 0.5])
+def test_topk_mask_gradient_like(dtype, frac):
+    """The benchmark's case: 4096 x 64 normal gradients, k = frac * n."""
+    x = np.random.default_rng(7).standard_normal(4096 * 64).astype(dtype) * 1e-3
+    k = int(frac * x.size)
+    mask = np.zeros(x.size, np.bool_)
+    assert density.topk_mask(x, k, mask) == k
+    np.testing.assert_array_equal(mask, naive.topk_mask(x, k))
+
+
+@given(st.lists(st.integers(0, 2**31 - 1), min_size=1, max_size=300), st.data())
+def test_radix_kth_is_the_sorted_rank(keys, data):
+    keys = np.asarray(keys, np.int64)
+    r = data.draw(st.integers(1, keys.size))
+    want = np.sort(keys)[::-1][r - 1]
+    assert density._radix_kth(keys.copy(), keys.size, r, 31) == want
