@@ -72,6 +72,9 @@ def plot(results: dict, out_dir: str) -> str:
             ax.plot(ws, [c["final_loss"] for c in row], marker="o", label=label,
                     ls="-" if residual in (True, None) else ":")
     ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.axhline(cells[0]["initial_loss"], color="gray", lw=0.8, ls="--")
+    ax.text(ws[0], cells[0]["initial_loss"] * 1.08, "initial loss", fontsize=8)
     ax.set_xticks(ws, [str(w) for w in ws])
     ax.set_xlabel("virtual workers (mean update gap ≈ W − 1)")
     ax.set_ylabel(f"log-loss after {cfg['steps']:,} updates")
