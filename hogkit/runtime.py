@@ -377,46 +377,56 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
         try:
             with _parent_signals():
                 sup.start(specs, errdir)
-                t0 = time.monotonic()
-                next_eval = t0 + eval_every if eval_every else float("inf")
+                t0_ns = control["rt_t0_ns"]
+                started = None        # when the first worker left the start barrier
+                next_eval = float("inf")
                 stop_sent = False
                 try:
                     while not sup.done:
                         sup.poll(clocks, control["rt_step"], 0.05)
                         now = time.monotonic()
-                        if seconds is not None and not stop_sent and now - t0 >= seconds:
+                        if started is None:
+                            if not t0_ns.all():
+                                continue          # still starting up: nothing to time
+                            started = t0_ns.min() * 1e-9
+                            if eval_every:
+                                next_eval = started + eval_every
+                        if seconds is not None and not stop_sent and now - started >= seconds:
                             clocks.request_stop()
                             stop_sent = True
                         if now >= next_eval:
                             loss = float(wl.loss(params, data))
-                            curve.append({"t": round(now - t0, 4),
+                            curve.append({"t": round(now - started, 4),
                                           "updates": int(clocks.updates.sum()), "loss": loss})
                             next_eval = now + eval_every
                             if events is not None:
                                 events.write([{"type": "eval", **curve[-1]}])
                         if events is not None:
-                            cursors, n_lost = _drain(log, cursors, events, t0)
+                            cursors, n_lost = _drain(log, cursors, events)
                             dropped += n_lost
                         if bar is not None:
                             bar.n = (int(clocks.iterations.sum()) if steps is not None
-                                     else round(min(now - t0, seconds), 1))
+                                     else round(min(now - started, seconds), 1))
                             bar.refresh()
                 except WorkerFailed as failure:
                     with _signals_ignored():
                         sup.shutdown(clocks)
                     if events is not None:
-                        events.write([{"type": "failure", "t": round(time.monotonic() - t0, 4),
+                        t_fail = time.monotonic() - started if started is not None else 0.0
+                        events.write([{"type": "failure", "t": round(t_fail, 4),
                                        "rank": failure.rank, "signal": failure.signal,
                                        "exitcode": failure.exitcode}])
                     raise
-                wall = time.monotonic() - t0
+                # training time: first worker out of the start barrier to last one done
+                # (spawning and imports excluded, so rates compare across workloads)
+                wall = (control["rt_t1_ns"].max() - t0_ns.min()) * 1e-9
         finally:
             if bar is not None:
                 bar.close()
             with _signals_ignored():
                 sup.shutdown(clocks)
         if events is not None:
-            cursors, n_lost = _drain(log, cursors, events, t0)
+            cursors, n_lost = _drain(log, cursors, events)
             dropped += n_lost
         final_loss = float(wl.loss(params, data))
         curve.append({"t": round(wall, 4), "updates": int(clocks.updates.sum()),
@@ -446,7 +456,7 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
     return run
 
 
-def _drain(log, cursors, events, t0):
+def _drain(log, cursors, events):
     """Move new staleness events from the shared rings into events.jsonl."""
     new, cursors, lost = log.drain(cursors)
     if new:

@@ -36,10 +36,13 @@ from hogkit.store import ParamStore
 #: row written by one worker only:
 #: rt_wait_ns: time spent in policy.wait; rt_busy_ns: time in the loop in total;
 #: rt_nonfinite: gradients skipped as non-finite; rt_step: the step being run now;
-#: rt_samples: samples processed; rt_speed: (2, W) published speeds (samples/s) for the
+#: rt_samples: samples processed; rt_t0_ns / rt_t1_ns: monotonic time the worker left
+#: the start barrier / finished its loop (the run's wall time excludes start-up);
+#: rt_speed: (2, W) published speeds (samples/s) for the
 #: adaptive batch, double-buffered by iteration parity; rt_grants: DSSP's histogram of
 #: granted extra iterations, written when the worker finishes.
-RT_FIELDS = ("rt_wait_ns", "rt_busy_ns", "rt_nonfinite", "rt_step", "rt_samples")
+RT_FIELDS = ("rt_wait_ns", "rt_busy_ns", "rt_nonfinite", "rt_step", "rt_samples",
+             "rt_t0_ns", "rt_t1_ns")
 GRANT_BINS = 64
 
 
@@ -272,6 +275,7 @@ def run_worker(spec: WorkerSpec) -> None:
         clocks.set_state(spec.rank, RUNNING)
         clocks.beat(spec.rank)
         _start_barrier(clocks, spec.wait_timeout)
+        control["rt_t0_ns"][spec.rank] = time.monotonic_ns()
         worker.reader.read()   # LocalSGD's first phase starts here
         parent = spec.parent_pid
         k = 0
@@ -282,6 +286,7 @@ def run_worker(spec: WorkerSpec) -> None:
             if k & 63 == 0 and parent and os.getppid() != parent:
                 break  # orphaned: PDEATHSIG normally kills us first
         worker.finish(k)
+        control["rt_t1_ns"][spec.rank] = time.monotonic_ns()
         clocks.set_state(spec.rank, DONE)
     finally:
         for s in stores:
