@@ -5,7 +5,8 @@
     hogkit bench   benchmark scenarios (kernels, scaling, instrumentation)
     hogkit report  re-draw plots and print the summary of a results folder
 
-Exit codes: 0 done, 1 a worker failed, 2 bad usage, 130 interrupted (SIGINT/SIGTERM).
+Exit codes: 0 done, 1 training failed (a worker died or raised, or a non-finite
+gradient under nonfinite="raise"), 2 bad usage, 130 interrupted (SIGINT/SIGTERM).
 """
 
 from __future__ import annotations
@@ -240,15 +241,29 @@ def _cmd_report(args):
     return EXIT_OK
 
 
+def _raise_interrupted(signum, frame):
+    from hogkit.errors import Interrupted
+    raise Interrupted(signum)
+
+
 def main(argv=None):
-    from hogkit.errors import HogkitError, Interrupted, WorkerFailed
+    import signal
+    import threading
+
+    from hogkit.errors import HogkitError, Interrupted, NonFiniteGradient, WorkerFailed
 
     args = build_parser().parse_args(argv)
     handler = {"run": _cmd_run, "sim": _cmd_sim, "bench": _cmd_bench,
                "report": _cmd_report}[args.command]
+    # SIGTERM is an interruption like Ctrl-C for the whole command (building data,
+    # compiling, writing results), not only while workers run: every path unwinds
+    # through the context managers that release shared memory.
+    old = None
+    if threading.current_thread() is threading.main_thread():
+        old = signal.signal(signal.SIGTERM, _raise_interrupted)
     try:
         return handler(args)
-    except WorkerFailed as e:
+    except (WorkerFailed, NonFiniteGradient) as e:
         print(f"hogkit {args.command}: {e}", file=sys.stderr)
         return EXIT_WORKER_FAILED
     except (Interrupted, KeyboardInterrupt) as e:
@@ -257,6 +272,9 @@ def main(argv=None):
     except HogkitError as e:
         print(f"hogkit {args.command}: {e}", file=sys.stderr)
         return EXIT_USAGE
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -30,9 +30,9 @@ import time
 import numpy as np
 
 from hogkit import _worker
-from hogkit.clocks import DONE, FAILED, Clocks
+from hogkit.clocks import DONE, FAILED, RUNNING, Clocks
 from hogkit.errors import Interrupted, InvalidArgument, InvalidType, WorkerFailed
-from hogkit.reader import StalenessLog
+from hogkit.reader import Reader, StalenessLog
 from hogkit.report import EventLog, environment, plot_run, write_summary
 from hogkit.run import Run
 from hogkit.store import ParamStore, sweep_dead_segments
@@ -66,6 +66,13 @@ def _resolve_workload(workload, options):
     return workload
 
 
+def _check_knob(name, obj, methods, where):
+    missing = [m for m in methods if not callable(getattr(obj, m, None))]
+    if missing:
+        raise InvalidType(f"{name}={obj!r} has no {', '.join(m + '()' for m in missing)}; "
+                          f"pass an object from {where}")
+
+
 def _resolve_batch(batch, wl, workers):
     """``(batch, global_batch, epoch_steps)``: an int batch is per worker and fixed
     (global_batch 0); a hogkit.batching object sizes each worker's share per iteration."""
@@ -77,6 +84,9 @@ def _resolve_batch(batch, wl, workers):
         raise InvalidType(f"batch={batch!r} must be an int (samples per worker per "
                           f"step) or a hogkit.batching object (FixedBatch, AdaptiveBatch, "
                           f"EpochBalancedBatch)")
+    if getattr(batch, "min_batch", 1) < 1:
+        raise InvalidArgument(f"{batch!r} has min_batch={batch.min_batch}: a worker could "
+                              f"get an empty batch; use min_batch >= 1 with the runtime")
     B = int(batch.global_batch(workers))
     if B < workers:
         raise InvalidArgument(f"global batch B={B} is smaller than workers={workers}; "
@@ -107,6 +117,11 @@ def warm_compile(workload, rule, density, params, data, seed, batch) -> None:
     if density is not None:
         grads = density.filter(grads, density.init(scratch), step=0)
     rule.apply(scratch, grads, rule.init(scratch), staleness=1, worker=0)
+    views = {k: np.zeros(shape, dtype) for k, (shape, dtype) in
+             {**Clocks.specs(1), **StalenessLog.specs(1, ring=2, bins=2)}.items()}
+    reader = Reader(Clocks(views), StalenessLog(views), 0)
+    reader.read()
+    reader.commit(0, reader.gap())         # compiles the log's record kernel
 
 
 @contextlib.contextmanager
@@ -192,6 +207,7 @@ class _Supervisor:
         if not alive:
             return
         ready = mp.connection.wait([p.sentinel for p in alive], timeout=timeout)
+        failed = []
         for r, p in enumerate(self.procs):
             if r in self.finished or p.sentinel not in ready:
                 continue
@@ -199,7 +215,44 @@ class _Supervisor:
             if p.exitcode == 0 and clocks.state[r] == DONE:
                 self.finished.add(r)
                 continue
+            failed.append(r)
+        if failed:
+            # A worker blocked on a failed peer fails too (WorkerFailed from its policy
+            # wait), possibly before the peer has finished exiting. Blame the root
+            # cause: a failure that is not secondary, else a peer that marked itself
+            # FAILED (it does so before exiting), given a grace period to exit.
+            root = [r for r in failed if not self._secondary(r)]
+            if not root:
+                marked = [r for r in range(self.workers)
+                          if r not in failed and clocks.state[r] == FAILED]
+                for r in marked:
+                    self.procs[r].join(self.grace)
+                root = [r for r in marked if not self.procs[r].is_alive()]
+            r = (root or failed)[0]
             raise self.failure(r, clocks, int(step_slots[r]))
+
+    def _secondary(self, r):
+        try:
+            with open(self.errfiles[r]) as f:
+                last = f.read().strip().splitlines()[-1:]
+        except (OSError, IndexError):
+            return False
+        return bool(last) and last[0].startswith(("hogkit.errors.WorkerFailed",
+                                                   "hogkit.errors.PolicyTimeout"))
+
+    def check_heartbeats(self, clocks, step_slots, limit_s):
+        """A RUNNING worker whose last beat is older than ``limit_s`` is hung (or
+        stopped with SIGSTOP): fail the run rather than wait forever."""
+        now = time.monotonic_ns()
+        for r in range(self.workers):
+            if r in self.finished or clocks.state[r] != RUNNING:
+                continue
+            age = (now - int(clocks.heartbeat_ns[r])) * 1e-9
+            if age > limit_s:
+                raise self.failure(r, clocks, int(step_slots[r]),
+                                   reason=f"sent no heartbeat for {age:.0f} s (hung or "
+                                          f"stopped); raise wait_timeout if one step can "
+                                          f"take that long")
 
     def failure(self, r, clocks, step=None, reason=""):
         p = self.procs[r]
@@ -321,9 +374,18 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
     batch, global_batch, epoch_steps = _resolve_batch(batch, wl, workers)
     policy = Async() if policy is None else policy
     rule = SGD(lr=wl.default_lr) if rule is None else rule
+    _check_knob("policy", policy, ("wait",), "hogkit.policy (SSP, BSP(), Async(), DSSP, "
+                "LocalSGD) or parse_policy('ssp:3')")
+    _check_knob("rule", rule, ("init", "apply"), "hogkit.rules (SGD, StalenessAware, ...)")
+    if density is not None:
+        _check_knob("density", density, ("init", "filter"), "hogkit.density.Density")
+    wait_timeout = check_float("wait_timeout", wait_timeout, min_value=0.0, exclude_min=True)
+    grace = check_float("grace", grace, min_value=0.0)
     stragglers = dict(stragglers or {})
-    for r in stragglers:
+    for r, model in stragglers.items():
         check_int("straggler rank", r, min_value=0, max_value=workers - 1)
+        _check_knob(f"stragglers[{r}]", model, ("start",), "hogkit.delays (Slowdown, "
+                    "Pauses, Load)")
     if eval_every is not None:
         eval_every = check_float("eval_every", eval_every, min_value=0.0, exclude_min=True)
 
@@ -337,6 +399,7 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
 
     sweep_dead_segments()
     params0, data0 = wl.build(seed)
+    n_params = len(params0)
     warm_compile(wl, rule, density, params0, data0, seed,
                  batch if not global_batch else max(1, global_batch // workers))
     initial_loss = float(wl.loss(params0, data0))
@@ -354,7 +417,8 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
         dstore = stack.enter_context(ParamStore.create(data0, tag="data"))
         del params0
         cstore = stack.enter_context(ParamStore.create(
-            {**Clocks.specs(workers, shards), **StalenessLog.specs(workers),
+            {**Clocks.specs(workers, shards * n_params if shards > 1 else 1),
+             **StalenessLog.specs(workers),
              **runtime_specs(workers)},
             tag="ctl"))
         control = cstore.views()
@@ -379,12 +443,16 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
                 sup.start(specs, errdir)
                 t0_ns = control["rt_t0_ns"]
                 started = None        # when the first worker left the start barrier
+                next_beat_check = time.monotonic() + wait_timeout
                 next_eval = float("inf")
                 stop_sent = False
                 try:
                     while not sup.done:
                         sup.poll(clocks, control["rt_step"], 0.05)
                         now = time.monotonic()
+                        if now >= next_beat_check:
+                            sup.check_heartbeats(clocks, control["rt_step"], wait_timeout)
+                            next_beat_check = now + 1.0
                         if started is None:
                             if not t0_ns.all():
                                 continue          # still starting up: nothing to time
@@ -421,9 +489,9 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
                 # (spawning and imports excluded, so rates compare across workloads)
                 wall = (control["rt_t1_ns"].max() - t0_ns.min()) * 1e-9
         finally:
-            if bar is not None:
-                bar.close()
             with _signals_ignored():
+                if bar is not None:
+                    bar.close()
                 sup.shutdown(clocks)
         if events is not None:
             cursors, n_lost = _drain(log, cursors, events)

@@ -321,6 +321,7 @@ class _Python:
         self.pending = [None] * W
         self.bad = [False] * W
         self.extra = [None] * W
+        self.released = [False] * S.W   # DSSP: woken from a block, proceed once
         self.grants = {}
         self.total = 0
         self.seq = 0
@@ -355,6 +356,10 @@ class _Python:
             self.bound_w[w] = self.bound
             return False
         p = self.S.policy
+        if self.released[w]:      # as DSSP.wait: once released, go, and decide afresh next time
+            self.released[w] = False
+            self.extra[w] = None
+            return True
         if lag <= p.s_lo:
             self.extra[w] = None
             return True
@@ -398,7 +403,7 @@ class _Python:
                 self.blocked[q] = False
                 self.wait[q] += t - self.wait_since[q]
                 if self.dssp:
-                    self.extra[q] = None              # released: decide again next time
+                    self.released[q] = True           # proceeds without a new decision
                 self._push(t, _START, q)
 
     def _pull(self, w):
@@ -477,7 +482,9 @@ class _Python:
             else:
                 if S.density is not None:
                     grads = S.density.filter(grads, self.dstate[w], step=k)
-                if not self.local:
+                if not grads:
+                    pass   # held back (temporal density): nothing written, not an update
+                elif not self.local:
                     tau = self.total - self.upd[w] - self.oread[w]
                     S.rule.apply(S.params, grads, self.rstate[w], staleness=tau, worker=w)
                     self.upd[w] += 1

@@ -651,8 +651,17 @@ class ParamStore:
 
 
 def _write_npz(f, arrays):
-    """The one write of save(); a seam tests replace to simulate a crash mid-write."""
-    np.savez(f, **arrays)
+    """The one write of save(); a seam tests replace to simulate a crash mid-write.
+
+    Writes the .npz layout (an uncompressed zip of ``<name>.npy`` members) directly:
+    ``np.savez(f, **arrays)`` breaks on arrays named ``file`` or ``allow_pickle``
+    (its own parameters), which are valid store names.
+    """
+    import zipfile
+    with zipfile.ZipFile(f, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
+        for name, a in arrays.items():
+            with zf.open(f"{name}.npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.asanyarray(a), allow_pickle=False)
 
 
 def _torch():
@@ -684,9 +693,12 @@ def sweep_dead_segments(*, shm_dir=SHM_DIR) -> list:
         pid = int(m.group(1))
         if pid == os.getpid() or _pid_alive(pid):
             continue
+        path = os.path.join(shm_dir, nm)
         try:
-            os.unlink(os.path.join(shm_dir, nm))
-        except FileNotFoundError:
+            if os.stat(path).st_uid != os.getuid():
+                continue          # another user's: not ours to judge (or to remove)
+            os.unlink(path)
+        except OSError:           # gone already, or not permitted: leave it
             continue
         removed.append(nm)
     return removed

@@ -88,6 +88,7 @@ class _Worker:
         self.clocks = Clocks(control)
         self.log = StalenessLog(control)
         self.shards = spec.shards
+        self.param_index = {name: i for i, name in enumerate(sorted(params))}
         self.reader = Reader(self.clocks, self.log, spec.rank, shards=spec.shards > 1)
         self.control = control
         self.wait_ns = control["rt_wait_ns"]
@@ -126,15 +127,19 @@ class _Worker:
         self.control["rt_speed"][k % 2, self.rank] = sizer.speed(self.rank)
 
     def _shards_of(self, grads):
-        """Shard ids an update touches: row r of an n-row parameter is in shard
-        ``r·S // n`` (S contiguous row ranges per parameter). ``None`` (every shard)
-        as soon as one gradient is dense."""
+        """Shard ids an update touches: row r of an n-row parameter p is in shard
+        ``index(p)·S + r·S // n`` - S contiguous row ranges per parameter, with a
+        counter of their own (the clocks hold S x number-of-parameters shards).
+        ``None`` (every shard) as soon as one gradient is dense."""
         parts = []
+        S = self.shards
         for g in grads:
             if g.rows is None:
                 return None
             n = self.shared[g.name].shape[0]
-            parts.append(g.rows * self.shards // n)
+            # int64 first: rows * S overflows int32 for large tables
+            ids = g.rows.astype(np.int64, copy=False) * S // n
+            parts.append(ids + self.param_index[g.name] * S)
         return np.concatenate(parts) if parts else None
 
     def step(self, k: int) -> bool:
@@ -146,6 +151,7 @@ class _Worker:
         t1 = time.perf_counter_ns()
         self.wait_ns[rank] += t1 - t0
         if clocks.stopping():
+            self.busy_ns[rank] += t1 - t0
             return False
         b, weight = self._batch(k)
         if self.local is None:
@@ -169,7 +175,9 @@ class _Worker:
                     g.values *= weight
             if self.density_state is not None:
                 grads = spec.density.filter(grads, self.density_state, step=k)
-            if self.local is None:
+            if not grads:
+                pass    # held back (temporal density): nothing written, not an update
+            elif self.local is None:
                 touched = self._shards_of(grads) if self.shards > 1 else None
                 gap = self.reader.gap(touched) if touched is not None else self.reader.gap()
                 spec.rule.apply(self.params, grads, self.rule_state, staleness=gap,
@@ -216,6 +224,9 @@ class _LocalPhase:
     merge point the worker joins it and *rebases* the steps taken meanwhile onto the
     merged model it got back: ``replica ← S + (replica − committed)``, ``base ← S``.
     The merge itself is a lock-free add (racy by design, like every Hogwild! write).
+    Known limit: with overlap, the staleness recorded for a merge counts others'
+    merges since the previous merge point, not since the older snapshot S the phase
+    was rebased on, so it can read up to one phase low.
     """
 
     def __init__(self, spec, shared):
@@ -226,15 +237,19 @@ class _LocalPhase:
         self.base = {k: v.copy() for k, v in shared.items()}
         self.thread = None
         self.result = None
+        self.error = None
         self.steps = 0
 
     def pending(self) -> bool:
         return any(not np.array_equal(self.replica[k], self.base[k]) for k in self.replica)
 
     def _merge_into_shared(self, delta):
-        for name, d in delta.items():
-            merge(self.shared[name], d, workers=self.workers)
-        self.result = {k: v.copy() for k, v in self.shared.items()}
+        try:
+            for name, d in delta.items():
+                merge(self.shared[name], d, workers=self.workers)
+            self.result = {k: v.copy() for k, v in self.shared.items()}
+        except BaseException as e:  # noqa: BLE001 - re-raised in the worker by close()
+            self.error = e
 
     def merge(self) -> None:
         if not self.overlap:
@@ -260,6 +275,15 @@ class _LocalPhase:
         if self.thread is not None:
             self.thread.join()
             self.thread = None
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise RuntimeError("the overlapped LocalSGD merge failed") from error
+
+    def pull(self) -> None:
+        """Start a local phase from the shared model as it is now."""
+        for k, v in self.shared.items():
+            self.replica[k][...] = v
+            self.base[k][...] = v
 
 
 def run_worker(spec: WorkerSpec) -> None:
@@ -276,7 +300,9 @@ def run_worker(spec: WorkerSpec) -> None:
         clocks.beat(spec.rank)
         _start_barrier(clocks, spec.wait_timeout)
         control["rt_t0_ns"][spec.rank] = time.monotonic_ns()
-        worker.reader.read()   # LocalSGD's first phase starts here
+        if worker.local is not None:
+            worker.local.pull()    # the first local phase starts from the model now
+        worker.reader.read()       # ...and its staleness is counted from here
         parent = spec.parent_pid
         k = 0
         while spec.steps is None or k < spec.steps:

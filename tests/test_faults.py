@@ -55,6 +55,24 @@ def test_workers_are_capped_and_mf_workers_never_import_torch():
     assert "INSPECT torch_loaded=False omp=1 numba_threads=1" in tb
 
 
+def test_under_bsp_the_root_cause_is_blamed_not_the_blocked_peer():
+    from hogkit.policy import BSP
+    for _ in range(3):
+        with pytest.raises(WorkerFailed) as info:
+            train(Faulty(hot(), rank=1, step=40, fault="raise"), workers=2, steps=100_000,
+                  policy=BSP(), progress=False, eval_every=None)
+        assert info.value.rank == 1 and "planted failure" in info.value.traceback
+
+
+def test_a_hung_worker_is_detected_by_its_heartbeat():
+    t0 = time.monotonic()
+    with pytest.raises(WorkerFailed, match="no heartbeat") as info:
+        train(Faulty(hot(), rank=0, step=20, fault="sigstop"), workers=2, steps=10**7,
+              progress=False, eval_every=None, wait_timeout=1.5)
+    assert info.value.rank == 0
+    assert time.monotonic() - t0 < 30
+
+
 def test_worker_exit_code_is_reported():
     with pytest.raises(WorkerFailed) as info:
         train(Faulty(hot(), rank=1, step=10, fault="exit"), workers=2, steps=100_000,

@@ -74,6 +74,10 @@ def test_straggler_is_slower():
     ({"nonfinite": "ignore"}, InvalidArgument),
     ({"stragglers": {5: Slowdown(2.0)}}, InvalidArgument),
     ({"seconds": -1.0}, InvalidArgument),
+    ({"policy": "ssp:2"}, InvalidType),
+    ({"rule": 0.1}, InvalidType),
+    ({"stragglers": {1: 3.0}}, InvalidType),
+    ({"wait_timeout": 0}, InvalidArgument),
 ])
 def test_bad_settings_fail_before_spawning(kwargs, error):
     settings = {"workers": 2, "steps": 100, "progress": False, **kwargs}
@@ -98,3 +102,22 @@ def test_per_shard_staleness_counts_only_conflicting_updates():
     assert gap["count"] == run.updates == 4000
     assert gap["max"] == 0
     assert run.summary()["config"]["shards"] == 2
+
+
+def test_held_back_steps_are_not_updates():
+    """Temporal density (every 4th step sends) writes nothing on the other steps:
+    they are iterations, not updates, and nobody's staleness counts them."""
+    from hogkit import Density
+    run = train("mf", workers=2, steps=800, density=Density(1.0, every=4),
+                workload_options=HOT, progress=False, eval_every=None)
+    assert [w["iterations"] for w in run.per_worker] == [400, 400]
+    assert [w["updates"] for w in run.per_worker] == [100, 100]
+    assert run.staleness["update_gap"]["count"] == 200
+    assert all(0.0 <= w["wait_fraction"] <= 1.0 for w in run.per_worker)
+
+
+def test_adaptive_batch_with_empty_shares_is_refused():
+    from hogkit.batching import AdaptiveBatch
+    with pytest.raises(InvalidArgument, match="min_batch"):
+        train("mlp", workers=2, steps=10, batch=AdaptiveBatch(64, min_batch=0),
+              progress=False)

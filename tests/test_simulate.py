@@ -265,3 +265,11 @@ def test_simulated_gaps_agree_with_a_real_two_worker_run(tmp_path):
     assert 1 / 4 < res["mean_ratio"] < 4, {k: res[k] for k in ("tv", "mean_a", "mean_b")}
     assert res["simulated"]["staleness"]["p50"] <= 1
     assert real.staleness["update_gap"]["p50"] <= 1
+
+
+def test_held_back_steps_are_not_updates_in_the_simulator():
+    from hogkit import Density
+    run = simulate("mf", workers=4, steps=400, density=Density(1.0, every=4),
+                   workload_options={"preset": "hot"}, seed=0, keep_params=False)
+    assert [w["iterations"] for w in run.per_worker] == [100] * 4
+    assert run.updates == 100 and run.staleness["update_gap"]["count"] == 100

@@ -386,3 +386,16 @@ def test_forked_child_exit_hook_does_not_unlink_parents_segment():
         assert os.waitstatus_to_exitcode(status) == 0
         assert os.path.exists(f"/dev/shm/{s.name}")
         assert s.name in store_mod._OWNED
+
+
+def test_save_load_arrays_named_like_savez_parameters(tmp_path):
+    """np.savez(f, **arrays) breaks on 'file' and swallows 'allow_pickle'."""
+    arrays = {"file": np.arange(3, dtype=np.float32), "allow_pickle": np.ones(2)}
+    with ParamStore.create(arrays) as store:
+        store.save(tmp_path / "c.npz", meta={"k": 1})
+        got, meta = ParamStore.read_file(tmp_path / "c.npz")
+        assert set(got) == {"file", "allow_pickle"} and meta == {"k": 1}
+        np.testing.assert_array_equal(got["file"], arrays["file"])
+        store["file"][:] = 0
+        assert store.load(tmp_path / "c.npz") == {"k": 1}
+        np.testing.assert_array_equal(store["file"], arrays["file"])

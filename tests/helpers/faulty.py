@@ -48,6 +48,8 @@ class Faulty:
                 os.kill(os.getpid(), signal.SIGKILL)
             elif self.fault == "exit":
                 os._exit(7)
+            elif self.fault == "sigstop":
+                os.kill(os.getpid(), signal.SIGSTOP)     # hangs: no exit, no heartbeat
             elif self.fault == "inspect":
                 import sys
                 import numba
