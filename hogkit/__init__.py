@@ -27,7 +27,7 @@ _EXPORTS = {
     "EpochBalancedBatch": "hogkit.batching",
     "Slowdown": "hogkit.delays", "Pauses": "hogkit.delays", "Load": "hogkit.delays",
     "Constant": "hogkit.delays", "LogNormal": "hogkit.delays", "StepTimes": "hogkit.delays",
-    "simulate": "hogkit.simulate", "replay": "hogkit.simulate",
+    "simulate": "hogkit.simulator", "replay": "hogkit.simulator",
     "SGD": "hogkit.rules", "StalenessAware": "hogkit.rules",
     "DelayCompensated": "hogkit.rules", "GapAware": "hogkit.rules",
     "Density": "hogkit.density",

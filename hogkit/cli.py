@@ -189,7 +189,7 @@ def _cmd_run(args):
 
 def _cmd_sim(args):
     from hogkit.errors import InvalidArgument
-    from hogkit.simulate import simulate
+    from hogkit.simulator import simulate
 
     wl, knobs = _knobs(args)
     if args.shards != 1:

@@ -13,7 +13,7 @@ so it scales with the workload and the machine.
 - ``Load(amplitude, period)``: time-varying load; the slowdown factor follows
   ``1 + amplitude · (1 + sin(2πt/period)) / 2``.
 
-**Virtual compute times** (:mod:`hogkit.simulate`). In the simulator nothing is
+**Virtual compute times** (:mod:`hogkit.simulator`). In the simulator nothing is
 measured: the compute time itself comes from a model. :class:`StepTimes` combines
 
 - a base compute time: :class:`Constant` ``(seconds)`` or :class:`LogNormal`
@@ -34,7 +34,7 @@ with ``base_k`` and ``pause_k`` drawn from worker-private streams of ``(seed, w)
 change of policy does not change what the workers "are"). What is **not** modelled:
 contention between workers (memory bandwidth, cache-line bouncing, the OS scheduler),
 so simulated compute times never grow with the worker count; use
-:func:`hogkit.simulate.fit_delays` to calibrate a model on a real run.
+:func:`hogkit.simulator.fit_delays` to calibrate a model on a real run.
 
 ``parse_straggler("1:3")`` reads the CLI form ``RANK:FACTOR``; ``parse_delays`` reads
 the simulator's ``--delays`` (``"constant:1e-3,straggler:3:4,pauses:0.01:0.05"``).

@@ -2,7 +2,7 @@
 sparse logistic-regression or matrix-factorisation gradient and the SGD /
 staleness-aware sparse-row apply in one kernel.
 
-``hogkit.simulate`` owns the semantics (its module docstring); this kernel replays
+``hogkit.simulator`` owns the semantics (its module docstring); this kernel replays
 them exactly, so both engines give bit-identical results for the same seed:
 
 - one pending event per worker: ``START`` (wait for the policy, then read) or

@@ -19,7 +19,7 @@ from hogkit.errors import InvalidArgument, InvalidType, NonFiniteGradient
 from hogkit.policy import BSP, DSSP, SSP, Async, LocalSGD
 from hogkit.rules import SGD, DelayCompensated, GapAware, StalenessAware
 from hogkit.density import Density
-from hogkit.simulate import (agreement, compare_gaps, fit_delays, simulate,
+from hogkit.simulator import (agreement, compare_gaps, fit_delays, simulate,
                              strip_wall)
 from hogkit.testing import assert_staleness_bounded, delay_models, staleness_bounds
 
@@ -273,3 +273,9 @@ def test_held_back_steps_are_not_updates_in_the_simulator():
                    workload_options={"preset": "hot"}, seed=0, keep_params=False)
     assert [w["iterations"] for w in run.per_worker] == [100] * 4
     assert run.updates == 100 and run.staleness["update_gap"]["count"] == 100
+
+
+def test_hogkit_simulate_stays_the_function_after_the_module_is_imported():
+    import hogkit
+    from hogkit.simulator import replay  # noqa: F401 - importing the module must not shadow
+    assert callable(hogkit.simulate) and hogkit.simulate.__name__ == "simulate"

@@ -15,7 +15,7 @@ from hogkit import workloads
 from hogkit.delays import StepTimes
 from hogkit.errors import InvalidArgument
 from hogkit.policy import Async
-from hogkit.simulate import simulate
+from hogkit.simulator import simulate
 from hogkit.testing import (CI_PROFILE, Step, assert_staleness_bounded, delay_models,
                             interleave, replay, schedules, sequential_sum, sparse_updates,
                             staleness_bounds)

@@ -759,7 +759,7 @@ class Replay:
 def _check_step(pos, step, n, width):
     if not isinstance(step, tuple) or len(step) not in (3, 4):
         raise InvalidType(f"schedule[{pos}]={step!r} must be a Step(kind, worker, row, "
-                          f"value) from hogkit.simulate")
+                          f"value) from hogkit.simulator")
     step = Step(*step)
     check_choice(f"schedule[{pos}].kind", step.kind, STEP_KINDS)
     check_int(f"schedule[{pos}].worker", step.worker, min_value=0)
