@@ -18,9 +18,8 @@ Writes ``results.json`` and, from it only, ``density_staleness.png``.
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
+
+import _common
 
 CONFIG = {
     "workload": "logreg",
@@ -57,9 +56,7 @@ def run(config: dict) -> dict:
 
 
 def plot(results: dict, out_dir: str) -> str:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _common.pyplot()
     cfg, cells = results["config"], results["cells"]
     ws = cfg["workers"]
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
@@ -82,23 +79,11 @@ def plot(results: dict, out_dir: str) -> str:
                  fontsize=10)
     ax.legend(fontsize=8)
     ax.grid(True, alpha=0.3)
-    fig.tight_layout()
-    path = os.path.join(out_dir, "density_staleness.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _common.save(fig, out_dir, "density_staleness.png")
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--out", default="docs/experiments/density_staleness")
-    args = p.parse_args(argv)
-    os.makedirs(args.out, exist_ok=True)
-    results = run(QUICK if args.quick else CONFIG)
-    with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump(results, f, indent=1)
-    print(plot(results, args.out))
+    return _common.main(__doc__, run, plot, CONFIG, QUICK, "docs/experiments/density_staleness", argv)
 
 
 if __name__ == "__main__":

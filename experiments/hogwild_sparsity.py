@@ -18,10 +18,9 @@ It writes ``results.json`` and, from that file only, ``speedup.png``.
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import statistics
+
+import _common
 
 CONFIG = {
     "zipfs": [0.0, 1.1, 1.5, 2.0],
@@ -60,9 +59,7 @@ def run(config: dict) -> dict:
 
 
 def plot(results: dict, out_dir: str) -> str:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _common.pyplot()
     cells = results["cells"]
     top = max(results["config"]["workers"])
     zs = results["config"]["zipfs"]
@@ -83,25 +80,11 @@ def plot(results: dict, out_dir: str) -> str:
     axes[1].legend()
     fig.suptitle("Hogwild! sparse logistic regression: same updates, 1 vs "
                  f"{top} lock-free workers")
-    fig.tight_layout()
-    path = os.path.join(out_dir, "speedup.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _common.save(fig, out_dir, "speedup.png")
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--out", default="docs/experiments/hogwild_sparsity")
-    args = p.parse_args(argv)
-    os.makedirs(args.out, exist_ok=True)
-    results = run(QUICK if args.quick else CONFIG)
-    with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump(results, f, indent=2)
-    print(json.dumps([{k: (round(v, 4) if isinstance(v, float) else v) for k, v in c.items()}
-                      for c in results["cells"]], indent=1))
-    print(plot(results, args.out))
+    return _common.main(__doc__, run, plot, CONFIG, QUICK, "docs/experiments/hogwild_sparsity", argv)
 
 
 if __name__ == "__main__":

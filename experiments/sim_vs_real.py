@@ -16,10 +16,10 @@ on the machine (core count, other load); the write-up quotes the figures measure
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import tempfile
+
+import _common
 
 CONFIG = {"workload": "mf", "seconds": 4.0, "repeats": 2, "seed": 0,
           "cases": {"even": {}, "straggler 1:3": {"1": 3.0}}}
@@ -57,9 +57,7 @@ def run(config: dict) -> dict:
 
 
 def plot(results: dict, out_dir: str) -> str:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _common.pyplot()
     cases = results["cases"]
     fig, axes = plt.subplots(1, len(cases), figsize=(5 * len(cases), 4), squeeze=False)
     for ax, (name, reps) in zip(axes[0], cases.items()):
@@ -76,23 +74,11 @@ def plot(results: dict, out_dir: str) -> str:
         ax.set_ylabel("fraction of updates")
         ax.set_xticks(xs)
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = os.path.join(out_dir, "sim_vs_real.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _common.save(fig, out_dir, "sim_vs_real.png")
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--out", default="docs/experiments/sim_vs_real")
-    args = p.parse_args(argv)
-    os.makedirs(args.out, exist_ok=True)
-    results = run(QUICK if args.quick else CONFIG)
-    with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump(results, f, indent=1)
-    print(plot(results, args.out))
+    return _common.main(__doc__, run, plot, CONFIG, QUICK, "docs/experiments/sim_vs_real", argv)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,8 @@ import math
 import numpy as np
 from numba import njit
 
+from .staleness import record_event
+
 from .guard import all_finite
 from .logreg import logreg_grad
 from .mf import mf_grad
@@ -126,24 +128,9 @@ def _schedule(ist, fst, gi, w, t, kind):
 
 @njit(cache=True, nogil=True)
 def _record(log, w, step, gap, lag, t):
+    """The live runtime's log write (``staleness.record_event``), virtual time in ns."""
     gh, lh, st, ring, cursor = log
-    top = gh.shape[1] - 1
-    gh[w, gap if gap < top else top] += 1
-    lh[w, lag if lag < top else top] += 1
-    st[w, 0] += gap
-    if gap > st[w, 1]:
-        st[w, 1] = gap
-    st[w, 2] += lag
-    if lag > st[w, 3]:
-        st[w, 3] = lag
-    c = cursor[w]
-    slot = c % ring.shape[1]
-    ring[w, slot, 0] = w
-    ring[w, slot, 1] = step
-    ring[w, slot, 2] = gap
-    ring[w, slot, 3] = lag
-    ring[w, slot, 4] = np.int64(t * 1e9)
-    cursor[w] = c + 1
+    record_event(gh, lh, st, ring, cursor, w, step, gap, lag, np.int64(t * 1e9))
 
 
 @njit(cache=True, nogil=True)

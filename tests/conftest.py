@@ -9,6 +9,8 @@ import time
 import pytest
 from hypothesis import HealthCheck, settings
 
+from helpers.procs import children
+
 settings.register_profile(
     "ci", deadline=None, max_examples=40, print_blob=True,
     suppress_health_check=[HealthCheck.too_slow])
@@ -26,30 +28,11 @@ def hogkit_segments():
 
 
 def _children():
-    """Live child processes of this test process (psutil-free: read /proc)."""
-    me = os.getpid()
-    out = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        state, ppid = fields[0], int(fields[1])
-        if ppid == me and state != "Z":
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
-            except OSError:
-                cmd = ""
-            # The multiprocessing resource tracker is shared by design and lives
-            # as long as this interpreter; it is not a worker.
-            if "resource_tracker" in cmd or "forkserver" in cmd:
-                continue
-            out.append((int(pid), cmd.strip()))
-    return out
+    """Live child processes of this test process, less the shared helpers."""
+    # The multiprocessing resource tracker is shared by design and lives as long as
+    # this interpreter; it is not a worker.
+    return [(pid, cmd) for pid, cmd in children(os.getpid())
+            if "resource_tracker" not in cmd and "forkserver" not in cmd]
 
 
 @pytest.fixture(autouse=True)

@@ -15,6 +15,7 @@ import pytest
 from hogkit import WorkerFailed, train
 from hogkit import workloads
 from helpers.faulty import Faulty
+from helpers.procs import children
 
 pytestmark = [pytest.mark.process, pytest.mark.faults]
 
@@ -109,7 +110,7 @@ def _start_cli(tmp_path):
     # spawned workers (the resource tracker is a child too).
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        workers = [pid for pid, cmd in _children_of(proc.pid) if "spawn_main" in cmd
+        workers = [pid for pid, cmd in children(proc.pid) if "spawn_main" in cmd
                    and "resource_tracker" not in cmd]
         segs = [n for n in os.listdir("/dev/shm") if n.startswith(f"hogkit_{proc.pid}_")]
         if len(workers) == 2 and len(segs) == 3:
@@ -120,23 +121,6 @@ def _start_cli(tmp_path):
         time.sleep(0.1)
     proc.kill()
     raise AssertionError("workers did not start")
-
-
-def _children_of(ppid):
-    out = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if int(fields[1]) == ppid and fields[0] != "Z":
-            out.append((int(pid), cmd))
-    return out
 
 
 def _gone(pids, timeout=15):
