@@ -32,6 +32,8 @@ import numpy as np
 from hogkit import _worker
 from hogkit.clocks import DONE, FAILED, RUNNING, Clocks
 from hogkit.errors import Interrupted, InvalidArgument, InvalidType, WorkerFailed
+from hogkit.knobs import (check_budget, check_knob, config_of, resolve_workload,
+                          split_steps)
 from hogkit.reader import Reader, StalenessLog
 from hogkit.report import EventLog, environment, plot_run, write_summary
 from hogkit.run import Run
@@ -40,37 +42,10 @@ from hogkit.validation import check_choice, check_float, check_int
 from hogkit.worker_loop import WorkerSpec, runtime_specs
 
 
-def _config_of(obj):
-    """JSON-able settings of a knob: its ``config()``, its dataclass fields, or repr."""
-    import dataclasses
-    if obj is None:
-        return None
-    if hasattr(obj, "config"):
-        return obj.config()
-    if dataclasses.is_dataclass(obj):
-        return {"name": type(obj).__name__, **dataclasses.asdict(obj)}
-    return repr(obj)
 
 
-def _resolve_workload(workload, options):
-    from hogkit import workloads
-    if isinstance(workload, str):
-        return workloads.get(workload, **(options or {}))
-    if options:
-        raise InvalidArgument("workload_options only apply when workload is given by name")
-    for attr in ("build", "setup", "gradient", "loss"):
-        if not hasattr(workload, attr):
-            raise InvalidArgument(
-                f"workload {workload!r} has no {attr}(); pass a name from "
-                f"{workloads.NAMES} or an object following hogkit.workloads.base.Workload")
-    return workload
 
 
-def _check_knob(name, obj, methods, where):
-    missing = [m for m in methods if not callable(getattr(obj, m, None))]
-    if missing:
-        raise InvalidType(f"{name}={obj!r} has no {', '.join(m + '()' for m in missing)}; "
-                          f"pass an object from {where}")
 
 
 def _resolve_batch(batch, wl, workers):
@@ -95,10 +70,6 @@ def _resolve_batch(batch, wl, workers):
     return batch, B, max(1, n // B) if n else 100
 
 
-def _split_steps(steps, workers):
-    if steps is None:
-        return [None] * workers
-    return [steps // workers + (1 if r < steps % workers else 0) for r in range(workers)]
 
 
 def warm_compile(workload, rule, density, params, data, seed, batch) -> None:
@@ -356,17 +327,10 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
     from hogkit.policy import Async
     from hogkit.rules import SGD
 
-    wl = _resolve_workload(workload, workload_options)
+    wl = resolve_workload(workload, workload_options)
     workers = check_int("workers", workers, min_value=1, max_value=4096,
                         fix="use workers=1 for a sequential baseline")
-    if steps is None and seconds is None:
-        raise InvalidArgument("give steps= (total iterations) or seconds= (wall time), "
-                              "or both; the run stops at whichever comes first")
-    if steps is not None:
-        steps = check_int("steps", steps, min_value=workers,
-                          fix=f"steps is the total over all workers; give at least {workers}")
-    if seconds is not None:
-        seconds = check_float("seconds", seconds, min_value=0.0, exclude_min=True)
+    steps, seconds = check_budget(steps, seconds, workers)
     seed = check_int("seed", seed, min_value=0)
     shards = check_int("shards", shards, min_value=1, max_value=1 << 16,
                        fix="use shards=1 for one global update counter")
@@ -374,27 +338,27 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
     batch, global_batch, epoch_steps = _resolve_batch(batch, wl, workers)
     policy = Async() if policy is None else policy
     rule = SGD(lr=wl.default_lr) if rule is None else rule
-    _check_knob("policy", policy, ("wait",), "hogkit.policy (SSP, BSP(), Async(), DSSP, "
+    check_knob("policy", policy, ("wait",), "hogkit.policy (SSP, BSP(), Async(), DSSP, "
                 "LocalSGD) or parse_policy('ssp:3')")
-    _check_knob("rule", rule, ("init", "apply"), "hogkit.rules (SGD, StalenessAware, ...)")
+    check_knob("rule", rule, ("init", "apply"), "hogkit.rules (SGD, StalenessAware, ...)")
     if density is not None:
-        _check_knob("density", density, ("init", "filter"), "hogkit.density.Density")
+        check_knob("density", density, ("init", "filter"), "hogkit.density.Density")
     wait_timeout = check_float("wait_timeout", wait_timeout, min_value=0.0, exclude_min=True)
     grace = check_float("grace", grace, min_value=0.0)
     stragglers = dict(stragglers or {})
     for r, model in stragglers.items():
         check_int("straggler rank", r, min_value=0, max_value=workers - 1)
-        _check_knob(f"stragglers[{r}]", model, ("start",), "hogkit.delays (Slowdown, "
+        check_knob(f"stragglers[{r}]", model, ("start",), "hogkit.delays (Slowdown, "
                     "Pauses, Load)")
     if eval_every is not None:
         eval_every = check_float("eval_every", eval_every, min_value=0.0, exclude_min=True)
 
-    config = {"workload": wl.name, "workload_config": _config_of(wl), "workers": workers,
-              "policy": _config_of(policy), "rule": _config_of(rule),
-              "density": _config_of(density), "batch": _config_of(batch) if global_batch else batch,
+    config = {"workload": wl.name, "workload_config": config_of(wl), "workers": workers,
+              "policy": config_of(policy), "rule": config_of(rule),
+              "density": config_of(density), "batch": config_of(batch) if global_batch else batch,
               "steps": steps,
               "seconds": seconds, "seed": seed, "nonfinite": nonfinite, "shards": shards,
-              "stragglers": {str(r): _config_of(m) for r, m in stragglers.items()},
+              "stragglers": {str(r): config_of(m) for r, m in stragglers.items()},
               "environment": environment()}
 
     sweep_dead_segments()
@@ -430,7 +394,7 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
                             params=pstore.handle, data=dstore.handle, control=cstore.handle,
                             nonfinite=nonfinite, wait_timeout=wait_timeout, shards=shards,
                             delay=stragglers.get(r), parent_pid=os.getpid())
-                 for r, n in enumerate(_split_steps(steps, workers))]
+                 for r, n in enumerate(split_steps(steps, workers))]
         if events is not None:
             events.write([{"type": "start", "t": 0.0, "config": config,
                            "initial_loss": initial_loss}])

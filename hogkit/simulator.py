@@ -66,6 +66,7 @@ import numpy as np
 
 from hogkit.clocks import DONE, RUNNING
 from hogkit.delays import CHUNK, StepTimes, step_times
+from hogkit.knobs import check_budget, config_of, resolve_workload, split_steps
 from hogkit.errors import InvalidArgument, InvalidType, NonFiniteGradient
 from hogkit.policy import DSSP, SSP, LocalSGD, clock_lag, dssp_extra, local_delta, merge
 from hogkit.reader import StalenessLog
@@ -85,19 +86,10 @@ _WALL_KEYS = ("wall_s", "updates_per_s", "engine_wall_s", "engine_updates_per_s"
 
 # --------------------------------------------------------------------------- helpers
 
-def _resolve_workload(workload, options):
-    from hogkit.runtime import _resolve_workload as resolve
-    return resolve(workload, options)
 
 
-def _config_of(obj):
-    if obj is None:
-        return None
-    return obj.config() if hasattr(obj, "config") else repr(obj)
 
 
-def _split_steps(steps, workers):
-    return [steps // workers + (1 if r < steps % workers else 0) for r in range(workers)]
 
 
 def _environment():
@@ -182,18 +174,10 @@ def simulate(workload="mf", *, workers=8, policy=None, rule=None, density=None, 
     from hogkit.rules import SGD
 
     t_wall = time.perf_counter()
-    wl = _resolve_workload(workload, workload_options)
+    wl = resolve_workload(workload, workload_options)
     W = check_int("workers", workers, min_value=1, max_value=1 << 20,
                   fix="use workers=1 for a sequential baseline")
-    if steps is None and seconds is None:
-        raise InvalidArgument("give steps= (total iterations) or seconds= (virtual "
-                              "seconds), or both; the run stops at whichever comes first")
-    if steps is not None:
-        steps = check_int("steps", steps, min_value=W,
-                          fix=f"steps is the total over all workers; give at least {W}")
-    if seconds is not None:
-        seconds = check_float("seconds", seconds, min_value=0.0, exclude_min=True,
-                              fix="a budget in virtual seconds")
+    steps, seconds = check_budget(steps, seconds, W, time_unit="virtual seconds")
     seed = check_int("seed", seed, min_value=0)
     check_choice("nonfinite", nonfinite, ("raise", "skip"))
     check_choice("engine", engine, ("auto", "fused", "python"))
@@ -224,15 +208,15 @@ def simulate(workload="mf", *, workers=8, policy=None, rule=None, density=None, 
                               f"'auto'")
     use_fused = engine == "fused" or (engine == "auto" and why is None)
 
-    config = {"workload": wl.name, "workload_config": _config_of(wl), "workers": W,
-              "policy": _config_of(policy), "rule": _config_of(rule),
-              "density": _config_of(density), "batch": batch, "steps": steps,
+    config = {"workload": wl.name, "workload_config": config_of(wl), "workers": W,
+              "policy": config_of(policy), "rule": config_of(rule),
+              "density": config_of(density), "batch": batch, "steps": steps,
               "seconds": seconds, "seed": seed, "nonfinite": nonfinite,
               "stragglers": {}, "delays": times.config(), "environment": _environment()}
 
     params, data = wl.build(seed)
     initial_loss = float(wl.loss(params, data))
-    quotas = _split_steps(steps, W) if steps is not None else [1 << 62] * W
+    quotas = split_steps(steps, W) if steps is not None else [1 << 62] * W
     log = StalenessLog({k: np.zeros(shape, dt) for k, (shape, dt)
                         in StalenessLog.specs(W, ring=1).items()})
     if eval_every is None:
