@@ -1,0 +1,31 @@
+"""The README's Python tour runs as written (with smaller step counts)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+@pytest.mark.slow
+@pytest.mark.process
+def test_readme_python_blocks_run(tmp_path):
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+    assert len(blocks) >= 3
+    code = "\n".join(blocks)
+    code = re.sub(r"steps=[0-9_]+", "steps=2_000", code)          # keep it quick
+    code = code.replace("@given(sparse_updates((16, 4)))", "@given(sparse_updates((16, 4)))\n"
+                        "@settings(max_examples=5)")
+    code = "from hypothesis import settings\n" + code + "\ntest_my_apply_adds_duplicates()\n"
+    script = tmp_path / "tour.py"
+    script.write_text("def main():\n" + textwrap.indent(code, "    ")
+                      + "\n\nif __name__ == '__main__':\n    main()\n")
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
