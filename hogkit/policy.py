@@ -28,9 +28,11 @@ Choices made here (REFERENCE leaves them open):
   :class:`~hogkit.errors.PolicyTimeout` naming each blocking rank, its clock, state and
   heartbeat age, flagging as *suspect* any whose heartbeat is older than ``stale_after``.
   A frozen clock therefore never blocks anyone forever.
-- **Waiting** does not spin a core: a few immediate re-checks, then ``time.sleep`` from
-  20 µs doubling to a 2 ms cap (so wake-up latency is at most ~2 ms plus the OS's sleep
-  slack once a wait has lasted more than ~4 ms, and ~0.1 ms for short waits).
+- **Waiting** re-checks without sleeping for the first 100 µs (a barrier between
+  workers of equal speed usually opens within that), then sleeps from 20 µs doubling
+  to a 0.5 ms cap, so a long wait costs no core and wakes at most ~0.5 ms late. With
+  a 2 ms cap, LB-BSP's balanced barriers woke late often enough to cut its gain
+  from 1.63x to 1.39x (benchmarks/RESULTS.md).
 - The check reads the clock vector slot by slot while others write it; it is not a
   snapshot, but every slot only grows, so a stale read can only make the waiter wait
   longer, never let it proceed past the bound.
@@ -57,7 +59,9 @@ __all__ = ["SSP", "BSP", "Async", "DSSP", "LocalSGD", "parse_policy", "may_proce
 #: Backoff: immediate re-checks, then sleeps from _SLEEP_MIN doubling to _SLEEP_MAX (s).
 _SPINS = 4
 _SLEEP_MIN = 20e-6
-_SLEEP_MAX = 2e-3
+_SLEEP_MAX = 5e-4
+#: ...and re-check without sleeping for the first _SPIN_S seconds of a wait (s)
+_SPIN_S = 1e-4
 #: A blocking peer whose heartbeat is older than this (s) is named as suspect.
 STALE_AFTER = 10.0
 
@@ -142,7 +146,7 @@ def _wait_loop(policy, clocks, rank, timeout, stale_after, bound_fn):
         if now >= deadline:
             raise _timeout_error(policy, clocks, rank, bound, blockers, now - t0,
                                  timeout, stale_after)
-        if spins < _SPINS:
+        if spins < _SPINS or now - t0 < _SPIN_S:
             spins += 1
             continue
         time.sleep(min(sleep, max(deadline - now, 0.0)))
