@@ -20,6 +20,7 @@ import time
 EXIT_OK, EXIT_WORKER_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 RULES = ("sgd", "staleness-aware", "dc-asgd", "gap-aware")
+BENCH_SCENARIOS = ("kernels", "scaling", "instrumentation", "policies", "simulate")
 
 
 def _positive_int(text):
@@ -91,9 +92,7 @@ def build_parser():
     sim.add_argument("--engine", default="auto", choices=("auto", "fused", "python"),
                      help="event loop: the fused numba kernel where supported (auto)")
     bench = sub.add_parser("bench", help="run benchmark scenarios")
-    bench.add_argument("scenario", nargs="?", default="kernels",
-                       choices=("kernels", "scaling", "instrumentation", "policies",
-                                "simulate"))
+    bench.add_argument("scenario", nargs="?", default="kernels", choices=BENCH_SCENARIOS)
     bench.add_argument("--quick", action="store_true", help="small sizes, a few rounds")
     bench.add_argument("--json", default=None, metavar="FILE", help="write raw figures here")
     rep = sub.add_parser("report", help="print a results folder's summary and re-draw plots")
