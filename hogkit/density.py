@@ -41,7 +41,7 @@ from hogkit.errors import InvalidArgument, InvalidType
 from hogkit.grads import Grad
 from hogkit.kernels import density as _k
 from hogkit.validation import (FLOAT_DTYPES, INDEX_DTYPES, check_array, check_choice,
-                               check_float, check_indices, check_int)
+                               check_float, check_grads, check_indices, check_int)
 
 __all__ = ["Density"]
 
@@ -105,14 +105,8 @@ class Density:
 
     # --- validation ---------------------------------------------------------------
     def _check(self, grads, state):
-        if isinstance(grads, Grad):
-            raise InvalidType("grads must be a sequence of Grad, got a single Grad; "
-                              "pass [grad]")
         out = []
-        for grad in grads:
-            if not isinstance(grad, Grad):
-                raise InvalidType(f"grads must hold hogkit.Grad objects, got "
-                                  f"{type(grad).__name__}")
+        for grad in check_grads(grads):
             name, values, rows = grad.name, grad.values, grad.rows
             vname = f"Grad {name!r} values"
             check_array(vname, values, dtype=FLOAT_DTYPES, min_ndim=1)

@@ -32,6 +32,13 @@ class InvalidType(HogkitError, TypeError):
 class NonFiniteGradient(HogkitError, FloatingPointError):
     """A gradient with NaN or inf was stopped before it reached shared parameters."""
 
+    @classmethod
+    def at(cls, who, step, where=""):
+        """The error for ``who`` (e.g. "worker 1") at ``step``; ``where`` adds context."""
+        return cls(f"{who} produced a non-finite gradient at step {step}{where}; nothing "
+                   f"was written. Lower the learning rate, or pass nonfinite='skip' to "
+                   f"drop such updates and count them")
+
 
 class ShmCapacityError(HogkitError, OSError):
     """Shared memory (/dev/shm) has too little room for a segment."""

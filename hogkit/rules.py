@@ -35,7 +35,8 @@ import numpy as np
 
 from hogkit.errors import InvalidArgument, InvalidType
 from hogkit.grads import Grad
-from hogkit.validation import FLOAT_DTYPES, check_array, check_float, check_indices, check_int
+from hogkit.validation import (FLOAT_DTYPES, check_array, check_float, check_grads,
+                               check_indices, check_int)
 from hogkit.kernels import delayed as _delayed
 from hogkit.kernels import dense as _dense
 from hogkit.kernels import guard as _guard
@@ -90,14 +91,8 @@ def _prepare(rule, params, grads, *, needs_read):
     if not isinstance(params, Mapping):
         raise InvalidType(f"params must be a mapping name -> numpy array, got "
                           f"{type(params).__name__}")
-    if isinstance(grads, Grad):
-        raise InvalidType("grads must be a sequence of Grad, got a single Grad; "
-                          "pass [grad]")
     items = []
-    for grad in grads:
-        if not isinstance(grad, Grad):
-            raise InvalidType(f"grads must hold hogkit.Grad objects, got "
-                              f"{type(grad).__name__}")
+    for grad in check_grads(grads):
         name = grad.name
         param = params.get(name)
         if param is None:

@@ -458,10 +458,8 @@ class _Python:
             grads, self.pending[w] = self.pending[w], None
             if self.bad[w]:
                 if S.nonfinite == "raise":
-                    raise NonFiniteGradient(
-                        f"virtual worker {w} produced a non-finite gradient at step {k} "
-                        f"(virtual time {t:.6g} s); nothing was written. Lower the "
-                        f"learning rate, or pass nonfinite='skip' to drop such updates")
+                    raise NonFiniteGradient.at(f"virtual worker {w}", k,
+                                               f" (virtual time {t:.6g} s)")
                 self.skipped[w] += 1
             else:
                 if S.density is not None:
@@ -579,11 +577,8 @@ def _run_fused(S):
             cfg[K.C_EVAL_U] += S.eval_updates
         else:
             w = int(gi[K.G_WHO])
-            raise NonFiniteGradient(
-                f"virtual worker {w} produced a non-finite gradient at step "
-                f"{int(ist[w, K.I_ITER])} (virtual time {fst[w, K.F_T]:.6g} s); nothing "
-                f"was written. Lower the learning rate, or pass nonfinite='skip' to drop "
-                f"such updates")
+            raise NonFiniteGradient.at(f"virtual worker {w}", int(ist[w, K.I_ITER]),
+                                       f" (virtual time {fst[w, K.F_T]:.6g} s)")
     return {"updates": ist[:, K.I_UPD].copy(), "iterations": ist[:, K.I_ITER].copy(),
             "wait": fst[:, K.F_WAIT].copy(), "last": fst[:, K.F_LAST].copy(),
             "skipped": ist[:, K.I_SKIPPED].copy(), "t_end": float(fst[:, K.F_LAST].max()),

@@ -124,3 +124,16 @@ def check_finite(name, a):
         bad = int(np.size(a) - np.count_nonzero(np.isfinite(a)))
         raise InvalidArgument(f"{name} holds {bad} non-finite value(s) (NaN or inf)")
     return a
+
+
+def check_grads(grads):
+    """``grads`` is a sequence of :class:`~hogkit.grads.Grad`; returns it."""
+    from hogkit.grads import Grad
+    if isinstance(grads, Grad):
+        raise InvalidType("grads must be a sequence of Grad, got a single Grad; "
+                          "pass [grad]")
+    for grad in grads:
+        if not isinstance(grad, Grad):
+            raise InvalidType(f"grads must hold hogkit.Grad objects, got "
+                              f"{type(grad).__name__}")
+    return grads

@@ -164,10 +164,7 @@ class _Worker:
         self.samples[rank] += b
         if not grads_finite(grads):
             if spec.nonfinite == "raise":
-                raise NonFiniteGradient(
-                    f"worker {rank} produced a non-finite gradient at step {k}; nothing "
-                    f"was written. Lower the learning rate, or pass nonfinite='skip' to "
-                    f"drop such updates and count them")
+                raise NonFiniteGradient.at(f"worker {rank}", k)
             self.nonfinite[rank] += 1
         else:
             if weight != 1.0:

@@ -35,8 +35,8 @@ import numpy as np
 from numba import njit
 
 from ._intrinsics import prefetch_row, sqrt
-from .dense import sgd_flat
-from .sparse import sgd_rows
+from .dense import momentum_flat, sgd_flat
+from .sparse import momentum_rows, sgd_rows
 
 _AHEAD = 16              # constant DC-ASGD rows prefetch this many batch entries ahead
 _AHEAD2 = 8              # ... and the kernels with a state table (2-3 rows per entry)
@@ -61,35 +61,24 @@ def staleness_aware_rows(W, rows, G, lr, tau):
 def staleness_aware_momentum_flat(w, m, g, lr, mu, tau):
     """``m = mu * m + g / max(tau, 1); w -= lr * m`` (the stale gradient is damped
     before it enters the momentum buffer)."""
-    a = w.dtype.type(lr)
-    b = w.dtype.type(mu)
-    s = w.dtype.type(1.0 / max(tau, 1))
-    for i in range(w.shape[0]):
-        v = b * m[i] + s * g[i]
-        m[i] = v
-        w[i] -= a * v
+    momentum_flat(w, m, g, lr, mu, 1.0 / max(tau, 1))
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def staleness_aware_momentum_rows(W, M, rows, G, lr, mu, tau):
     """Lazy sparse-row twin of ``staleness_aware_momentum_flat``."""
-    a = W.dtype.type(lr)
-    b = W.dtype.type(mu)
-    s = W.dtype.type(1.0 / max(tau, 1))
-    n = rows.shape[0]
-    d = W.shape[1]
-    for i in range(min(8, n)):
-        prefetch_row(W, rows[i])
-        prefetch_row(M, rows[i])
-    for i in range(n):
-        if i + 8 < n:
-            prefetch_row(W, rows[i + 8])
-            prefetch_row(M, rows[i + 8])
-        r = rows[i]
-        for j in range(d):
-            v = b * M[r, j] + s * G[i, j]
-            M[r, j] = v
-            W[r, j] -= a * v
+    momentum_rows(W, M, rows, G, lr, mu, 1.0 / max(tau, 1))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _keep_start(S, W, r, code):
+    """At the first occurrence of a repeated row (``code = 2s``), save its start value
+    into ``S[s]``: later occurrences measure their gap from it, so a row's own earlier
+    step in this batch never counts as staleness. ``code < 0``: not repeated."""
+    if code >= 0:
+        s = code >> 1
+        for j in range(W.shape[1]):
+            S[s, j] = W[r, j]
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -175,10 +164,7 @@ def dc_rows(W, rows, G, B, lr, lam):
         r = rows[i]
         k = code[i]
         if k < 0 or (k & 1) == 0:             # W[r] still holds its start value
-            if k >= 0:
-                s = k >> 1
-                for j in range(d):
-                    S[s, j] = W[r, j]
+            _keep_start(S, W, r, k)
             for j in range(d):
                 gi = G[i, j]
                 wi = W[r, j]
@@ -234,10 +220,7 @@ def dc_adaptive_rows(W, MS, rows, G, B, lr, lam0, m, eps):
         r = rows[i]
         k = code[i]
         if k < 0 or (k & 1) == 0:
-            if k >= 0:
-                s = k >> 1
-                for j in range(d):
-                    S[s, j] = W[r, j]
+            _keep_start(S, W, r, k)
             for j in range(d):
                 gi = G[i, j]
                 wi = W[r, j]
@@ -338,10 +321,7 @@ def gap_aware_rows(W, M, V, rows, G, R, lr, mu, gamma, lr_max, k):
         r = rows[i]
         c = code[i]
         if c < 0 or (c & 1) == 0:             # W[r] still holds its start value
-            if c >= 0:
-                s = c >> 1
-                for j in range(d):
-                    S[s, j] = W[r, j]
+            _keep_start(S, W, r, c)
             if mom:
                 for j in range(d):
                     gi = G[i, j]

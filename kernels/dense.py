@@ -26,14 +26,16 @@ def sgd_flat(w, g, lr):
 
 
 @njit(cache=True, nogil=True)
-def momentum_flat(w, m, g, lr, mu):
-    """Heavy-ball momentum: ``m = mu * m + g; w -= lr * m`` element-wise."""
+def momentum_flat(w, m, g, lr, mu, gscale=1.0):
+    """Heavy-ball momentum: ``m = mu * m + gscale * g; w -= lr * m`` element-wise
+    (``gscale`` 1.0 is exact; the staleness-aware rule damps a stale gradient with it)."""
     a = w.dtype.type(lr)
     b = w.dtype.type(mu)
+    s = w.dtype.type(gscale)
     n = w.shape[0]
     for lo in range(0, n, 4096):
         hi = min(lo + 4096, n)
         for i in range(lo, hi):
-            v = b * m[i] + g[i]
+            v = b * m[i] + s * g[i]
             m[i] = v
             w[i] -= a * v

@@ -42,7 +42,7 @@ def sgd_rows(W, rows, G, lr):
 
 
 @njit(cache=True, nogil=True)
-def momentum_rows(W, M, rows, G, lr, mu):
+def momentum_rows(W, M, rows, G, lr, mu, gscale=1.0):
     """Heavy-ball momentum on the touched rows only ("lazy" sparse momentum).
 
     For each i in batch order, with ``r = rows[i]``::
@@ -50,12 +50,15 @@ def momentum_rows(W, M, rows, G, lr, mu):
         M[r] = mu * M[r] + G[i]
         W[r] = W[r] - lr * M[r]
 
+    ``gscale`` scales the gradient on its way in (``M[r] = mu * M[r] + gscale * G[i]``;
+    1.0 is exact): the staleness-aware rule damps a stale gradient this way.
     ``M`` has W's shape. Rows not in the batch keep their buffer undecayed (the
     semantics of lazy sparse optimisers, e.g. torch's SparseAdam); a duplicated row
     takes one momentum step per occurrence.
     """
     a = W.dtype.type(lr)
     m = W.dtype.type(mu)
+    s = W.dtype.type(gscale)
     b = rows.shape[0]
     d = W.shape[1]
     for i in range(min(8, b)):
@@ -67,6 +70,6 @@ def momentum_rows(W, M, rows, G, lr, mu):
             prefetch_row(M, rows[i + 8])
         r = rows[i]
         for j in range(d):
-            v = m * M[r, j] + G[i, j]
+            v = m * M[r, j] + s * G[i, j]
             M[r, j] = v
             W[r, j] -= a * v

@@ -18,17 +18,27 @@ import os
 import signal
 
 
-class Faulty:
-    def __init__(self, inner, *, rank=0, step=5, fault="raise", every=False):
+class _Wrapper:
+    """Delegates the Workload contract to ``inner``; subclasses change one part."""
+
+    def __init__(self, inner, prefix):
         self.inner = inner
-        self.rank, self.step, self.fault, self.every = rank, step, fault, every
-        self.name = f"faulty-{inner.name}"
+        self.name = f"{prefix}-{inner.name}"
         self.needs_torch = inner.needs_torch
         self.default_lr = inner.default_lr
         self.default_batch = inner.default_batch
 
     def build(self, seed):
         return self.inner.build(seed)
+
+    def loss(self, params, data):
+        return self.inner.loss(params, data)
+
+
+class Faulty(_Wrapper):
+    def __init__(self, inner, *, rank=0, step=5, fault="raise", every=False):
+        super().__init__(inner, "faulty")
+        self.rank, self.step, self.fault, self.every = rank, step, fault, every
 
     def setup(self, params, data, *, rank, seed):
         return {"inner": self.inner.setup(params, data, rank=rank, seed=seed), "rank": rank,
@@ -59,28 +69,19 @@ class Faulty:
                     f"numba_threads={numba.config.NUMBA_NUM_THREADS}")
         return grads
 
-    def loss(self, params, data):
-        return self.inner.loss(params, data)
-
     def config(self):
         return {"name": self.name, "fault": self.fault, "rank": self.rank, "step": self.step}
 
 
-class Partitioned:
+class Partitioned(_Wrapper):
     """Worker ``rank`` of ``parts`` only ever writes rows in the rank-th contiguous
     range of every parameter (its gradient rows are folded into that range). The
     values are unchanged, so training is meaningless; it exists to test per-shard
     staleness: with ``shards=parts`` no update ever conflicts with another worker's."""
 
     def __init__(self, inner, parts=2):
-        self.inner, self.parts = inner, parts
-        self.name = f"partitioned-{inner.name}"
-        self.needs_torch = inner.needs_torch
-        self.default_lr = inner.default_lr
-        self.default_batch = inner.default_batch
-
-    def build(self, seed):
-        return self.inner.build(seed)
+        super().__init__(inner, "partitioned")
+        self.parts = parts
 
     def setup(self, params, data, *, rank, seed):
         return {"inner": self.inner.setup(params, data, rank=rank, seed=seed),
@@ -94,5 +95,3 @@ class Partitioned:
             g.rows = g.rows % size + ctx["rank"] * size
         return grads
 
-    def loss(self, params, data):
-        return self.inner.loss(params, data)
