@@ -1,7 +1,7 @@
 """Does the simulator's staleness match a real run's?
 
 For 2 live workers (``hogkit.train``), fit the simulator's step-time model to the
-measured per-worker step times (``hogkit.simulator.fit_delays``: mean step time per
+measured per-worker step times (``hogkit.calibrate.fit_delays``: mean step time per
 worker, log-normal spread from the event log's step intervals), simulate the twin
 run with the same workload, policy, rule and total iterations, and compare the
 update-gap distributions (total-variation distance, means). Two cases: both workers
@@ -30,7 +30,7 @@ def run(config: dict) -> dict:
     import hogkit
     from hogkit.delays import Slowdown
     from hogkit.report import environment
-    from hogkit.simulator import agreement
+    from hogkit.calibrate import agreement
     out = {"config": config, "cases": {}, "environment": environment()}
     for name, slow in config["cases"].items():
         stragglers = {int(r): Slowdown(f) for r, f in slow.items()}

@@ -27,7 +27,7 @@ _EXPORTS = {
     "EpochBalancedBatch": "hogkit.batching",
     "Slowdown": "hogkit.delays", "Pauses": "hogkit.delays", "Load": "hogkit.delays",
     "Constant": "hogkit.delays", "LogNormal": "hogkit.delays", "StepTimes": "hogkit.delays",
-    "simulate": "hogkit.simulator", "replay": "hogkit.simulator",
+    "simulate": "hogkit.simulator", "replay": "hogkit.races",
     "SGD": "hogkit.rules", "StalenessAware": "hogkit.rules",
     "DelayCompensated": "hogkit.rules", "GapAware": "hogkit.rules",
     "Density": "hogkit.density",

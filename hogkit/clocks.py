@@ -6,6 +6,14 @@ built from :meth:`Clocks.specs` (names start with ``clk_``)::
     store = ParamStore.create({**params, **Clocks.specs(workers, shards)})
     clocks = Clocks(store.views())           # in the parent and, after attach, in workers
 
+Layout (``hogkit.kernels.clock``): one 64-byte row of 8 int64 slots per worker (updates,
+iterations, heartbeat, state, latest iteration time, current step), so a worker's writes
+never invalidate a peer's cache line; per-shard counters padded to whole lines per
+worker too. ``updates``, ``iterations``... are strided views of that matrix, and the
+definitions read from it (clock lag, others' updates, SSP admission, DSSP's grant) are
+the kernels of ``hogkit.kernels.clock``, shared with the compiled step core and the
+simulator.
+
 Every slot has exactly one writer (worker ``w`` writes row ``w``; the parent writes
 ``stop`` and may mark a dead worker FAILED), so no atomics and no locks are needed (numba
 has no CPU atomics; a cross-process lock held by a killed worker would deadlock all).
@@ -25,15 +33,17 @@ from typing import Mapping
 import numpy as np
 
 from hogkit.errors import InvalidArgument, InvalidType
+from hogkit.kernels import clock as _k
 from hogkit.validation import check_int, check_indices
 
 __all__ = ["Clocks", "IDLE", "RUNNING", "DONE", "FAILED", "STATES"]
 
-IDLE, RUNNING, DONE, FAILED = 0, 1, 2, 3
+IDLE, RUNNING, DONE, FAILED = _k.IDLE, _k.RUNNING, _k.DONE, _k.FAILED
 STATES = {IDLE: "IDLE", RUNNING: "RUNNING", DONE: "DONE", FAILED: "FAILED"}
 
 _I64 = np.dtype(np.int64)
 _UNSIGNED = {np.dtype(np.int64): np.dtype(np.uint64), np.dtype(np.int32): np.dtype(np.uint32)}
+_LINE = 8                      # int64 per 64-byte cache line
 
 
 def _shard_ids(shards, n):
@@ -54,13 +64,17 @@ def _shard_ids(shards, n):
 class Clocks:
     """Single-writer int64 counters per worker (see the module docstring).
 
-    Fields (views into shared memory):
+    Fields (views into shared memory; all but ``slots`` and ``stop`` are strided views
+    of ``slots``):
 
+    ``slots`` (W, 8)      the whole per-worker rows (``hogkit.kernels.clock`` layout)
     ``updates`` (W,)      updates applied by worker w
     ``iterations`` (W,)   iterations finished by worker w (the SSP clock c_w)
     ``heartbeat_ns`` (W,) ``time.monotonic_ns()`` of w's last :meth:`beat` (CLOCK_MONOTONIC
                           is system-wide on Linux, so comparable across processes)
     ``state`` (W,)        IDLE=0 RUNNING=1 DONE=2 FAILED=3
+    ``interval_ns`` (W,)  how long w's latest iteration took (DSSP's timing)
+    ``step`` (W,)         the step w is running now
     ``shard_updates`` (W, S)  updates by w that touched shard s
     ``stop`` (1,)         1 once the parent asked every worker to stop
     """
@@ -73,20 +87,16 @@ class Clocks:
         W = check_int("workers", workers, min_value=1, fix="use workers=1 or more")
         S = check_int("shards", shards, min_value=1, fix="use shards=1 for no sharding")
         return {
-            "clk_updates": ((W,), _I64),
-            "clk_iterations": ((W,), _I64),
-            "clk_heartbeat_ns": ((W,), _I64),
-            "clk_state": ((W,), _I64),
+            "clk_slots": ((W, _k.SLOT), _I64),
             "clk_shard_updates": ((W, S), _I64),
-            "clk_stop": ((1,), _I64),
+            "clk_stop": ((_LINE,), _I64),     # [0]: the flag; a line of its own
         }
 
     def __init__(self, views: Mapping[str, np.ndarray]):
         if not isinstance(views, Mapping):
             raise InvalidType(f"views must be a mapping name -> ndarray (store.views()), "
                               f"got {type(views).__name__}")
-        need = ("clk_updates", "clk_iterations", "clk_heartbeat_ns", "clk_state",
-                "clk_shard_updates", "clk_stop")
+        need = ("clk_slots", "clk_shard_updates", "clk_stop")
         missing = [n for n in need if n not in views]
         if missing:
             raise InvalidArgument(f"views lack {missing}; create the store with "
@@ -96,27 +106,27 @@ class Clocks:
             if not isinstance(a, np.ndarray) or a.dtype != _I64:
                 raise InvalidType(f"{n} must be an int64 ndarray, got "
                                   f"{getattr(a, 'dtype', type(a).__name__)}")
-        W = views["clk_updates"].shape[0]
-        su = views["clk_shard_updates"]
-        for n in ("clk_updates", "clk_iterations", "clk_heartbeat_ns", "clk_state"):
-            if views[n].shape != (W,):
-                raise InvalidArgument(f"{n} has shape {views[n].shape}, expected ({W},)")
+        slots, su, stop = (views[n] for n in need)
+        if slots.ndim != 2 or slots.shape[1] != _k.SLOT or slots.shape[0] < 1:
+            raise InvalidArgument(f"clk_slots has shape {slots.shape}, expected "
+                                  f"(workers>=1, {_k.SLOT})")
+        W = slots.shape[0]
+        if stop.shape != (_LINE,):
+            raise InvalidArgument(f"clk_stop has shape {stop.shape}, expected ({_LINE},)")
         if su.ndim != 2 or su.shape[0] != W or su.shape[1] < 1:
             raise InvalidArgument(f"clk_shard_updates has shape {su.shape}, expected "
                                   f"({W}, shards>=1)")
-        if views["clk_stop"].shape != (1,):
-            raise InvalidArgument(f"clk_stop has shape {views['clk_stop'].shape}, "
-                                  f"expected (1,)")
-        if W < 1:
-            raise InvalidArgument("clocks for 0 workers; use Clocks.specs(workers>=1)")
         self.workers = W
         self.shards = su.shape[1]
-        self.updates = views["clk_updates"]
-        self.iterations = views["clk_iterations"]
-        self.heartbeat_ns = views["clk_heartbeat_ns"]
-        self.state = views["clk_state"]
+        self.slots = slots
+        self.updates = slots[:, _k.UPD]
+        self.iterations = slots[:, _k.ITER]
+        self.heartbeat_ns = slots[:, _k.BEAT]
+        self.state = slots[:, _k.STATE]
+        self.interval_ns = slots[:, _k.INTERVAL]
+        self.step = slots[:, _k.STEP]
         self.shard_updates = su
-        self.stop = views["clk_stop"]
+        self.stop = stop[:1]
 
     def _rank(self, rank):
         # Cheap check: a negative rank would wrap around to another worker's slot and
@@ -151,10 +161,12 @@ class Clocks:
             # ``shards`` is counted once. Only this worker writes this row.
             row[shards] += 1
 
-    def tick_iteration(self, rank):
-        """Count one finished iteration of ``rank`` (its SSP clock)."""
+    def tick_iteration(self, rank, *, beat=False):
+        """Count one finished iteration of ``rank`` (its SSP clock). ``beat=True`` also
+        records the finish time as the heartbeat and the time since the previous beat
+        as the latest iteration time (``hogkit.kernels.clock.finish_iteration``)."""
         rank = self._rank(rank)
-        self.iterations[rank] += 1
+        _k.finish_iteration(self.slots, rank, time.monotonic_ns() if beat else 0)
 
     def beat(self, rank):
         """Record ``time.monotonic_ns()`` as ``rank``'s heartbeat."""
@@ -186,6 +198,11 @@ class Clocks:
     def min_iteration(self) -> int:
         """Slowest worker's iteration count (racy, see the module docstring)."""
         return int(self.iterations.min())
+
+    def lag(self, rank) -> int:
+        """``rank``'s clock lag: its iterations minus the fewest of any worker that is
+        not DONE (``hogkit.kernels.clock.clock_lag``, the one definition)."""
+        return int(_k.clock_lag(self.slots, self._rank(rank)))
 
     def __repr__(self):
         return (f"Clocks(workers={self.workers}, shards={self.shards}, "

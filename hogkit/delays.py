@@ -34,7 +34,7 @@ with ``base_k`` and ``pause_k`` drawn from worker-private streams of ``(seed, w)
 change of policy does not change what the workers "are"). What is **not** modelled:
 contention between workers (memory bandwidth, cache-line bouncing, the OS scheduler),
 so simulated compute times never grow with the worker count; use
-:func:`hogkit.simulator.fit_delays` to calibrate a model on a real run.
+:func:`hogkit.calibrate.fit_delays` to calibrate a model on a real run.
 
 ``parse_straggler("1:3")`` reads the CLI form ``RANK:FACTOR``; ``parse_delays`` reads
 the simulator's ``--delays`` (``"constant:1e-3,straggler:3:4,pauses:0.01:0.05"``).
@@ -52,12 +52,28 @@ from hogkit.errors import InvalidArgument, InvalidType
 from hogkit.validation import check_float, check_int
 
 __all__ = ["Slowdown", "Pauses", "Load", "parse_straggler", "Constant", "LogNormal",
-           "StepTimes", "parse_delays", "step_times"]
+           "StepTimes", "parse_delays", "step_times", "wait_ns"]
+
+# pacer kinds of hogkit.kernels.step (kept here as plain numbers: importing the kernel
+# module would compile nothing but load numba in processes that need none)
+_PACE_SLOWDOWN, _PACE_PAUSES, _PACE_LOAD = 1, 2, 3
 
 
-def _sleep_ns(ns: float) -> None:
-    if ns > 0:
-        time.sleep(ns * 1e-9)
+#: pauses shorter than this are spun (time.sleep overshoots by ~60 µs, which would
+#: make a 3x straggler on a 30 µs step run 5x); longer ones sleep, then spin the rest
+SPIN_NS = 200_000
+
+
+def wait_ns(ns: float) -> None:
+    """Pause ``ns`` nanoseconds precisely: sleep all but the last ``SPIN_NS``, then
+    spin on the monotonic clock (the compiled step core does the same)."""
+    if ns <= 0:
+        return
+    end = time.monotonic_ns() + int(ns)
+    if ns > SPIN_NS:
+        time.sleep((ns - SPIN_NS) * 1e-9)
+    while time.monotonic_ns() < end:
+        pass
 
 
 @dataclass(frozen=True)
@@ -69,7 +85,11 @@ class Slowdown:
                     fix="a straggler runs factor times slower; use 1.0 for none")
 
     def start(self, seed, rank):
-        return _Pacer(lambda c, rng, t: (self.factor - 1.0) * c, seed, rank)
+        return _Pacer(self.pacer(), seed, rank)
+
+    def pacer(self):
+        """The compiled pacer row ``[kind, a, b, t0]`` (``hogkit.kernels.step.pace_ns``)."""
+        return (_PACE_SLOWDOWN, self.factor, 0.0, 0.0)
 
     def config(self):
         return {"kind": "slowdown", "factor": self.factor}
@@ -85,8 +105,10 @@ class Pauses:
         check_float("seconds", self.seconds, min_value=0.0)
 
     def start(self, seed, rank):
-        return _Pacer(lambda c, rng, t: self.seconds * 1e9 if rng.random() < self.prob else 0.0,
-                      seed, rank)
+        return _Pacer(self.pacer(), seed, rank)
+
+    def pacer(self):
+        return (_PACE_PAUSES, self.prob, self.seconds, 0.0)
 
     def config(self):
         return {"kind": "pauses", "prob": self.prob, "seconds": self.seconds}
@@ -105,22 +127,37 @@ class Load:
         return 1.0 + self.amplitude * 0.5 * (1.0 + math.sin(2 * math.pi * t / self.period))
 
     def start(self, seed, rank):
-        return _Pacer(lambda c, rng, t: (self.factor_at(t) - 1.0) * c, seed, rank)
+        return _Pacer(self.pacer(), seed, rank)
+
+    def pacer(self):
+        return (_PACE_LOAD, self.amplitude, self.period, 0.0)
 
     def config(self):
         return {"kind": "load", "amplitude": self.amplitude, "period": self.period}
 
 
 class _Pacer:
-    """Per-worker, private: sleeps the extra time a model asks for after each step."""
+    """Per-worker, private: after each step, waits the extra time its model asks for
+    (``hogkit.kernels.step.pace_ns``, the formula the compiled core uses, from the same
+    generator ``(seed, rank, 0x5EED)``), precisely (:func:`wait_ns`). ``compute_ns`` /
+    ``paused_ns`` add up what was measured and added, so the realised slowdown is
+    ``(compute + paused) / compute``."""
 
-    def __init__(self, extra, seed, rank):
-        self._extra = extra
-        self._rng = np.random.default_rng([seed, rank, 0x5EED])
-        self._t0 = time.monotonic()
+    def __init__(self, pacer, seed, rank):
+        self.row = np.array(pacer, np.float64)
+        self.row[3] = time.monotonic_ns()
+        self.rng = np.random.default_rng([seed, rank, 0x5EED])
+        self.compute_ns = 0
+        self.paused_ns = 0
 
-    def pause(self, compute_ns: int) -> None:
-        _sleep_ns(self._extra(compute_ns, self._rng, time.monotonic() - self._t0))
+    def pause(self, busy_ns: int) -> int:
+        """Wait the extra time for a step that was busy ``busy_ns``; returns it."""
+        from hogkit.kernels.step import pace_ns
+        extra = int(pace_ns(self.row, self.rng, int(busy_ns), time.monotonic_ns()))
+        self.compute_ns += int(busy_ns)
+        self.paused_ns += extra
+        wait_ns(extra)
+        return extra
 
 
 def parse_straggler(text: str):

@@ -47,14 +47,6 @@ __all__ = ["Density"]
 
 HOWS = ("topk", "threshold", "random")
 _INT64 = np.dtype(np.int64)
-_MINSTD = 2147483647
-
-
-def _count(fraction, n):
-    """``k = ceil(fraction·n)`` entries (at least one of a non-empty gradient)."""
-    if n == 0:
-        return 0
-    return min(n, max(1, math.ceil(fraction * n - 1e-9 * n)))
 
 
 @dataclass(frozen=True)
@@ -132,10 +124,21 @@ class Density:
             out.append((grad, r))
         return out
 
+    # --- the encoding the kernels take -----------------------------------------------
+    @property
+    def code(self) -> int:
+        """``hogkit.kernels.density`` mode: NONE when everything is sent and nothing is
+        held (fraction 1, no threshold, no residual), else TOPK, THRESHOLD or RANDOM."""
+        if self.fraction == 1.0 and self.how != "threshold" and not self.residual:
+            return _k.NONE
+        return {"topk": _k.TOPK, "threshold": _k.THRESHOLD, "random": _k.RANDOM}[self.how]
+
     # --- the filter ---------------------------------------------------------------
     def filter(self, grads: Sequence[Grad], state, *, step: int) -> list:
         """Return the part of ``grads`` to send (new ``Grad`` objects; the inputs are
-        not modified). In residual mode ``state`` absorbs the rest."""
+        not modified). In residual mode ``state`` absorbs the rest. Sparse rows go
+        through ``hogkit.kernels.density.filter_rows``, the function the compiled step
+        core calls, so both paths thin an update identically."""
         step = check_int("step", step, min_value=0)
         checked = self._check(grads, state)
         if self.every > 1 and step % self.every:
@@ -146,52 +149,46 @@ class Density:
                         _k.fold_flat(grad.values.reshape(-1), rf, rf)
                     else:
                         rows = _rows64(grad.rows)
-                        n = r.shape[0]
-                        _k.accumulate_rows(_as_rows(r, n), rows,
-                                           _as_rows(grad.values, rows.shape[0]))
+                        b = rows.shape[0]
+                        _k.hold_rows(_as_rows(r, r.shape[0]), rows,
+                                     _as_rows(grad.values, b), b)
             return []
-        if self.fraction == 1.0 and self.how != "threshold" and not self.residual:
+        code = self.code
+        if code == _k.NONE:
             return [grad for grad, _ in checked]   # everything is sent, nothing held
         # (in residual mode a full send still flushes the residual: it need not be
         # zero, e.g. a state carried over from a lower fraction or set by the caller)
         out = []
         for pos, (grad, r) in enumerate(checked):
             values = grad.values
-            n = values.size
-            if r is None:
-                x = values.copy()
-            elif grad.rows is None:
-                x = np.empty_like(values)
-                _k.fold_flat(values.reshape(-1), r.reshape(-1), x.reshape(-1))
-            else:
+            x = values.copy()
+            if grad.rows is not None:
                 rows = _rows64(grad.rows)
                 b = rows.shape[0]
-                x = np.empty_like(values)
-                _k.fold_rows(_as_rows(values, b), rows, _as_rows(r, r.shape[0]),
-                             _as_rows(x, b))
+                R = _as_rows(r, r.shape[0]) if r is not None else _as_rows(x, b)[:0]
+                _k.filter_rows(code, self.fraction, self.threshold or 0.0, self.residual,
+                               self.seed, step, pos, R, rows, _as_rows(x, b), b,
+                               np.empty(x.size, np.bool_))
+                out.append(Grad(grad.name, x, grad.rows, grad.read))
+                continue
             flat = x.reshape(-1)
+            n = flat.size
+            if r is not None:
+                _k.fold_flat(values.reshape(-1), r.reshape(-1), flat)
             mask = np.empty(n, np.bool_)
-            if self.how == "topk":
-                _k.topk_mask(flat, _count(self.fraction, n), mask)
-            elif self.how == "threshold":
+            if code == _k.TOPK:
+                _k.topk_mask(flat, _k.keep_count(self.fraction, n), mask)
+            elif code == _k.THRESHOLD:
                 _k.threshold_mask(flat, self.threshold, mask)
             else:
-                _k.random_mask(n, _count(self.fraction, n), self._seed(step, pos), mask)
+                _k.random_mask(n, _k.keep_count(self.fraction, n),
+                               _k.mask_seed(self.seed, step, pos), mask)
             if r is None:
                 _k.drop_flat(flat, mask)
-            elif grad.rows is None:
-                _k.split_flat(flat, mask, r.reshape(-1))
             else:
-                b = rows.shape[0]
-                _k.split_rows(_as_rows(x, b), rows, mask, _as_rows(r, r.shape[0]))
+                _k.split_flat(flat, mask, r.reshape(-1))
             out.append(Grad(grad.name, x, grad.rows, grad.read))
         return out
-
-    def _seed(self, step, pos):
-        """A minstd seed in [1, 2**31 - 2] from (seed, step, position); Python ints."""
-        h = (self.seed * 0x9E3779B1 + step * 0x85EBCA77 + pos * 0xC2B2AE3D
-             + 0x27D4EB2F) % (_MINSTD - 1)
-        return h + 1
 
 
 def _rows64(rows):

@@ -48,6 +48,11 @@ class PolicyTimeout(HogkitError, TimeoutError):
     """A consistency policy waited longer than its timeout."""
 
 
+class EngineNotice(UserWarning):
+    """A run falls back from the compiled step core to the Python step (the message
+    says why); filter it with ``warnings.simplefilter("ignore", EngineNotice)``."""
+
+
 class WorkerFailed(HogkitError):
     """A worker process died, was killed, or raised.
 

@@ -69,7 +69,8 @@ STALE_AFTER = 10.0
 # --------------------------------------------------------------------------- pure core
 
 def clock_lag(iterations, state, rank) -> int:
-    """``c_rank − min_q c_q`` over workers that are not DONE (``rank`` always counts).
+    """``c_rank − min_q c_q`` over workers that are not DONE (``rank`` always counts):
+    the definition of ``hogkit.kernels.clock.clock_lag``, on plain sequences.
 
     Pure: ``iterations`` and ``state`` are int arrays (or lists) of length W, the
     clocks' views or private copies.
@@ -214,8 +215,13 @@ class SSP:
         """
         if self.s == math.inf:
             return 0.0
-        s = self.s
-        return _wait_loop(self, clocks, rank, timeout, stale_after, lambda: s)
+        return self.wait_bound(clocks, rank, self.s, timeout=timeout,
+                               stale_after=stale_after)
+
+    def wait_bound(self, clocks, rank, bound, *, timeout=60.0, stale_after=STALE_AFTER):
+        """Block until ``rank``'s lag is ``<= bound`` (or stop is asked): the wait the
+        compiled step core hands back to Python when its admission test fails."""
+        return _wait_loop(self, clocks, rank, timeout, stale_after, lambda: bound)
 
     def config(self) -> dict:
         return {"name": self.name, "s": None if self.s == math.inf else self.s}
@@ -250,39 +256,14 @@ def Async() -> SSP:
 # --------------------------------------------------------------------------- DSSP
 
 def dssp_extra(last_f, interval_f, last_s, interval_s, r_max) -> int:
-    """DSSP's synchronization controller (Zhao et al., ICDCS 2019), pure.
-
-    The fastest worker would finish its next iterations at ``last_f + r·interval_f``
-    (r = 0..r_max), the slowest at ``last_s + k·interval_s`` (k ≥ 1, its future
-    finishes). Returns the r whose time is closest to one of the slowest's (ties: the
-    smaller r). r = 0 means "wait now". Times in any one unit (ns here). A non-positive
-    or non-finite interval makes the prediction impossible: returns 0.
-    """
-    if r_max <= 0 or not (interval_f > 0 and interval_s > 0):
-        return 0
-    if not (math.isfinite(interval_f) and math.isfinite(interval_s)):
-        return 0
-    r = np.arange(r_max + 1, dtype=np.float64)
-    t_f = last_f + r * interval_f
-    k = np.maximum(np.rint((t_f - last_s) / interval_s), 1.0)
-    d = np.abs(t_f - (last_s + k * interval_s))
-    return int(np.argmin(d))
-
-
-class _Timing:
-    """One worker's private memory of what it observed (DSSP)."""
-
-    __slots__ = ("seen_it", "seen_hb", "interval", "own_c", "own_t", "own_interval",
-                 "extra")
-
-    def __init__(self, W):
-        self.seen_it = np.full(W, -1, np.int64)
-        self.seen_hb = np.zeros(W, np.int64)
-        self.interval = np.zeros(W, np.float64)   # ns per iteration, 0 = unknown
-        self.own_c = -1
-        self.own_t = 0
-        self.own_interval = 0.0
-        self.extra = None                         # grant of the current episode
+    """DSSP's synchronization controller (Zhao et al., ICDCS 2019), pure: the r in
+    ``[0, r_max]`` whose predicted finish ``last_f + r·interval_f`` of the fastest
+    worker is closest to one of the slowest's ``last_s + k·interval_s`` (k ≥ 1; ties:
+    the smaller r); 0 when an interval is not positive and finite
+    (``hogkit.kernels.clock.dssp_extra``, the one definition)."""
+    from hogkit.kernels.clock import dssp_extra as _extra
+    return int(_extra(float(last_f), float(interval_f), float(last_s), float(interval_s),
+                      int(r_max)))
 
 
 class DSSP:
@@ -295,24 +276,23 @@ class DSSP:
     - lag > s_lo and no grant yet in this episode: if p is the fastest (its clock is the
       maximum among running workers) the synchronization controller :func:`dssp_extra`
       picks r* ∈ [0, s_hi − s_lo] from the predicted finish times of p
-      (``now + r·interval_p``; p calls wait right after finishing, so now = its last
-      finish) and of the slowest worker (``heartbeat_ns[slow] + k·interval_slow``);
-      otherwise r* = 0. The grant is recorded; the episode's bound is ``s_lo + r*``.
+      (``last_p + r·interval_p``) and of the slowest worker
+      (``last_slow + k·interval_slow``); otherwise r* = 0. The grant is recorded; the
+      episode's bound is ``s_lo + r*``.
     - p proceeds while lag ≤ s_lo + r*; past that it waits (as SSP(s_lo + r*)) and the
       grant is dropped once released, so the next iteration decides again with fresh
       timings. The bound in force is always in [s_lo, s_hi]; ``bound`` is s_hi.
 
-    Timing source (what the runtime must write): ``clocks.beat(rank)`` right after
-    ``clocks.tick_iteration(rank)``, so ``heartbeat_ns[q]`` is q's last finish time.
-    Intervals (each worker's latest iteration time) are kept privately per waiting rank:
-    when q's clock has advanced since the last look, ``interval_q = Δheartbeat/Δclock``;
-    p's own interval is the time between its consecutive waits. Clock and heartbeat are
-    two slots, read without a snapshot, so a sample can be off by one iteration; this
-    only moves the heuristic's choice, never the [s_lo, s_hi] guarantee.
+    Timing (REFERENCE: "intervals are each worker's latest iteration time"): every
+    worker records, at each finish, its finish time (heartbeat) and how long that
+    iteration took (``clocks.tick_iteration(rank, beat=True)``; the compiled step core
+    does the same). The decision is ``hogkit.kernels.clock.dssp_decide`` on those
+    slots: one definition for the live Python path, the compiled core and the
+    simulator. A worker's own "now" is its last finish (it decides right after
+    finishing).
 
-    State is private and per rank (``self._mem[rank]``), so one instance can serve
-    several threads, and each spawned worker holds its own copy. :meth:`grants` gives
-    the histogram of r* decisions for the runtime to summarise.
+    Per-rank episode state (the grant in force) lives in this object, so each spawned
+    worker holds its own copy. :meth:`grants` gives the histogram of r* decisions.
     """
 
     def __init__(self, s_lo, s_hi):
@@ -324,7 +304,7 @@ class DSSP:
         if self.s_hi < self.s_lo:
             raise InvalidArgument(f"DSSP needs s_lo <= s_hi, got s_lo={self.s_lo}, "
                                   f"s_hi={self.s_hi}; swap them")
-        self._mem = {}
+        self._extra = {}
         self._grants = {}
 
     @property
@@ -338,71 +318,38 @@ class DSSP:
 
     def current_bound(self, rank):
         """The bound in force for ``rank`` now (s_lo outside a grant episode)."""
-        m = self._mem.get(rank)
-        return self.s_lo if m is None or m.extra is None else self.s_lo + m.extra
+        extra = self._extra.get(rank)
+        return self.s_lo if extra is None else self.s_lo + extra
 
-    def _observe(self, m, clocks, rank, now_ns):
-        it = clocks.iterations.tolist()
-        hb = clocks.heartbeat_ns.tolist()
-        for q in range(len(it)):
-            if q == rank:
-                continue
-            c, h = it[q], hb[q]
-            if m.seen_it[q] >= 0 and c > m.seen_it[q] and h > m.seen_hb[q] > 0:
-                m.interval[q] = (h - m.seen_hb[q]) / (c - m.seen_it[q])
-            if c != m.seen_it[q] or h != m.seen_hb[q]:
-                m.seen_it[q], m.seen_hb[q] = c, h
-        c = it[rank]
-        if c > m.own_c >= 0 and m.own_t:
-            m.own_interval = (now_ns - m.own_t) / (c - m.own_c)
-        if c != m.own_c:
-            m.own_c, m.own_t = c, now_ns
-
-    def _decide(self, m, clocks, rank, now_ns) -> int:
-        it, st = clocks.iterations, clocks.state
-        running = [q for q in range(len(it)) if q == rank or st[q] != DONE]
-        c = int(it[rank])
-        if any(int(it[q]) > c for q in running):
-            return 0                                  # not the fastest
-        lo = min(int(it[q]) for q in running)
-        slow = [q for q in running if q != rank and int(it[q]) == lo]
-        if not slow:
-            return 0
-        # The minimum moves when the last of the tied slowest finishes.
-        best = None
-        for q in slow:
-            iv, hb = float(m.interval[q]), int(clocks.heartbeat_ns[q])
-            if iv <= 0 or hb <= 0:
-                return 0                              # no timing yet: behave as SSP(s_lo)
-            nxt = hb + iv
-            if best is None or nxt > best[0]:
-                best = (nxt, hb, iv)
-        _, last_s, interval_s = best
-        return dssp_extra(float(now_ns), m.own_interval, float(last_s), interval_s,
-                          self.s_hi - self.s_lo)
+    def decide(self, clocks, rank) -> int:
+        """The grant r* for ``rank`` past s_lo (see the class doc), recorded in the
+        histogram; the caller holds it for the episode."""
+        from hogkit.kernels.clock import dssp_decide
+        r = int(dssp_decide(clocks.slots, rank, int(clocks.heartbeat_ns[rank]),
+                            self.s_lo, self.s_hi))
+        hist = self._grants.setdefault(rank, {})
+        hist[r] = hist.get(r, 0) + 1
+        return r
 
     def wait(self, clocks, rank, *, timeout=60.0, stale_after=STALE_AFTER) -> float:
         """Block until ``rank`` may proceed under the run-time bound (see class doc)."""
-        m = self._mem.get(rank)
-        if m is None:
-            m = self._mem[rank] = _Timing(len(clocks.iterations))
-        now_ns = time.monotonic_ns()
-        self._observe(m, clocks, rank, now_ns)
-        lag = clock_lag(clocks.iterations, clocks.state, rank)
+        lag = clocks.lag(rank)
         if lag <= self.s_lo:
-            m.extra = None
+            self._extra[rank] = None
             return 0.0
-        if m.extra is None:
-            r = self._decide(m, clocks, rank, now_ns)
-            m.extra = r
-            hist = self._grants.setdefault(rank, {})
-            hist[r] = hist.get(r, 0) + 1
-        bound = self.s_lo + m.extra
+        if self._extra.get(rank) is None:
+            self._extra[rank] = self.decide(clocks, rank)
+        bound = self.s_lo + self._extra[rank]
         if lag <= bound:
             return 0.0
-        waited = _wait_loop(self, clocks, rank, timeout, stale_after, lambda: bound)
-        m.extra = None          # released: decide again at the next sync point
+        waited = self.wait_bound(clocks, rank, bound, timeout=timeout,
+                                 stale_after=stale_after)
+        self._extra[rank] = None       # released: decide again at the next sync point
         return waited
+
+    def wait_bound(self, clocks, rank, bound, *, timeout=60.0, stale_after=STALE_AFTER):
+        """Block until ``rank``'s lag is ``<= bound``; the compiled core's hand-back."""
+        return _wait_loop(self, clocks, rank, timeout, stale_after, lambda: bound)
 
     def grants(self, rank=None) -> dict:
         """Histogram ``{r*: count}`` of the extra iterations granted (one per decision),
@@ -421,12 +368,18 @@ class DSSP:
     def __repr__(self):
         return f"DSSP({self.s_lo}, {self.s_hi})"
 
+    def __eq__(self, other):
+        return isinstance(other, DSSP) and (other.s_lo, other.s_hi) == (self.s_lo, self.s_hi)
+
+    def __hash__(self):
+        return hash(("DSSP", self.s_lo, self.s_hi))
+
     def __getstate__(self):
-        return {"s_lo": self.s_lo, "s_hi": self.s_hi}   # private memory is not shipped
+        return {"s_lo": self.s_lo, "s_hi": self.s_hi}   # episode state is not shipped
 
     def __setstate__(self, d):
         self.s_lo, self.s_hi = d["s_lo"], d["s_hi"]
-        self._mem, self._grants = {}, {}
+        self._extra, self._grants = {}, {}
 
 
 # --------------------------------------------------------------------------- LocalSGD

@@ -7,13 +7,16 @@ Two measures per update (REFERENCE.md §1):
   u_read[me])`` over the single-writer counters ``u`` of :class:`~hogkit.clocks.Clocks`.
   With per-shard counters ``u[w, s]``, ``gap(shards)`` counts only updates by others that
   touched those shards.
-* **clock lag** - ``own iterations - min over workers' iterations`` at read time (the SSP
-  distance ``c_p - min_q c_q`` of Ho et al., NIPS 2013).
+* **clock lag** - ``own iterations - min over the workers that are not DONE`` at read
+  time (the SSP distance ``c_p - min_q c_q`` of Ho et al., NIPS 2013; the one definition
+  of ``hogkit.kernels.clock.clock_lag``, which the policies and the simulator use too).
 
 :class:`StalenessLog` keeps both in shared memory so the parent can read them live:
 per-worker histograms (exact counts for values ``0 .. bins-2``, the last bin counts every
 value ``>= bins-1``), exact per-worker count/sum/max (so mean and max are always exact),
-and a per-worker ring of the last ``ring`` events. Every row has one writer (its worker).
+and a per-worker ring of recent events (every event, or every ``stride``-th one: the
+compiled step core samples the ring so that millions of updates a second keep exact
+histograms and a bounded event stream). Every row has one writer (its worker).
 
 What is racy: the vector reads in :meth:`Reader.read` and :meth:`Reader.gap` are not
 snapshots (Hogwild! does not stop the world). Counters only grow, so a racy sum lies
@@ -34,6 +37,8 @@ import numpy as np
 
 from hogkit.errors import InvalidArgument, InvalidType
 from hogkit.clocks import _shard_ids
+from hogkit.kernels import staleness as _ks
+from hogkit.kernels.clock import clock_lag as _clock_lag
 from hogkit.kernels.staleness import record_event as _record_event
 from hogkit.validation import check_int
 
@@ -41,7 +46,7 @@ __all__ = ["StalenessLog", "Reader", "EVENT_FIELDS"]
 
 EVENT_FIELDS = ("rank", "step", "gap", "lag", "t_ns")
 _I64 = np.dtype(np.int64)
-_GAP_SUM, _GAP_MAX, _LAG_SUM, _LAG_MAX = 0, 1, 2, 3
+_GAP_SUM, _GAP_MAX, _LAG_SUM, _LAG_MAX = _ks.GAP_SUM, _ks.GAP_MAX, _ks.LAG_SUM, _ks.LAG_MAX
 
 
 class StalenessLog:
@@ -61,16 +66,16 @@ class StalenessLog:
         return {
             "log_gap_hist": ((W, B), _I64),
             "log_lag_hist": ((W, B), _I64),
-            "log_stats": ((W, 4), _I64),       # gap sum, gap max, lag sum, lag max
+            # gap sum, gap max, lag sum, lag max, events, ring cursor (a line per worker)
+            "log_stats": ((W, _ks.STATS), _I64),
             "log_ring": ((W, R, len(EVENT_FIELDS)), _I64),
-            "log_cursor": ((W,), _I64),        # events ever written by worker w = count
         }
 
     def __init__(self, views: Mapping[str, np.ndarray]):
         if not isinstance(views, Mapping):
             raise InvalidType(f"views must be a mapping name -> ndarray (store.views()), "
                               f"got {type(views).__name__}")
-        need = ("log_gap_hist", "log_lag_hist", "log_stats", "log_ring", "log_cursor")
+        need = ("log_gap_hist", "log_lag_hist", "log_stats", "log_ring")
         missing = [n for n in need if n not in views]
         if missing:
             raise InvalidArgument(f"views lack {missing}; create the store with "
@@ -79,11 +84,11 @@ class StalenessLog:
             if not isinstance(views[n], np.ndarray) or views[n].dtype != _I64:
                 raise InvalidType(f"{n} must be an int64 ndarray")
         gh, lh = views["log_gap_hist"], views["log_lag_hist"]
-        ring, cur = views["log_ring"], views["log_cursor"]
-        W = cur.shape[0] if cur.ndim == 1 else -1
+        ring, stats = views["log_ring"], views["log_stats"]
+        W = stats.shape[0] if stats.ndim == 2 else -1
         if (W < 1 or gh.ndim != 2 or gh.shape[0] != W or gh.shape[1] < 2
                 or lh.shape != gh.shape
-                or views["log_stats"].shape != (W, 4)
+                or stats.shape != (W, _ks.STATS)
                 or ring.ndim != 3 or ring.shape[0] != W or ring.shape[1] < 1
                 or ring.shape[2] != len(EVENT_FIELDS)):
             raise InvalidArgument(
@@ -94,13 +99,20 @@ class StalenessLog:
         self.bins = gh.shape[1]
         self.ring = ring.shape[1]
         self.gap_hist, self.lag_hist = gh, lh
-        self.stats = views["log_stats"]
-        self.events, self.cursor = ring, cur
+        self.stats = stats
+        self.events = ring
+        self.count = stats[:, _ks.COUNT]        # events recorded by worker w
+        self.cursor = stats[:, _ks.CURSOR]      # events written to w's ring
+
+    def arrays(self):
+        """The arrays the compiled step core records into."""
+        return (self.gap_hist, self.lag_hist, self.stats, self.events)
 
     # ---------------------------------------------------------------- writer (hot path)
 
-    def record(self, rank, *, step, gap, lag, t_ns):
-        """Record one update of worker ``rank`` (only that worker may call this).
+    def record(self, rank, *, step, gap, lag, t_ns, stride=1):
+        """Record one update of worker ``rank`` (only that worker may call this): into
+        the histograms and stats, and into the ring when it is a ``stride``-th event.
 
         The ring row is written before the cursor is advanced, so a reader that sees
         cursor ``c`` sees event ``c-1`` complete (on x86-64's ordered stores).
@@ -112,8 +124,8 @@ class StalenessLog:
         if gap < 0 or lag < 0:
             raise InvalidArgument(f"gap={gap} and lag={lag} must be >= 0 (they count "
                                   f"updates and iterations)")
-        _record_event(self.gap_hist, self.lag_hist, self.stats, self.events, self.cursor,
-                      rank, step, gap, lag, t_ns)
+        _record_event(self.gap_hist, self.lag_hist, self.stats, self.events, rank, step,
+                      gap, lag, t_ns, stride)
 
     # ---------------------------------------------------------------- parent side
 
@@ -134,7 +146,7 @@ class StalenessLog:
     def _part(self, hist, isum, imax, rank):
         rows = slice(None) if rank is None else slice(rank, rank + 1)
         h = hist[rows].sum(axis=0)
-        count = int(self.cursor[rows].sum())
+        count = int(self.count[rows].sum())
         total = int(self.stats[rows, isum].sum())
         mx = int(self.stats[rows, imax].max())
         n = int(h.sum())
@@ -190,7 +202,7 @@ class StalenessLog:
 
     def __repr__(self):
         return (f"StalenessLog(workers={self.workers}, ring={self.ring}, "
-                f"bins={self.bins}, events={self.cursor.tolist()})")
+                f"bins={self.bins}, events={self.count.tolist()})")
 
 
 def _percentile(h, n, q):
@@ -229,7 +241,7 @@ class Reader:
         self.clocks, self.log = clocks, log
         self.per_shard = bool(shards)
         self._u = clocks.updates
-        self._it = clocks.iterations
+        self._slots = clocks.slots
         self._su = clocks.shard_updates
         self._own_su = clocks.shard_updates[self.rank]
         self._others_read = None  # sum of others' updates at read time
@@ -239,12 +251,11 @@ class Reader:
     def read(self):
         """Record the clock vector (others' updates, per shard too) and the clock lag."""
         r = self.rank
-        # tolist() + builtin sum/min: one C pass over W int64s, ~5x cheaper than the
-        # numpy reductions' fixed overhead for the worker counts hogkit runs (W <= 64).
+        # tolist() + builtin sum: one C pass over W int64s, ~5x cheaper than the
+        # numpy reduction's fixed overhead for the worker counts hogkit runs (W <= 64).
         u = self._u.tolist()
         self._others_read = sum(u) - u[r]  # u[r] is ours alone: stable
-        it = self._it.tolist()
-        self._lag = it[r] - min(it)
+        self._lag = _clock_lag(self._slots, r)
         if self.per_shard:
             buf = self._col_read
             np.add.reduce(self._su, axis=0, out=buf)
@@ -280,9 +291,10 @@ class Reader:
         """Clock lag recorded by the last :meth:`read`."""
         return self._lag
 
-    def commit(self, step, gap=None):
+    def commit(self, step, gap=None, *, t_ns=None):
         """Record one event ``(rank, step, gap, lag, t_ns)`` in the log; returns
-        ``(gap, lag)``. ``gap=None`` measures :meth:`gap` now."""
+        ``(gap, lag)``. ``gap=None`` measures :meth:`gap` now; ``t_ns`` defaults to
+        ``time.monotonic_ns()`` (the simulator passes its virtual time)."""
         if gap is None:
             gap = self.gap()
         elif self._others_read is None:
@@ -293,8 +305,8 @@ class Reader:
             if gap < 0:
                 raise InvalidArgument(f"gap={gap} must be >= 0 (it counts updates)")
             # the rank was checked when the reader was built: straight to the kernel
-            _record_event(log.gap_hist, log.lag_hist, log.stats, log.events, log.cursor,
-                          self.rank, step, gap, lag, time.monotonic_ns())
+            _record_event(log.gap_hist, log.lag_hist, log.stats, log.events, self.rank,
+                          step, gap, lag, time.monotonic_ns() if t_ns is None else t_ns, 1)
         return gap, lag
 
     def __repr__(self):

@@ -27,6 +27,7 @@ write of the shared buffer is then a Hogwild! race like the parameter update.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
@@ -40,6 +41,7 @@ from hogkit.validation import (FLOAT_DTYPES, check_array, check_float, check_gra
 from hogkit.kernels import delayed as _delayed
 from hogkit.kernels import dense as _dense
 from hogkit.kernels import guard as _guard
+from hogkit.kernels import rule as _rule
 from hogkit.kernels import sparse as _sparse
 
 __all__ = ["SGD", "StalenessAware", "DelayCompensated", "GapAware", "grads_finite",
@@ -165,10 +167,64 @@ def _zeros_like(params, slot):
     return {f"{slot}/{k}": np.zeros_like(v) for k, v in params.items()}
 
 
+_NO_K = np.zeros(1, np.int64)
+
+
+class _Kernel:
+    """What every rule shares: the encoding the kernels take (``kind``, ``cfg()``,
+    ``slots``) and ``apply``, which validates the grads and sends each through
+    ``hogkit.kernels.rule`` (``apply_rows`` for sparse rows, ``apply_flat`` for dense
+    gradients): one dispatch for the Python path and the compiled step core."""
+
+    #: state slots: (S1 name, S2 name, has a step count "k")
+    slots = (None, None, False)
+
+    def cfg(self) -> np.ndarray:
+        """The float64 hyper-parameter vector of ``hogkit.kernels.rule``."""
+        c = np.zeros(_rule.NCFG)
+        c[_rule.LR] = self.lr
+        c[_rule.MU] = getattr(self, "momentum", 0.0)
+        for attr, i in (("lam", _rule.LAM), ("lam0", _rule.LAM0), ("m", _rule.M),
+                        ("eps", _rule.EPS), ("gamma", _rule.GAMMA), ("lr_max", _rule.LR_MAX)):
+            if hasattr(self, attr):
+                c[i] = getattr(self, attr)
+        return c
+
+    def config(self) -> dict:
+        out = {"name": type(self).__name__}
+        out.update(dataclasses.asdict(self))
+        return out
+
+    def apply(self, params, grads, state, *, staleness=0, worker=0):
+        """Apply ``grads`` to ``params`` in place at ``staleness`` (updates applied by
+        others since the gradient's read); ``worker`` is accepted for symmetry and
+        unused. Nothing is written unless every gradient passes its checks."""
+        tau = _check_staleness(staleness)
+        items = _prepare(self, params, grads, needs_read=self.needs_read)
+        s1n, s2n, has_k = self.slots
+        s1 = [_slot(state, s1n, it) if s1n else _empty(it) for it in items]
+        s2 = [_slot(state, s2n, it) if s2n else _empty(it) for it in items]
+        ks = [_slot(state, "k", it, dtype=np.int64, shape=(1,)) if has_k else _NO_K
+              for it in items]
+        kind, cfg = self.kind, self.cfg()
+        for it, a, b, k in zip(items, s1, s2, ks):
+            read = it.read if it.read is not None else _empty(it)
+            if it.rows is None:
+                _rule.apply_flat(kind, cfg, it.p, a, b, k, 0, it.g, read, tau)
+            else:
+                _rule.apply_rows(kind, cfg, it.p, a, b, k, 0, it.rows, it.g, read, -1, tau)
+
+
+def _empty(item):
+    """An empty array standing in for unused state (the kernels' arguments are typed)."""
+    return np.empty((0,) * item.p.ndim if item.p.ndim == 1 else (0, item.p.shape[1]),
+                    item.p.dtype)
+
+
 # --- the rules -----------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class SGD:
+class SGD(_Kernel):
     """Plain SGD, optionally with heavy-ball momentum.
 
     ``w ← w − lr·g``; with momentum ``mu > 0``: ``m ← mu·m + g``, ``w ← w − lr·m``.
@@ -177,42 +233,30 @@ class SGD:
 
     State: ``{"m/<name>": zeros like the parameter}`` when ``momentum > 0``, else
     ``{}``; per worker and private unless the runtime passes shared arrays (see the
-    module docstring). ``staleness`` and ``worker`` are accepted and ignored.
+    module docstring). ``staleness`` is accepted and ignored.
     """
 
     lr: float
     momentum: float = 0.0
 
     needs_read = False
+    kind = _rule.SGD
 
     def __post_init__(self):
         object.__setattr__(self, "lr", _lr(self.lr))
         object.__setattr__(self, "momentum", _unit(
             "momentum", self.momentum, fix="use 0.0 for plain SGD, 0.9 is common"))
 
+    @property
+    def slots(self):
+        return ("m" if self.momentum else None, None, False)
+
     def init(self, params):
         return _zeros_like(params, "m") if self.momentum else {}
 
-    def apply(self, params, grads, state, *, staleness=0, worker=0):
-        _check_staleness(staleness)
-        items = _prepare(self, params, grads, needs_read=False)
-        if self.momentum:
-            ms = [_slot(state, "m", it) for it in items]
-            for it, m in zip(items, ms):
-                if it.rows is None:
-                    _dense.momentum_flat(it.p, m, it.g, self.lr, self.momentum)
-                else:
-                    _sparse.momentum_rows(it.p, m, it.rows, it.g, self.lr, self.momentum)
-        else:
-            for it in items:
-                if it.rows is None:
-                    _dense.sgd_flat(it.p, it.g, self.lr)
-                else:
-                    _sparse.sgd_rows(it.p, it.rows, it.g, self.lr)
-
 
 @dataclass(frozen=True)
-class StalenessAware:
+class StalenessAware(_Kernel):
     """Staleness-aware SGD (Zhang, Gupta, Lian, Liu, "Staleness-aware Async-SGD for
     distributed deep learning", IJCAI 2016): the learning rate is divided by the
     gradient's staleness τ,
@@ -231,37 +275,23 @@ class StalenessAware:
     momentum: float = 0.0
 
     needs_read = False
+    kind = _rule.STALENESS_AWARE
 
     def __post_init__(self):
         object.__setattr__(self, "lr", _lr(self.lr))
         object.__setattr__(self, "momentum", _unit(
             "momentum", self.momentum, fix="use 0.0 for plain SGD, 0.9 is common"))
 
+    @property
+    def slots(self):
+        return ("m" if self.momentum else None, None, False)
+
     def init(self, params):
         return _zeros_like(params, "m") if self.momentum else {}
 
-    def apply(self, params, grads, state, *, staleness=0, worker=0):
-        tau = _check_staleness(staleness)
-        items = _prepare(self, params, grads, needs_read=False)
-        if self.momentum:
-            ms = [_slot(state, "m", it) for it in items]
-            for it, m in zip(items, ms):
-                if it.rows is None:
-                    _delayed.staleness_aware_momentum_flat(
-                        it.p, m, it.g, self.lr, self.momentum, tau)
-                else:
-                    _delayed.staleness_aware_momentum_rows(
-                        it.p, m, it.rows, it.g, self.lr, self.momentum, tau)
-        else:
-            for it in items:
-                if it.rows is None:
-                    _delayed.staleness_aware_flat(it.p, it.g, self.lr, tau)
-                else:
-                    _delayed.staleness_aware_rows(it.p, it.rows, it.g, self.lr, tau)
-
 
 @dataclass(frozen=True)
-class DelayCompensated:
+class DelayCompensated(_Kernel):
     """DC-ASGD (Zheng, Meng, Wang, Chen, Yu, Ma, Liu, "Asynchronous stochastic
     gradient descent with delay compensation", ICML 2017). With ``w_bak`` the
     parameters the worker read (``Grad.read``) and ``w`` their value now, the stale
@@ -299,31 +329,20 @@ class DelayCompensated:
         object.__setattr__(self, "eps", check_float(
             "eps", self.eps, min_value=0.0, exclude_min=True, fix="use eps=1e-7"))
 
+    @property
+    def kind(self):
+        return _rule.DC_ADAPTIVE if self.adaptive else _rule.DC
+
+    @property
+    def slots(self):
+        return ("ms" if self.adaptive else None, None, False)
+
     def init(self, params):
         return _zeros_like(params, "ms") if self.adaptive else {}
 
-    def apply(self, params, grads, state, *, staleness=0, worker=0):
-        _check_staleness(staleness)
-        items = _prepare(self, params, grads, needs_read=True)
-        if self.adaptive:
-            mss = [_slot(state, "ms", it) for it in items]
-            for it, ms in zip(items, mss):
-                if it.rows is None:
-                    _delayed.dc_adaptive_flat(it.p, ms, it.g, it.read, self.lr,
-                                              self.lam0, self.m, self.eps)
-                else:
-                    _delayed.dc_adaptive_rows(it.p, ms, it.rows, it.g, it.read, self.lr,
-                                              self.lam0, self.m, self.eps)
-        else:
-            for it in items:
-                if it.rows is None:
-                    _delayed.dc_flat(it.p, it.g, it.read, self.lr, self.lam)
-                else:
-                    _delayed.dc_rows(it.p, it.rows, it.g, it.read, self.lr, self.lam)
-
 
 @dataclass(frozen=True)
-class GapAware:
+class GapAware(_Kernel):
     """Gap-Aware (Barkai, Hakimi, Schuster, "Gap-aware mitigation of gradient
     staleness", ICLR 2020). The penalty is the gap between the parameters the
     gradient was computed from (``Grad.read``) and their value now, measured in
@@ -353,6 +372,7 @@ class GapAware:
     lr_max: Optional[float] = None
 
     needs_read = True
+    kind = _rule.GAP_AWARE
 
     def __post_init__(self):
         object.__setattr__(self, "lr", _lr(self.lr))
@@ -366,31 +386,16 @@ class GapAware:
             fix="lr_max is the largest learning rate of the schedule; omit it to use lr")
         object.__setattr__(self, "lr_max", lr_max)
 
+    @property
+    def slots(self):
+        return ("v", "m" if self.momentum else None, True)
+
     def init(self, params):
         state = _zeros_like(params, "v")
         state.update({f"k/{k}": np.zeros(1, np.int64) for k in params})
         if self.momentum:
             state.update(_zeros_like(params, "m"))
         return state
-
-    def apply(self, params, grads, state, *, staleness=0, worker=0):
-        _check_staleness(staleness)
-        items = _prepare(self, params, grads, needs_read=True)
-        vs = [_slot(state, "v", it) for it in items]
-        ks = [_slot(state, "k", it, dtype=np.int64, shape=(1,)) for it in items]
-        if self.momentum:
-            ms = [_slot(state, "m", it) for it in items]
-        else:
-            ms = [np.empty((0,) * it.p.ndim, it.p.dtype) for it in items]
-        for it, v, k, m in zip(items, vs, ks, ms):
-            k[0] += 1
-            step = int(k[0])
-            if it.rows is None:
-                _delayed.gap_aware_flat(it.p, m, v, it.g, it.read, self.lr,
-                                        self.momentum, self.gamma, self.lr_max, step)
-            else:
-                _delayed.gap_aware_rows(it.p, m, v, it.rows, it.g, it.read, self.lr,
-                                        self.momentum, self.gamma, self.lr_max, step)
 
 
 # --- the guard and the compile step ---------------------------------------------------

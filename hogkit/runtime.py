@@ -38,14 +38,11 @@ from hogkit.reader import Reader, StalenessLog
 from hogkit.report import EventLog, environment, plot_run, write_summary
 from hogkit.run import Run
 from hogkit.store import ParamStore, sweep_dead_segments
+from hogkit.kernels import step as _ks
 from hogkit.validation import check_choice, check_float, check_int
 from hogkit.worker_loop import WorkerSpec, runtime_specs
 
-
-
-
-
-
+ENGINES = ("auto", "compiled", "python")
 
 
 def _resolve_batch(batch, wl, workers):
@@ -72,25 +69,39 @@ def _resolve_batch(batch, wl, workers):
 
 
 
-def warm_compile(workload, rule, density, params, data, seed, batch) -> None:
+def warm_compile(workload, rule, density, params, data, seed, batch, engine="python") -> None:
     """Compile every kernel a worker will call, in the parent, before spawning.
 
     Runs one gradient and applies it to a private copy of the parameters (the
     shared ones are not touched), so numba compiles for the real dtypes and caches
-    the machine code on disk; workers load it instead of compiling in parallel.
+    the machine code on disk; workers load it instead of compiling in parallel. For
+    the compiled engine it runs the step core itself for two steps on private copies
+    and private clocks (the core is cached per workload type).
     """
-    ctx = workload.setup(params, data, rank=0, seed=seed)
+    scratch = {k: v.copy() for k, v in params.items()}
+    ctx = workload.setup(scratch, data, rank=0, seed=seed)
+    rule_state = rule.init(scratch)
+    dstate = density.init(scratch) if density is not None else None
+    views = {k: np.zeros(shape, dtype) for k, (shape, dtype) in
+             {**Clocks.specs(1), **StalenessLog.specs(1, ring=2, bins=2),
+              **runtime_specs(1)}.items()}
+    clocks, log = Clocks(views), StalenessLog(views)
+    if engine == "compiled":
+        from hogkit.step import CompiledStep
+        core = CompiledStep(ctx, rank=0, batch=batch, rule=rule, rule_state=rule_state,
+                            density=density, density_state=dstate, slots=clocks.slots,
+                            rt=views["rt"], stop=clocks.stop, log=log.arrays(),
+                            rng=np.random.default_rng(seed), quota=2, nonfinite="skip")
+        core.run(2)
+        return
     grads = workload.gradient(ctx, np.random.default_rng(seed), batch,
                               keep_read=bool(getattr(rule, "needs_read", False)))
-    scratch = {k: v.copy() for k, v in params.items()}
     from hogkit.rules import grads_finite
     grads_finite(grads)
     if density is not None:
-        grads = density.filter(grads, density.init(scratch), step=0)
-    rule.apply(scratch, grads, rule.init(scratch), staleness=1, worker=0)
-    views = {k: np.zeros(shape, dtype) for k, (shape, dtype) in
-             {**Clocks.specs(1), **StalenessLog.specs(1, ring=2, bins=2)}.items()}
-    reader = Reader(Clocks(views), StalenessLog(views), 0)
+        grads = density.filter(grads, dstate, step=0)
+    rule.apply(scratch, grads, rule_state, staleness=1, worker=0)
+    reader = Reader(clocks, log, 0)
     reader.read()
     reader.commit(0, reader.gap())         # compiles the log's record kernel
 
@@ -271,22 +282,29 @@ class _Supervisor:
 
 def _per_worker(clocks, log, control, workers):
     out = []
+    rt = control["rt"]
     for r in range(workers):
-        busy = int(control["rt_busy_ns"][r])
-        wait = int(control["rt_wait_ns"][r])
+        busy = int(rt[r, _ks.RT_BUSY])
+        wait = int(rt[r, _ks.RT_WAIT])
+        compute, paused = int(rt[r, _ks.RT_COMPUTE]), int(rt[r, _ks.RT_PAUSED])
         st = log.summary(r)
-        out.append({"rank": r, "updates": int(clocks.updates[r]),
-                    "iterations": int(clocks.iterations[r]),
-                    "wait_fraction": round(wait / busy, 4) if busy else 0.0,
-                    "nonfinite_skipped": int(control["rt_nonfinite"][r]),
-                    "staleness": {"update_gap": st["gap"], "clock_lag": st["lag"]}})
+        row = {"rank": r, "updates": int(clocks.updates[r]),
+               "iterations": int(clocks.iterations[r]),
+               "wait_fraction": round(wait / busy, 4) if busy else 0.0,
+               "nonfinite_skipped": int(rt[r, _ks.RT_NONFINITE]),
+               "held_back": int(rt[r, _ks.RT_HELD]),
+               "staleness": {"update_gap": st["gap"], "clock_lag": st["lag"]}}
+        if compute:
+            # what a straggler model actually did: (compute + pauses) / compute
+            row["slowdown_realised"] = round((compute + paused) / compute, 4)
+        out.append(row)
     return out
 
 
 def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, batch=None,
           steps=None, seconds=None, seed=0, nonfinite="raise", stragglers=None,
           eval_every=0.5, out=None, progress=None, wait_timeout=60.0, grace=2.0,
-          workload_options=None, keep_params=True, shards=1) -> Run:
+          workload_options=None, keep_params=True, shards=1, engine="auto") -> Run:
     """Train ``workload`` with ``workers`` processes sharing one parameter store.
 
     Parameters
@@ -316,6 +334,10 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
         recorded for a sparse update counts only updates by others that touched one
         of its shards (the largest such count over its shards), so rows nobody else
         wrote read as fresh. Dense updates touch every shard.
+    engine : ``"auto"`` (default: the compiled step core wherever it can run the
+        workload and knobs, else the Python step with a one-line notice),
+        ``"compiled"`` (refuse what it cannot run) or ``"python"`` (the reference
+        path). The summary says which ran (:mod:`hogkit.step`).
 
     Raises
     ------
@@ -352,6 +374,8 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
                     "Pauses, Load)")
     if eval_every is not None:
         eval_every = check_float("eval_every", eval_every, min_value=0.0, exclude_min=True)
+    engine = choose_engine(engine, wl, rule=rule, density=density, batch=batch,
+                           shards=shards, policy=policy, stragglers=stragglers)
 
     config = {"workload": wl.name, "workload_config": config_of(wl), "workers": workers,
               "policy": config_of(policy), "rule": config_of(rule),
@@ -359,13 +383,13 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
               "steps": steps,
               "seconds": seconds, "seed": seed, "nonfinite": nonfinite, "shards": shards,
               "stragglers": {str(r): config_of(m) for r, m in stragglers.items()},
-              "environment": environment()}
+              "engine": engine, "environment": environment()}
 
     sweep_dead_segments()
     params0, data0 = wl.build(seed)
     n_params = len(params0)
     warm_compile(wl, rule, density, params0, data0, seed,
-                 batch if not global_batch else max(1, global_batch // workers))
+                 batch if not global_batch else max(1, global_batch // workers), engine)
     initial_loss = float(wl.loss(params0, data0))
 
     if out is not None:
@@ -393,7 +417,7 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
                             global_batch=global_batch, epoch_steps=epoch_steps,
                             params=pstore.handle, data=dstore.handle, control=cstore.handle,
                             nonfinite=nonfinite, wait_timeout=wait_timeout, shards=shards,
-                            delay=stragglers.get(r), parent_pid=os.getpid())
+                            delay=stragglers.get(r), parent_pid=os.getpid(), engine=engine)
                  for r, n in enumerate(split_steps(steps, workers))]
         if events is not None:
             events.write([{"type": "start", "t": 0.0, "config": config,
@@ -405,17 +429,18 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
         try:
             with _parent_signals():
                 sup.start(specs, errdir)
-                t0_ns = control["rt_t0_ns"]
+                rt = control["rt"]
+                t0_ns = rt[:, _ks.RT_T0]
                 started = None        # when the first worker left the start barrier
                 next_beat_check = time.monotonic() + wait_timeout
                 next_eval = float("inf")
                 stop_sent = False
                 try:
                     while not sup.done:
-                        sup.poll(clocks, control["rt_step"], 0.05)
+                        sup.poll(clocks, clocks.step, 0.05)
                         now = time.monotonic()
                         if now >= next_beat_check:
-                            sup.check_heartbeats(clocks, control["rt_step"], wait_timeout)
+                            sup.check_heartbeats(clocks, clocks.step, wait_timeout)
                             next_beat_check = now + 1.0
                         if started is None:
                             if not t0_ns.all():
@@ -451,7 +476,7 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
                     raise
                 # training time: first worker out of the start barrier to last one done
                 # (spawning and imports excluded, so rates compare across workloads)
-                wall = (control["rt_t1_ns"].max() - t0_ns.min()) * 1e-9
+                wall = (rt[:, _ks.RT_T1].max() - t0_ns.min()) * 1e-9
         finally:
             with _signals_ignored():
                 if bar is not None:
@@ -471,8 +496,11 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
                   loss_curve=curve, params=pstore.snapshot() if keep_params else None,
                   out=os.fspath(out) if out is not None else None,
                   extra={"events_dropped": int(dropped),
-                         "nonfinite_skipped": int(control["rt_nonfinite"].sum()),
-                         "samples": int(control["rt_samples"].sum())})
+                         "nonfinite_skipped": int(control["rt"][:, _ks.RT_NONFINITE].sum()),
+                         "samples": int(control["rt"][:, _ks.RT_SAMPLES].sum()),
+                         "engine": engine,
+                         "events_recorded": int(log.cursor.sum()),
+                         "events_stride": int(max(1, control["rt"][:, _ks.RT_STRIDE].max()))})
         if hasattr(policy, "grants"):
             g = control["rt_grants"].sum(axis=0)
             run.extra["dssp_grants"] = {str(r): int(n) for r, n in enumerate(g) if n}
@@ -486,6 +514,31 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
                               "version_vector": clocks.updates.tolist(), "seed": seed,
                               "config": config})
     return run
+
+
+def choose_engine(engine, wl, *, rule, density, batch, shards=1, policy=None,
+                  stragglers=None):
+    """``"compiled"`` or ``"python"`` for ``engine`` = "auto" | "compiled" | "python":
+    "auto" takes the compiled step core when it can run the knobs and says in one line
+    (a :class:`~hogkit.errors.EngineNotice` warning) why not when it cannot."""
+    import warnings
+
+    from hogkit.errors import EngineNotice
+    from hogkit.step import compiled_support
+    check_choice("engine", engine, ENGINES)
+    if engine == "python":
+        return "python"
+    why = compiled_support(wl, rule=rule, density=density, batch=batch, shards=shards,
+                           policy=policy, stragglers=stragglers)
+    if why is None:
+        return "compiled"
+    if engine == "compiled":
+        raise InvalidArgument(f"engine='compiled' cannot run {why}; use engine='auto' or "
+                              f"'python'")
+    if not getattr(wl, "needs_torch", False):     # torch workloads: Python is expected
+        warnings.warn(f"hogkit: the Python step runs this: {why}", EngineNotice,
+                      stacklevel=3)
+    return "python"
 
 
 def _drain(log, cursors, events):

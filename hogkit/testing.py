@@ -37,7 +37,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from hogkit.errors import InvalidArgument
-from hogkit.simulator import ReadRecord, Replay, Step, interleave, replay
+from hogkit.races import ReadRecord, Replay, Step, interleave, replay
 from hogkit.validation import check_float, check_int
 
 __all__ = ["schedules", "sparse_updates", "staleness_bounds", "delay_models", "replay",
@@ -91,7 +91,7 @@ def _schedule(draw, wr, sr, rows, width, reads, values):
 
 def schedules(workers=None, steps=None, *, min_workers=1, max_workers=3, min_steps=1,
               max_steps=3, rows=3, width=1, reads=True, values=None):
-    """Race schedules (lists of :class:`~hogkit.simulator.Step`) for :func:`replay`.
+    """Race schedules (lists of :class:`~hogkit.races.Step`) for :func:`replay`.
 
     ``workers`` / ``steps`` fix the worker count / operations per worker; otherwise
     they are drawn from ``[min_workers, max_workers]`` / ``[min_steps, max_steps]``.

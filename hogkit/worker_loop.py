@@ -1,56 +1,63 @@
-"""The worker loop: ``wait → read → gradient → guard → filter → apply → tick → record``.
+"""The worker process body: attach, run the step until done or stopped, finish.
 
-One function, :func:`step`, is one iteration of one worker; :func:`run_worker` is the
-process body the runtime spawns (through :mod:`hogkit._worker`, which caps threads
-first). Everything a worker shares with others is in three shared-memory stores
+:func:`run_worker` is what the runtime spawns (through :mod:`hogkit._worker`, which caps
+threads first). Everything a worker shares with others is in three shared-memory stores
 attached by handle: parameters, data, and control (clocks, staleness log, and the
-runtime's own per-worker counters). Every shared slot has one writer: worker ``w``
-writes only row ``w`` of the control arrays; the parent writes only the stop flag
-and FAILED marks.
+runtime's per-worker counters). Every shared slot has one writer: worker ``w`` writes
+only row ``w`` of the control arrays; the parent writes only the stop flag and FAILED
+marks.
+
+A worker runs one of the two engines of :mod:`hogkit.step`:
+
+- **compiled**: :class:`~hogkit.step.CompiledStep` runs chunks of whole steps in the
+  compiled core; between chunks this loop beats the heartbeat, adapts the chunk to
+  about 1 ms (so the stop flag and the parent's death are noticed within ~1 ms), and
+  handles what the core hands back: a policy wait (SSP/DSSP, with backoff, liveness
+  and timeout in :mod:`hogkit.policy`), a DSSP grant, a local-SGD merge, a long
+  straggler pause, a non-finite gradient;
+- **python**: :class:`~hogkit.step.PythonStep` one step at a time (torch workloads,
+  per-shard staleness, adaptive batch sizes).
 
 Races here are the object of study, not bugs: the gradient reads parameters while
-other workers write them (Hogwild!), and the apply kernel's read-modify-write of a
-row is not atomic, so concurrent updates to one element can be lost. The reader
-measures how stale each read was; the simulator (virtual time) is the deterministic
-twin.
+other workers write them (Hogwild!), and the apply's read-modify-write of a row is not
+atomic, so concurrent updates to one element can be lost. The reader measures how
+stale each read was; the simulator (virtual time) is the deterministic twin.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import numpy as np
 
 from hogkit.clocks import DONE, FAILED, IDLE, RUNNING, Clocks
 from hogkit.errors import NonFiniteGradient
-from hogkit.policy import LocalSGD, local_delta, merge
+from hogkit.kernels import step as _ks
+from hogkit.policy import DSSP, SSP, LocalSGD, local_delta, merge
 from hogkit.reader import Reader, StalenessLog
-from hogkit.rules import grads_finite
 from hogkit.store import ParamStore
 
-#: Control arrays the runtime itself owns (besides clocks and the staleness log), each
-#: row written by one worker only:
-#: rt_wait_ns: time spent in policy.wait; rt_busy_ns: time in the loop in total;
-#: rt_nonfinite: gradients skipped as non-finite; rt_step: the step being run now;
-#: rt_samples: samples processed; rt_t0_ns / rt_t1_ns: monotonic time the worker left
-#: the start barrier / finished its loop (the run's wall time excludes start-up);
-#: rt_speed: (2, W) published speeds (samples/s) for the
-#: adaptive batch, double-buffered by iteration parity; rt_grants: DSSP's histogram of
-#: granted extra iterations, written when the worker finishes.
-RT_FIELDS = ("rt_wait_ns", "rt_busy_ns", "rt_nonfinite", "rt_step", "rt_samples",
-             "rt_t0_ns", "rt_t1_ns")
 GRANT_BINS = 64
+#: the compiled loop returns to Python about this often (stop flag, heartbeat)
+CHUNK_NS = 1_000_000
+#: ring events per second per worker the compiled loop aims at (a sample of the
+#: updates; the histograms count every update)
+EVENTS_PER_S = 20_000
 
 
 def runtime_specs(workers: int) -> dict:
-    specs = {name: ((workers,), np.int64) for name in RT_FIELDS}
-    specs["rt_speed"] = ((2, workers), np.float64)
-    specs["rt_grants"] = ((workers, GRANT_BINS), np.int64)
-    return specs
+    """The runtime's own control arrays: ``rt`` (W, RT) int64 counters (one writer per
+    row; columns ``hogkit.kernels.step.RT_*``), ``rt_speed`` (2, W) published speeds for
+    adaptive batches (double-buffered by iteration parity) and ``rt_grants`` (W, 64),
+    DSSP's histogram of granted extra iterations, written when the worker finishes."""
+    return {"rt": ((workers, _ks.RT), np.int64),
+            "rt_speed": ((2, workers), np.float64),
+            "rt_grants": ((workers, GRANT_BINS), np.int64)}
 
 
 @dataclass
@@ -68,6 +75,7 @@ class WorkerSpec:
     params: Any                     # StoreHandle
     data: Any                       # StoreHandle
     control: Any                    # StoreHandle
+    engine: str = "python"          # "compiled" | "python" (decided by the parent)
     nonfinite: str = "raise"
     global_batch: int = 0           # B of a batching object (0 for an int batch)
     epoch_steps: int = 0            # iterations per epoch, for EpochBalancedBatch
@@ -75,27 +83,23 @@ class WorkerSpec:
     wait_timeout: float = 60.0
     delay: Any = None               # a hogkit.delays model or None
     parent_pid: int = 0
-    extra: dict = field(default_factory=dict)
 
 
 class _Worker:
-    """State of one worker between steps (private to its process)."""
+    """State of one worker (private to its process)."""
 
     def __init__(self, spec: WorkerSpec, params, data, control):
+        from hogkit.step import PythonStep
         self.spec = spec
         self.rank = spec.rank
         self.shared = params
+        self.control = control
         self.clocks = Clocks(control)
         self.log = StalenessLog(control)
+        self.rt = control["rt"][spec.rank]
         self.shards = spec.shards
         self.param_index = {name: i for i, name in enumerate(sorted(params))}
         self.reader = Reader(self.clocks, self.log, spec.rank, shards=spec.shards > 1)
-        self.control = control
-        self.wait_ns = control["rt_wait_ns"]
-        self.busy_ns = control["rt_busy_ns"]
-        self.nonfinite = control["rt_nonfinite"]
-        self.step_slot = control["rt_step"]
-        self.samples = control["rt_samples"]
         self.local = _LocalPhase(spec, params) if isinstance(spec.policy, LocalSGD) else None
         # Under LocalSGD the gradient reads, and the rule writes, a private replica.
         self.params = self.local.replica if self.local is not None else params
@@ -105,10 +109,17 @@ class _Worker:
                               if spec.density is not None else None)
         self.rng = np.random.default_rng([spec.seed, spec.rank])
         self.delay = spec.delay.start(spec.seed, spec.rank) if spec.delay is not None else None
-        self.keep_read = bool(getattr(spec.rule, "needs_read", False))
         self.sizer = None if isinstance(spec.batch, (int, np.integer)) else spec.batch
         self.mean_reduced = getattr(spec.workload, "grad_reduction", "mean") == "mean"
+        self.timing = isinstance(spec.policy, DSSP)
+        self.step = PythonStep(spec.workload, self.ctx, rank=spec.rank, rule=spec.rule,
+                               rule_state=self.rule_state, density=spec.density,
+                               density_state=self.density_state, reader=self.reader,
+                               clocks=self.clocks, params=self.params,
+                               nonfinite=spec.nonfinite,
+                               shard_of=self._shards_of if self.shards > 1 else None)
 
+    # ------------------------------------------------------------------ Python engine
     def _batch(self, k: int):
         """This iteration's batch size and gradient weight (1.0 for a fixed batch)."""
         if self.sizer is None:
@@ -142,55 +153,105 @@ class _Worker:
             parts.append(ids + self.param_index[g.name] * S)
         return np.concatenate(parts) if parts else None
 
-    def step(self, k: int) -> bool:
-        """Run iteration ``k``. Returns False if the run is stopping."""
-        spec, rank, clocks = self.spec, self.rank, self.clocks
+    def python_step(self, k: int) -> bool:
+        """Run iteration ``k`` on the Python engine. Returns False if the run is stopping."""
+        spec, rank, clocks, rt = self.spec, self.rank, self.clocks, self.rt
         t0 = time.perf_counter_ns()
-        self.step_slot[rank] = k
+        clocks.step[rank] = k
         spec.policy.wait(clocks, rank, timeout=spec.wait_timeout)
         t1 = time.perf_counter_ns()
-        self.wait_ns[rank] += t1 - t0
+        rt[_ks.RT_WAIT] += t1 - t0
         if clocks.stopping():
-            self.busy_ns[rank] += t1 - t0
+            rt[_ks.RT_BUSY] += t1 - t0
             return False
         b, weight = self._batch(k)
-        if self.local is None:
-            self.reader.read()
-        grads = spec.workload.gradient(self.ctx, self.rng, b, keep_read=self.keep_read)
-        if self.delay is not None:
-            self.delay.pause(time.perf_counter_ns() - t1)
+        grads, finite = self.step.compute(self.rng, b, read=self.local is None)
         if self.sizer is not None:
             self._observe(k, b, time.perf_counter_ns() - t1)
-        self.samples[rank] += b
-        if not grads_finite(grads):
+        rt[_ks.RT_SAMPLES] += b
+        if not finite:
             if spec.nonfinite == "raise":
                 raise NonFiniteGradient.at(f"worker {rank}", k)
-            self.nonfinite[rank] += 1
-        else:
-            if weight != 1.0:
-                for g in grads:
-                    g.values *= weight
-            if self.density_state is not None:
-                grads = spec.density.filter(grads, self.density_state, step=k)
-            if not grads:
-                pass    # held back (temporal density): nothing written, not an update
-            elif self.local is None:
-                touched = self._shards_of(grads) if self.shards > 1 else None
-                gap = self.reader.gap(touched) if touched is not None else self.reader.gap()
-                spec.rule.apply(self.params, grads, self.rule_state, staleness=gap,
-                                worker=rank)
-                clocks.tick_update(rank, touched)
-                self.reader.commit(k, gap)
-            else:
-                spec.rule.apply(self.params, grads, self.rule_state, staleness=0,
-                                worker=rank)
+            rt[_ks.RT_NONFINITE] += 1
+        elif self.step.apply(grads, k, local=self.local is not None, weight=weight) < 0:
+            rt[_ks.RT_HELD] += 1
+        if self.delay is not None:
+            self.delay.pause(time.perf_counter_ns() - t1)
         if self.local is not None and spec.policy.merges_after(k):
             self.merge(k)
-        clocks.tick_iteration(rank)
-        clocks.beat(rank)
-        self.busy_ns[rank] += time.perf_counter_ns() - t0
+        clocks.tick_iteration(rank, beat=True)
+        rt[_ks.RT_BUSY] += time.perf_counter_ns() - t0
         return True
 
+    # ------------------------------------------------------------------ compiled engine
+    def prepare_compiled(self) -> None:
+        """Build the compiled step and load its machine code (a call for 0 steps), before
+        the start barrier: loading a cached core takes a few hundred ms, which must not
+        count as training time nor skew the first steps' staleness."""
+        from hogkit.step import CompiledStep, encode_pacer
+        spec, rank, clocks = self.spec, self.rank, self.clocks
+        policy = spec.policy
+        bound = -1
+        if isinstance(policy, SSP) and policy.s != math.inf:
+            bound = int(policy.s)
+        self.core = CompiledStep(
+            self.ctx, rank=rank, batch=int(spec.batch), rule=spec.rule,
+            rule_state=self.rule_state, density=spec.density,
+            density_state=self.density_state, slots=clocks.slots, rt=self.control["rt"],
+            stop=clocks.stop, log=self.log.arrays(), rng=self.rng, policy_bound=bound,
+            dssp=(policy.s_lo, policy.s_hi) if isinstance(policy, DSSP) else None,
+            grants=self.control["rt_grants"][rank],
+            local_h=policy.h if self.local is not None else 0,
+            quota=-1 if spec.steps is None else spec.steps, nonfinite=spec.nonfinite,
+            pacer=encode_pacer(spec.delay, spec.seed, rank))
+        self.core.run(0)
+
+    def compiled_loop(self) -> int:
+        """Run this worker's steps on the compiled engine (on the local-SGD replica
+        when there is one: ``ctx`` was set up on it); returns the steps run."""
+        spec, rank, clocks, rt = self.spec, self.rank, self.clocks, self.rt
+        policy, core = spec.policy, self.core
+        core.pacer[3] = time.monotonic_ns()          # a Load pacer's t = 0: the start
+        rt[_ks.RT_ENGINE] = _ks.ENGINE_COMPILED
+        rt[_ks.RT_STRIDE] = 1
+        parent = spec.parent_pid
+        chunk, steps = 8, 0
+        while True:
+            t0 = time.perf_counter_ns()
+            code = core.run(chunk)
+            t1 = time.perf_counter_ns()
+            rt[_ks.RT_BUSY] += t1 - t0
+            steps += core.done
+            if not self.timing:
+                clocks.beat(rank)
+            if parent and os.getppid() != parent:
+                break                          # orphaned: PDEATHSIG normally kills us first
+            if code == _ks.CHUNK:
+                _set_stride(core, rt, core.done, t1 - t0)
+                chunk = _next_chunk(chunk, t1 - t0)
+            elif code in (_ks.STOPPED, _ks.QUOTA_DONE):
+                break
+            elif code == _ks.BLOCKED:
+                b = core.cfg[_ks.BOUND] if not self.timing else (
+                    core.cfg[_ks.S_LO] + core.cfg[_ks.EXTRA])
+                policy.wait_bound(clocks, rank, int(b), timeout=spec.wait_timeout)
+                rt[_ks.RT_WAIT] += time.perf_counter_ns() - t1
+                if clocks.stopping():
+                    break
+                core.release()
+            elif code == _ks.MERGE:
+                k = int(clocks.iterations[rank])
+                self.merge(k)
+                clocks.tick_iteration(rank, beat=self.timing)
+            elif code == _ks.NONFINITE:
+                raise NonFiniteGradient.at(f"worker {rank}", int(clocks.step[rank]))
+            if code in (_ks.PAUSE, _ks.MERGE) and core.io[_ks.IO_PAUSE_NS] > 0:
+                from hogkit.delays import wait_ns     # a straggler's long pause: sleep
+                wait_ns(int(core.io[_ks.IO_PAUSE_NS]))
+            rt[_ks.RT_BUSY] += time.perf_counter_ns() - t1
+        return steps
+
+    # ------------------------------------------------------------------ both
     def merge(self, k: int) -> None:
         """LocalSGD: merge the local phase into the shared model; staleness of a merge
         = merges by other workers since this phase pulled the shared model."""
@@ -210,6 +271,29 @@ class _Worker:
             row = self.control["rt_grants"][self.rank]
             for r, n in grants(self.rank).items():
                 row[min(int(r), GRANT_BINS - 1)] += n
+        if self.delay is not None:
+            self.rt[_ks.RT_COMPUTE] += self.delay.compute_ns
+            self.rt[_ks.RT_PAUSED] += self.delay.paused_ns
+
+
+def _next_chunk(chunk, elapsed_ns):
+    """Steps for the next call so that it takes about CHUNK_NS."""
+    if elapsed_ns <= 0:
+        return min(chunk * 2, 1 << 22)
+    target = int(chunk * CHUNK_NS / elapsed_ns)
+    return max(1, min(target, chunk * 4, 1 << 22))
+
+
+def _set_stride(core, rt, steps, elapsed_ns):
+    """Keep the event ring to about EVENTS_PER_S events a second."""
+    if elapsed_ns <= 0:
+        return
+    rate = steps * 1e9 / elapsed_ns
+    stride = max(1, int(rate // EVENTS_PER_S))
+    stride = 1 << (stride.bit_length() - 1)       # a power of two: steady sampling
+    core.cfg[_ks.STRIDE] = stride
+    if stride > rt[_ks.RT_STRIDE]:
+        rt[_ks.RT_STRIDE] = stride
 
 
 class _LocalPhase:
@@ -292,28 +376,40 @@ def run_worker(spec: WorkerSpec) -> None:
             import torch
             torch.set_num_threads(1)
         worker = _Worker(spec, params, data, control)
+        if spec.engine == "compiled":
+            worker.prepare_compiled()
         clocks = worker.clocks
         clocks.set_state(spec.rank, RUNNING)
         clocks.beat(spec.rank)
         _start_barrier(clocks, spec.wait_timeout)
-        control["rt_t0_ns"][spec.rank] = time.monotonic_ns()
+        worker.rt[_ks.RT_T0] = time.monotonic_ns()
+        clocks.beat(spec.rank)     # the first iteration's time is counted from here
         if worker.local is not None:
             worker.local.pull()    # the first local phase starts from the model now
         worker.reader.read()       # ...and its staleness is counted from here
-        parent = spec.parent_pid
-        k = 0
-        while spec.steps is None or k < spec.steps:
-            if not worker.step(k):
-                break
-            k += 1
-            if k & 63 == 0 and parent and os.getppid() != parent:
-                break  # orphaned: PDEATHSIG normally kills us first
+        if spec.engine == "compiled":
+            k = worker.compiled_loop()
+        else:
+            worker.rt[_ks.RT_ENGINE] = _ks.ENGINE_PYTHON
+            k = _python_loop(worker, spec)
         worker.finish(k)
-        control["rt_t1_ns"][spec.rank] = time.monotonic_ns()
+        worker.rt[_ks.RT_T1] = time.monotonic_ns()
         clocks.set_state(spec.rank, DONE)
     finally:
         for s in stores:
             s.close()
+
+
+def _python_loop(worker, spec):
+    parent = spec.parent_pid
+    k = 0
+    while spec.steps is None or k < spec.steps:
+        if not worker.python_step(k):
+            break
+        k += 1
+        if k & 63 == 0 and parent and os.getppid() != parent:
+            break  # orphaned: PDEATHSIG normally kills us first
+    return k
 
 
 def _start_barrier(clocks, timeout):

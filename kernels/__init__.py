@@ -2,15 +2,60 @@
 and scalars; nothing here imports hogkit.
 
 One module per family, every kernel ``@njit(cache=True, nogil=True)``, checked by
-nobody but its caller (``hogkit.rules``, ``hogkit.density``):
+nobody but its caller (``hogkit.rules``, ``hogkit.density``, ``hogkit.step``):
 
 - ``sparse``: ``sgd_rows``, ``momentum_rows`` (row updates, duplicates add up);
 - ``dense``: ``sgd_flat``, ``momentum_flat`` (axpy over a flat buffer);
 - ``delayed``: staleness-aware, DC-ASGD (constant, adaptive), Gap-Aware, each
   ``*_flat`` and ``*_rows``;
-- ``density``: fold / select (top-k, threshold, random) / split of an update;
-- ``guard``: ``all_finite``;
-- ``_intrinsics``: ``prefetch`` and ``sqrt`` (LLVM intrinsics numba does not expose).
+- ``rule``: one dispatch of a rule kind to those (``apply_rows``, ``apply_flat``);
+- ``density``: fold / select (top-k, threshold, random) / split of an update, and the
+  whole filter of one parameter's rows (``filter_rows``);
+- ``guard``: ``all_finite``, ``finite_prefix``;
+- ``clock``: the per-worker clock slots and every definition read from them (clock
+  lag, others' updates, SSP admission, DSSP's grant);
+- ``staleness``: recording an event in the staleness log;
+- ``mf``, ``logreg``: the workloads' samplers and gradients (the step core protocol);
+- ``step``: the compiled step core (n whole steps per call), ``sim``: the simulator's
+  event loop around the same step;
+- ``_intrinsics``: ``prefetch``, ``sqrt``, ``uint_bits``, ``monotonic_ns``.
 
-``hogkit.rules.warmup()`` compiles all of them for float32 and float64.
+**Caches.** numba validates a cached function against its own source file only, but
+the step core and the event loop inline kernels from the other modules. So that an edit
+to any kernel source can never run against stale machine code, importing this package
+removes every cached index and object file of these modules that is older than the
+newest kernel source
+(:func:`_drop_stale_caches`; a fresh install has none).
 """
+
+import glob
+import os
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _cache_dirs():
+    """Where numba keeps this package's caches: the in-tree ``__pycache__`` and, when
+    set, ``NUMBA_CACHE_DIR`` (numba puts a subfolder per source folder there)."""
+    dirs = [os.path.join(_HERE, "__pycache__")]
+    root = os.environ.get("NUMBA_CACHE_DIR")
+    if root:
+        dirs += glob.glob(os.path.join(root, "*kernels*"))
+    return [d for d in dirs if os.path.isdir(d)]
+
+
+def _drop_stale_caches():
+    try:
+        newest = max(os.path.getmtime(p) for p in glob.glob(os.path.join(_HERE, "*.py")))
+        for d in _cache_dirs():
+            for path in glob.glob(os.path.join(d, "*.nb[ic]")):
+                if os.path.getmtime(path) < newest:
+                    try:
+                        os.remove(path)
+                    except OSError:
+                        pass
+    except (OSError, ValueError):   # pragma: no cover - an unreadable tree: numba decides
+        pass
+
+
+_drop_stale_caches()

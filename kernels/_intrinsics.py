@@ -1,4 +1,4 @@
-"""Two LLVM intrinsics the row kernels need and numba does not expose.
+"""LLVM intrinsics and a libc clock that the kernels need and numba does not expose.
 
 - ``prefetch(A, r, j)``: ``llvm.prefetch`` (write intent, high locality) of the cache
   line holding ``A[r, j]``; ``prefetch_row(A, r)`` fetches every line of row ``r``.
@@ -12,12 +12,22 @@
   bytes; the width is picked when the kernel is typed). A float's magnitude orders
   like its bits with the sign bit cleared, which lets ``density.topk_mask`` select
   on integer keys (radix select, no comparison branches).
+- ``monotonic_ns()``: ``clock_gettime(CLOCK_MONOTONIC)`` in ns, the clock of Python's
+  ``time.monotonic_ns()`` (system-wide on Linux, so comparable across processes).
+  numba has no clock; libc's ``clock_gettime`` is a vDSO call (~20 ns), and a libc
+  symbol keeps the kernel cacheable.
 
-With ``NUMBA_DISABLE_JIT=1`` all three are plain Python (a no-op, ``math.sqrt`` and
-``ndarray.view``), so the kernels still run, interpreted, for coverage.
+- ``sched_yield()``: libc's ``sched_yield``: a spinning waiter gives its core to a
+  runnable peer (more workers than cores), and returns at once when there is none.
+
+With ``NUMBA_DISABLE_JIT=1`` all five are plain Python (a no-op, ``math.sqrt``,
+``ndarray.view``, ``time.monotonic_ns`` and ``os.sched_yield``), so the kernels still
+run, interpreted, for coverage.
 """
 
 import math
+import os
+import time
 
 import numpy as np
 
@@ -33,6 +43,12 @@ if config.DISABLE_JIT:
 
     def uint_bits(x):
         return x.view(np.uint32 if x.dtype.itemsize == 4 else np.uint64)
+
+    def monotonic_ns():
+        return time.monotonic_ns()
+
+    def sched_yield():
+        os.sched_yield()
 
 else:
     from llvmlite import ir
@@ -67,6 +83,35 @@ else:
         def codegen(context, builder, signature, args):
             fn = builder.module.declare_intrinsic("llvm.sqrt", [args[0].type])
             return builder.call(fn, args)
+
+        return sig, codegen
+
+    @intrinsic
+    def monotonic_ns(typingctx):
+        sig = types.int64()
+
+        def codegen(context, builder, signature, args):
+            i64, i32 = ir.IntType(64), ir.IntType(32)
+            ts_t = ir.LiteralStructType([i64, i64])          # struct timespec on x86-64
+            ts = cgutils.alloca_once(builder, ts_t)
+            fnty = ir.FunctionType(i32, [i32, ts_t.as_pointer()])
+            fn = cgutils.get_or_insert_function(builder.module, fnty, "clock_gettime")
+            builder.call(fn, [i32(1), ts])                   # CLOCK_MONOTONIC = 1
+            sec = builder.load(cgutils.gep_inbounds(builder, ts, 0, 0))
+            nsec = builder.load(cgutils.gep_inbounds(builder, ts, 0, 1))
+            return builder.add(builder.mul(sec, i64(1_000_000_000)), nsec)
+
+        return sig, codegen
+
+    @intrinsic
+    def sched_yield(typingctx):
+        sig = types.void()
+
+        def codegen(context, builder, signature, args):
+            fnty = ir.FunctionType(ir.IntType(32), [])
+            fn = cgutils.get_or_insert_function(builder.module, fnty, "sched_yield")
+            builder.call(fn, [])
+            return context.get_dummy_value()
 
         return sig, codegen
 

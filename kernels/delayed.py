@@ -50,11 +50,11 @@ def staleness_aware_flat(w, g, lr, tau):
     sgd_flat(w, g, lr / max(tau, 1))
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
-def staleness_aware_rows(W, rows, G, lr, tau):
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def staleness_aware_rows(W, rows, G, lr, tau, n=-1):
     """``W[rows[i]] -= (lr / max(tau, 1)) * G[i]`` in batch order: the plain sparse
     update at a damped learning rate."""
-    sgd_rows(W, rows, G, lr / max(tau, 1))
+    sgd_rows(W, rows, G, lr / max(tau, 1), n)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -64,10 +64,10 @@ def staleness_aware_momentum_flat(w, m, g, lr, mu, tau):
     momentum_flat(w, m, g, lr, mu, 1.0 / max(tau, 1))
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
-def staleness_aware_momentum_rows(W, M, rows, G, lr, mu, tau):
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def staleness_aware_momentum_rows(W, M, rows, G, lr, mu, tau, n=-1):
     """Lazy sparse-row twin of ``staleness_aware_momentum_flat``."""
-    momentum_rows(W, M, rows, G, lr, mu, 1.0 / max(tau, 1))
+    momentum_rows(W, M, rows, G, lr, mu, 1.0 / max(tau, 1), n)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -82,7 +82,7 @@ def _keep_start(S, W, r, code):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _repeats(rows):
+def _repeats(rows, b):
     """Find the rows that occur more than once in the batch, without sorting.
 
     Returns ``(code, ns)``: ``code[i] = -1`` when ``rows[i]`` occurs once;
@@ -95,9 +95,8 @@ def _repeats(rows):
     collisions are branch misses, which is what this loop costs: measured 12 us at
     load 1/4, 10 us at 1/8, no better at 1/16 (b = 4096). One pass over ``rows``,
     no table row touched: about 2 ns a row, against about 27 ns a row for the
-    update pass on a table beyond L3.
+    update pass on a table beyond L3. Only the first ``b`` entries are looked at.
     """
-    b = rows.shape[0]
     size = 16
     while size < 8 * b:
         size *= 2
@@ -145,18 +144,18 @@ def dc_flat(w, g, w_bak, lr, lam):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def dc_rows(W, rows, G, B, lr, lam):
+def dc_rows(W, rows, G, B, lr, lam, n=-1):
     """Sparse-row constant DC-ASGD; ``B[i]`` is the ``w_bak`` of row ``rows[i]``;
     ``w - w_bak`` is the row's value when the call starts (see the module docstring:
     one pass, with the start values of repeated rows saved at their first occurrence).
     """
     a = W.dtype.type(lr)
     c = W.dtype.type(lam)
-    n = rows.shape[0]
+    n = rows.shape[0] if n < 0 else n
     d = W.shape[1]
     for i in range(min(_AHEAD, n)):
         prefetch_row(W, rows[i])
-    code, ns = _repeats(rows)
+    code, ns = _repeats(rows, n)
     S = np.empty((ns, d), W.dtype)
     for i in range(n):
         if i + _AHEAD < n:
@@ -199,19 +198,19 @@ def dc_adaptive_flat(w, ms, g, w_bak, lr, lam0, m, eps):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def dc_adaptive_rows(W, MS, rows, G, B, lr, lam0, m, eps):
+def dc_adaptive_rows(W, MS, rows, G, B, lr, lam0, m, eps, n=-1):
     """Sparse-row adaptive DC-ASGD (``MS`` moves on touched rows only)."""
     a = W.dtype.type(lr)
     l0 = W.dtype.type(lam0)
     mm = W.dtype.type(m)
     m1 = W.dtype.type(1.0 - m)
     e = W.dtype.type(eps)
-    n = rows.shape[0]
+    n = rows.shape[0] if n < 0 else n
     d = W.shape[1]
     for i in range(min(_AHEAD2, n)):
         prefetch_row(W, rows[i])
         prefetch_row(MS, rows[i])
-    code, ns = _repeats(rows)
+    code, ns = _repeats(rows, n)
     S = np.empty((ns, d), W.dtype)
     for i in range(n):
         if i + _AHEAD2 < n:
@@ -284,7 +283,7 @@ def gap_aware_flat(w, mom, v, g, w_read, lr, mu, gamma, lr_max, k):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def gap_aware_rows(W, M, V, rows, G, R, lr, mu, gamma, lr_max, k):
+def gap_aware_rows(W, M, V, rows, G, R, lr, mu, gamma, lr_max, k, n=-1):
     """Sparse-row Gap-Aware; ``R[i]`` is the ``w_read`` of row ``rows[i]``.
 
     Same equations as ``gap_aware_flat``; ``M`` and ``V`` move on touched rows only,
@@ -302,7 +301,7 @@ def gap_aware_rows(W, M, V, rows, G, R, lr, mu, gamma, lr_max, k):
     cm = W.dtype.type(lr_max)
     tiny = W.dtype.type(1e-8)
     one = W.dtype.type(1.0)
-    n = rows.shape[0]
+    n = rows.shape[0] if n < 0 else n
     d = W.shape[1]
     mom = mu != 0.0
     for i in range(min(_AHEAD2, n)):
@@ -310,7 +309,7 @@ def gap_aware_rows(W, M, V, rows, G, R, lr, mu, gamma, lr_max, k):
         prefetch_row(V, rows[i])
         if mom:
             prefetch_row(M, rows[i])
-    code, ns = _repeats(rows)
+    code, ns = _repeats(rows, n)
     S = np.empty((ns, d), W.dtype)
     for i in range(n):
         if i + _AHEAD2 < n:

@@ -284,3 +284,72 @@ def accumulate_rows(R, rows, G):
         r = rows[i]
         for j in range(d):
             R[r, j] += G[i, j]
+
+
+# --- the whole filter of one parameter's rows (Python's Density and the step core) ----
+
+NONE, TOPK, THRESHOLD, RANDOM = 0, 1, 2, 3
+_MINSTD = 2147483647
+
+
+@njit(cache=True, nogil=True)
+def keep_count(fraction, n):
+    """``k = ceil(fraction·n)`` entries to send (at least one of a non-empty update)."""
+    if n == 0:
+        return 0
+    k = int(np.ceil(fraction * n - 1e-9 * n))
+    return min(n, max(1, k))
+
+
+@njit(cache=True, nogil=True)
+def mask_seed(seed, step, pos):
+    """A minstd seed in [1, 2**31 - 2] from (seed, step, position of the parameter)::
+
+        (seed·0x9E3779B1 + step·0x85EBCA77 + pos·0xC2B2AE3D + 0x27D4EB2F) mod (2**31 - 2) + 1
+
+    computed term by term modulo m (every product < 2**63), so it equals the Python
+    big-int value exactly."""
+    m = _MINSTD - 1
+    h = (seed % m) * (0x9E3779B1 % m) % m
+    h = (h + (step % m) * (0x85EBCA77 % m)) % m
+    h = (h + (pos % m) * (0xC2B2AE3D % m)) % m
+    h = (h + 0x27D4EB2F % m) % m
+    return h + 1
+
+
+@njit(cache=True, nogil=True)
+def hold_rows(R, rows, G, n):
+    """A held-back step (temporal density) in residual mode: ``R[rows[i]] += G[i]``."""
+    d = R.shape[1]
+    for i in range(n):
+        r = rows[i]
+        for j in range(d):
+            R[r, j] += G[i, j]
+
+
+@njit(cache=True, nogil=True)
+def filter_rows(how, fraction, threshold, residual, seed, step, pos, R, rows, G, n, mask):
+    """Thin the first ``n`` rows of ``G`` in place to what is sent (``how``: TOPK keeps
+    ``keep_count(fraction, n·d)`` entries of largest magnitude, THRESHOLD those above
+    ``threshold``, RANDOM a uniform ``keep_count`` from ``mask_seed(seed, step, pos)``).
+    In residual mode the residual ``R`` is folded in first and absorbs the unsent part;
+    else the unsent part is dropped. ``mask`` needs room for ``n·d`` booleans. Returns
+    the number of entries sent. Temporal density is the caller's: on a held-back step
+    it calls :func:`hold_rows` (residual mode) instead."""
+    d = G.shape[1]
+    total = n * d
+    if residual:
+        fold_rows(G[:n], rows[:n], R, G[:n])
+    flat = G[:n].reshape(total)
+    m = mask[:total]
+    if how == TOPK:
+        sent = topk_mask(flat, keep_count(fraction, total), m)
+    elif how == THRESHOLD:
+        sent = threshold_mask(flat, threshold, m)
+    else:
+        sent = random_mask(total, keep_count(fraction, total), mask_seed(seed, step, pos), m)
+    if residual:
+        split_rows(G[:n], rows[:n], m, R)
+    else:
+        drop_flat(flat, m)
+    return sent

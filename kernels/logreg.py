@@ -14,8 +14,13 @@ output's dtype.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
+import numpy as np
 from numba import njit
+
+from . import step as _step
+from .mf import _FM, sweep_sample
 
 
 @njit(cache=True, nogil=True)
@@ -26,42 +31,63 @@ def _sigmoid(m):
     return z / (1.0 + z)
 
 
+class LogRegArrays(NamedTuple):
+    """Sparse logistic regression's compiled part: the CSR samples and labels, in the
+    stored order, and the L2 coefficient ``reg``."""
+    indptr: np.ndarray
+    indices: np.ndarray
+    values: np.ndarray
+    y: np.ndarray
+    reg: float
+
+
 @njit(cache=True, nogil=True)
-def logreg_grad(w, indptr, indices, values, y, sample, reg, scale, g, rows, read):
-    """Sparse minibatch gradient; returns t, the number of entries written.
+def logreg_sample(wl, rng, cursor, nb, idx):
+    """The step core's sampler: a sweep of the samples from the worker's cursor
+    (``mf.sweep_sample``; ``rng`` unused)."""
+    sweep_sample(wl.y.shape[0], cursor, nb, idx)
 
-    For each b, sample s = sample[b] and each nonzero j of row s, in order, one entry
-    t: ``rows[t]`` = the feature id, ``read[t]`` = w[feature] as read (each element of
-    the shared ``w`` is read exactly once per entry) and
 
-        g[t] = scale * ((p_s - y_s) x_sj + reg * read[t])
+@njit(cache=True, nogil=True, fastmath=_FM)
+def logreg_gradient(wl, params, idx, nb, keep_read, G, R, RD, cnt):
+    """Sparse minibatch gradient of the samples ``idx[:nb]`` (the step core protocol).
 
-    with p_s computed from the ``read`` copies. A feature shared by several samples
-    appears once per sample (duplicates are left for the apply rule to add up), so
-    the L2 term acts only on touched features, in proportion to how often they are
-    touched (the sparse regulariser of Hogwild!, Niu et al. 2011, eq. 2.4).
-    ``g``, ``rows`` and ``read`` need room for the batch's total nonzeros.
+    ``params[0]`` is ``w`` viewed as ``(n_features, 1)``. For each sample s and each
+    nonzero j of row s, in order, one entry t: ``R[0][t]`` = the feature, ``RD[0][t]`` =
+    w[feature] as read (always kept: it is read once per entry anyway) and
 
-    Racy by design when w is shared: entries may be read mid-update by other workers.
+        G[0][t] = ((p_s - y_s) x_sj + reg * w_read) / nb
+
+    with p_s = sigma(w . x_s) from the read values: the mean over the batch of the
+    per-sample log-loss gradient. A feature shared by several samples appears once per
+    sample (left for the rule to add up), so the L2 term acts on touched features in
+    proportion to how often they are touched (Hogwild!'s sparse regulariser, Niu et
+    al. 2011, eq. 2.4). ``cnt[0]`` = the entries written (the batch's nonzeros).
+
+    Racy by design when w is shared: entries may be read mid-update by others.
     """
+    w = params[0]
+    indptr, indices, values, y, reg = wl.indptr, wl.indices, wl.values, wl.y, wl.reg
+    g, rows, read = G[0], R[0], RD[0]
+    scale = 1.0 / nb
     t = 0
-    for b in range(sample.shape[0]):
-        s = sample[b]
+    for b in range(nb):
+        s = idx[b]
         start = indptr[s]
         end = indptr[s + 1]
         m = 0.0
         for j in range(start, end):
             f = indices[j]
-            wf = w[f]
-            read[t + j - start] = wf
+            wf = w[f, 0]
+            read[t + j - start, 0] = wf
             rows[t + j - start] = f
             m += float(wf) * float(values[j])
         d = _sigmoid(m) - float(y[s])
         for j in range(start, end):
             tt = t + j - start
-            g[tt] = scale * (d * float(values[j]) + reg * float(read[tt]))
+            g[tt, 0] = scale * (d * float(values[j]) + reg * float(read[tt, 0]))
         t += end - start
-    return t
+    cnt[0] = t
 
 
 @njit(cache=True, nogil=True)
@@ -91,3 +117,7 @@ def csr_matvec(indptr, indices, values, w, out):
         for j in range(indptr[s], indptr[s + 1]):
             m += float(w[indices[j]]) * float(values[j])
         out[s] = m
+
+
+_step.register(LogRegArrays, sample_kernel=logreg_sample, gradient_kernel=logreg_gradient,
+               cache=True)

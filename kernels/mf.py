@@ -10,47 +10,108 @@ loss is 1/2 (e_ui^2 + reg (|p_u|^2 + |q_i|^2)), whose gradient is
 Pure functions on arrays and scalars; no checking (the caller checks); nothing here
 imports hogkit. float32 or float64 factors; int32 or int64 index arrays. All arithmetic
 is float64 (each element is converted once), results are stored in the output's dtype.
+``MFArrays`` with ``mf_sample`` and ``mf_gradient`` are the step core's protocol
+(``step.register``).
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
+import numpy as np
 from numba import njit
+
+from . import step as _step
+from .rule import FASTMATH as _FM   # the step core's flags: the same numbers both ways
+
+
+class MFArrays(NamedTuple):
+    """Matrix factorisation's compiled part: the ratings (``u``, ``i``, ``r``, in the
+    order ``build`` shuffled once) and the L2 coefficient ``reg``."""
+    u: np.ndarray
+    i: np.ndarray
+    r: np.ndarray
+    reg: float
+
+
+@njit(cache=True, nogil=True, inline="always")
+def sweep_sample(n, cursor, nb, idx):
+    """``idx[j] = (cursor + j) mod n`` for j < nb, then ``cursor += nb`` (mod n): a
+    worker sweeps the stored (shuffled) order from its own random start, so every
+    sample is visited once per pass: SGD epochs without replacement, read sequentially
+    (the order LIBMF and a plain per-sample loop read in)."""
+    v = cursor[0]
+    for j in range(nb):
+        if v >= n:
+            v -= n
+        idx[j] = v
+        v += 1
+    cursor[0] = v if v < n else v - n
 
 
 @njit(cache=True, nogil=True)
-def mf_grad(P, Q, u, i, r, sample, reg, gP, gQ, rows_u, rows_i, read_P, read_Q):
-    """Per-rating gradients of the ratings ``sample`` indexes, one output row each.
+def mf_sample(wl, rng, cursor, nb, idx):
+    """The step core's sampler of matrix factorisation (a sweep; ``rng`` unused)."""
+    sweep_sample(wl.r.shape[0], cursor, nb, idx)
 
-    For b in range(len(sample)), with n = sample[b], uu = u[n], ii = i[n]:
-    copies p_uu into ``read_P[b]`` and q_ii into ``read_Q[b]`` (each element of the
-    shared factors is read exactly once), writes uu, ii into ``rows_u[b]``,
-    ``rows_i[b]`` and the gradient above, computed from the copies, into ``gP[b]``,
-    ``gQ[b]``. Nothing is summed across b: duplicate rows are left for the apply rule.
 
-    Racy by design when P and Q are shared and written by other workers: a row may
-    be read half-updated. The copies in read_P/read_Q are exactly what the gradient
-    was computed from, so DC-ASGD and Gap-Aware see a consistent w_read.
+@njit(cache=True, nogil=True, fastmath=_FM)
+def mf_gradient(wl, params, idx, nb, keep_read, G, R, RD, cnt):
+    """Per-rating gradient rows of the ratings ``idx[:nb]`` (the step core protocol).
+
+    For b < nb, with t = idx[b], uu = u[t], ii = i[t]: ``R[0][b] = uu``,
+    ``R[1][b] = ii``, ``G[0][b] = dP[uu]`` and ``G[1][b] = dQ[ii]`` as in the module
+    docstring. With ``keep_read`` the two factor rows are first copied into
+    ``RD[0][b]``, ``RD[1][b]`` and everything is computed from the copies (a consistent
+    ``w_read`` for DC-ASGD and Gap-Aware); else straight from the shared rows. Nothing
+    is summed across b: duplicate rows are left for the rule. ``cnt[0] = cnt[1] = nb``.
+
+    Racy by design when P and Q are shared and written by others: a row may be read
+    half-updated (Hogwild!). Arithmetic: the error e is accumulated in float64 (the dot
+    product reassociated, so it vectorises); the gradient rows are formed in the
+    factors' dtype, ``g = (-e)·q + reg·p``.
     """
+    if keep_read:
+        _mf_rows(wl, params[0], params[1], idx, nb, G[0], G[1], R[0], R[1], RD[0], RD[1],
+                 True)
+    else:
+        _mf_rows(wl, params[0], params[1], idx, nb, G[0], G[1], R[0], R[1], G[0], G[1],
+                 False)
+    cnt[0] = nb
+    cnt[1] = nb
+
+
+@njit(cache=True, nogil=True, fastmath=_FM, inline="always")
+def _mf_rows(wl, P, Q, idx, nb, GP, GQ, RP, RQ, DP, DQ, copy):
+    u, i, r = wl.u, wl.i, wl.r
+    T = P.dtype.type
+    reg = T(wl.reg)
     K = P.shape[1]
-    for b in range(sample.shape[0]):
-        n = sample[b]
-        uu = u[n]
-        ii = i[n]
-        rows_u[b] = uu
-        rows_i[b] = ii
-        pred = 0.0
-        for k in range(K):
-            pk = P[uu, k]
-            qk = Q[ii, k]
-            read_P[b, k] = pk
-            read_Q[b, k] = qk
-            pred += float(pk) * float(qk)
-        e = float(r[n]) - pred
-        for k in range(K):
-            pk = float(read_P[b, k])
-            qk = float(read_Q[b, k])
-            gP[b, k] = -e * qk + reg * pk
-            gQ[b, k] = -e * pk + reg * qk
+    for b in range(nb):
+        t = idx[b]
+        uu = u[t]
+        ii = i[t]
+        RP[b] = uu
+        RQ[b] = ii
+        if copy:                        # w_read: the rows as read, used for everything
+            for k in range(K):
+                DP[b, k] = P[uu, k]
+                DQ[b, k] = Q[ii, k]
+            pred = 0.0
+            for k in range(K):
+                pred += float(DP[b, k]) * float(DQ[b, k])
+            ne = T(pred - float(r[t]))
+            for k in range(K):
+                GP[b, k] = ne * DQ[b, k] + reg * DP[b, k]
+                GQ[b, k] = ne * DP[b, k] + reg * DQ[b, k]
+        else:
+            pred = 0.0
+            for k in range(K):
+                pred += float(P[uu, k]) * float(Q[ii, k])
+            ne = T(pred - float(r[t]))
+            for k in range(K):
+                GP[b, k] = ne * Q[ii, k] + reg * P[uu, k]
+                GQ[b, k] = ne * P[uu, k] + reg * Q[ii, k]
 
 
 @njit(cache=True, nogil=True)
@@ -80,3 +141,6 @@ def mf_predict(U, V, u, i, out):
         for k in range(K):
             s += float(U[uu, k]) * float(V[ii, k])
         out[n] = s
+
+
+_step.register(MFArrays, sample_kernel=mf_sample, gradient_kernel=mf_gradient, cache=True)

@@ -25,11 +25,14 @@ from numba import njit
 from ._intrinsics import prefetch_row
 
 
-@njit(cache=True, nogil=True)
-def sgd_rows(W, rows, G, lr):
-    """``W[rows[i], :] -= lr * G[i, :]`` for i in batch order (duplicates add up)."""
+@njit(cache=True, nogil=True, inline="always")
+def sgd_rows(W, rows, G, lr, n=-1):
+    """``W[rows[i], :] -= lr * G[i, :]`` for i in batch order (duplicates add up).
+
+    ``n``: how many leading entries of ``rows``/``G`` to apply (-1: all), so a caller
+    with fixed-capacity buffers never slices (a slice costs reference counting)."""
     a = W.dtype.type(lr)
-    b = rows.shape[0]
+    b = rows.shape[0] if n < 0 else n
     d = W.shape[1]
     for i in range(min(16, b)):
         prefetch_row(W, rows[i])
@@ -41,8 +44,8 @@ def sgd_rows(W, rows, G, lr):
             W[r, j] -= a * G[i, j]
 
 
-@njit(cache=True, nogil=True)
-def momentum_rows(W, M, rows, G, lr, mu, gscale=1.0):
+@njit(cache=True, nogil=True, inline="always")
+def momentum_rows(W, M, rows, G, lr, mu, gscale=1.0, n=-1):
     """Heavy-ball momentum on the touched rows only ("lazy" sparse momentum).
 
     For each i in batch order, with ``r = rows[i]``::

@@ -137,6 +137,12 @@ def threshold_mask(x, t):
     return np.abs(np.asarray(x, np.float64)) > t
 
 
+def mask_seed(seed, step, pos):
+    """The random density filter's seed, in Python's big integers."""
+    return (seed * 0x9E3779B1 + step * 0x85EBCA77 + pos * 0xC2B2AE3D
+            + 0x27D4EB2F) % (2147483647 - 1) + 1
+
+
 def random_mask(n, k, seed):
     """Algorithm S with Park-Miller minstd, in plain Python integers."""
     mod = 2147483647

@@ -22,7 +22,9 @@ def test_specs():
     sp = Clocks.specs(2, shards=5)
     assert all(k.startswith("clk_") for k in sp)
     assert sp["clk_shard_updates"] == ((2, 5), np.dtype(np.int64))
-    assert sp["clk_stop"] == ((1,), np.dtype(np.int64))
+    # one 64-byte row per worker, so a worker's writes never invalidate a peer's line
+    assert sp["clk_slots"] == ((2, 8), np.dtype(np.int64))
+    assert sp["clk_stop"] == ((8,), np.dtype(np.int64))
     for bad in (0, -1):
         with pytest.raises(InvalidArgument, match="workers"):
             Clocks.specs(bad)
@@ -109,8 +111,32 @@ def test_views_are_checked():
     with pytest.raises(InvalidArgument, match="clk_stop"):
         Clocks({k: v for k, v in good.items() if k != "clk_stop"})
     with pytest.raises(InvalidType, match="int64"):
-        Clocks({**good, "clk_updates": np.zeros(2, np.int32)})
+        Clocks({**good, "clk_slots": np.zeros((2, 8), np.int32)})
     with pytest.raises(InvalidArgument, match="shape"):
-        Clocks({**good, "clk_iterations": np.zeros(3, np.int64)})
+        Clocks({**good, "clk_slots": np.zeros((2, 4), np.int64)})
+    with pytest.raises(InvalidArgument, match="shape"):
+        Clocks({**good, "clk_shard_updates": np.zeros((3, 3), np.int64)})
     with pytest.raises(InvalidType, match="mapping"):
         Clocks([1, 2])
+
+
+def test_the_slots_are_the_views():
+    """updates, iterations... are views of one cache line per worker."""
+    with ParamStore.create(Clocks.specs(2), tag="clk") as s:
+        c = Clocks(s.views())
+        c.tick_update(1)
+        c.tick_iteration(1, beat=True)
+        assert c.slots[1, :2].tolist() == [1, 1]
+        assert c.heartbeat_ns[1] > 0 and c.interval_ns[1] == 0    # no previous beat
+        c.tick_iteration(1, beat=True)
+        assert c.interval_ns[1] > 0 and c.iterations[1] == 2
+        assert c.slots.strides[0] == 64
+
+
+def test_lag_leaves_done_workers_out():
+    with ParamStore.create(Clocks.specs(3), tag="clk") as s:
+        c = Clocks(s.views())
+        c.iterations[:] = [5, 2, 4]
+        assert c.lag(0) == 3
+        c.state[1] = DONE                 # a finished worker never holds the others
+        assert c.lag(0) == 1 and c.lag(1) == 0

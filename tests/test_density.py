@@ -112,7 +112,7 @@ def test_filter_matches_reference(dtype, frac, how, residual, seed, rows):
         if how == "topk":
             mask = naive.topk_mask(x.astype(dtype).reshape(-1), k)
         else:
-            mask = naive.random_mask(n, k, d._seed(seed % 7, pos))
+            mask = naive.random_mask(n, k, naive.mask_seed(seed, seed % 7, pos))
         assert mask.sum() == k
         if g.rows is None:
             want, want_r = naive.filter_dense(g.values, r_old, mask, residual)
@@ -246,3 +246,9 @@ def test_full_density_flushes_a_nonzero_residual(how):
     np.testing.assert_array_equal(out[1].values, [[3, 3, 3], [1, 1, 1]])  # once per row
     assert not state["r/w"].any()
     np.testing.assert_array_equal(state["r/e"], [[2, 2, 2], [0, 0, 0], [2, 2, 2]])
+
+
+@given(st.integers(0, 2**63 - 1), st.integers(0, 2**40), st.integers(0, 64))
+def test_mask_seed_kernel_equals_the_big_integer_formula(seed, step, pos):
+    from hogkit.kernels.density import mask_seed
+    assert mask_seed(seed, step, pos) == naive.mask_seed(seed, step, pos)

@@ -411,7 +411,7 @@ def _repeats_reference(rows):
 @given(st.lists(st.integers(0, 2**40), max_size=60), st.integers(1, 2**40))
 def test_repeats_finds_every_repeated_row(rows, spread):
     rows = np.asarray(rows, np.int64) * (spread % 7919 + 1) % (2**40)   # hash collisions too
-    code, ns = delayed._repeats(rows)
+    code, ns = delayed._repeats(rows, rows.shape[0])
     want_code, want_ns = _repeats_reference(rows)
     assert ns == want_ns
     np.testing.assert_array_equal(code, want_code)

@@ -125,8 +125,7 @@ def run_workers(policy, *, workers=3, steps=30, straggler_s=2e-3, fast_s=2e-4,
                 lag = int(it[rank] - it.min())          # naive: over ALL workers
                 max_lag[rank] = max(max_lag[rank], lag)
                 time.sleep(straggler_s if rank == 0 else fast_s)
-                clocks.tick_iteration(rank)
-                clocks.beat(rank)
+                clocks.tick_iteration(rank, beat=True)     # DSSP's timing: finish + time
             clocks.set_state(rank, DONE)
         except BaseException as e:  # pragma: no cover - reported below
             errors.append(e)
@@ -278,26 +277,32 @@ def test_dssp_bound_always_within_lo_hi(s_lo, extra, W, script):
 
 def test_dssp_grants_extra_to_fastest_when_slowest_lags():
     policy = DSSP(0, 3)
-    clocks = make_clocks(2)          # worker 0 slow (100 ms/iter), worker 1 fast (~1 ms)
+    clocks = make_clocks(2)          # worker 0 slow (100 ms/iter), worker 1 fast (1 ms)
     clocks.state[:] = RUNNING
     ms = 10**6
-    clocks.heartbeat_ns[0] = time.monotonic_ns() - 170 * ms
-    policy.wait(clocks, 1, timeout=1.0)                 # lag 0: observe
-    time.sleep(1e-3)
-    clocks.iterations[:] = [1, 1]
-    clocks.heartbeat_ns[0] = time.monotonic_ns() - 70 * ms   # interval_0 = 100 ms
-    policy.wait(clocks, 1, timeout=1.0)                 # lag 0: own interval ~1 ms
-    time.sleep(1e-3)
-    clocks.iterations[1] = 2                            # lag 1 > s_lo: decide
+    now = time.monotonic_ns()
+    clocks.iterations[:] = [1, 2]                       # lag of worker 1: 1 > s_lo = 0
+    clocks.heartbeat_ns[:] = [now - 70 * ms, now]       # last finishes
+    clocks.interval_ns[:] = [100 * ms, 1 * ms]          # latest iteration times
     t0 = time.monotonic()
     assert policy.wait(clocks, 1, timeout=1.0) == 0.0   # granted: no wait at all
     assert time.monotonic() - t0 < 0.5
-    # the slowest finishes again in ~30 ms: the fast one's finishes at +1..3 ms are all
+    # the slowest finishes again in ~30 ms: the fast one's finishes at +0..3 ms are all
     # earlier, so the closest is the last of the window, r* = s_hi - s_lo
     assert policy.grants(1) == {3: 1}
     assert policy.current_bound(1) == 3
     # and without the grant it would have blocked: lag 1 > s_lo = 0
     assert not SSP(0).may_proceed(clocks.iterations, clocks.state, 1)
+
+
+def test_dssp_without_timings_behaves_as_ssp_lo():
+    policy = DSSP(0, 3)
+    clocks = make_clocks(2)
+    clocks.state[:] = RUNNING
+    clocks.iterations[:] = [1, 2]                       # no intervals recorded yet
+    with pytest.raises(PolicyTimeout):
+        policy.wait(clocks, 1, timeout=0.0)
+    assert policy.grants(1) == {0: 1}
 
 
 def test_dssp_not_fastest_gets_no_extra():

@@ -20,9 +20,8 @@ def test_readme_python_blocks_run(tmp_path):
     assert len(blocks) >= 3
     code = "\n".join(blocks)
     code = re.sub(r"steps=[0-9_]+", "steps=2_000", code)          # keep it quick
-    code = code.replace("@given(sparse_updates((16, 4)))", "@given(sparse_updates((16, 4)))\n"
-                        "@settings(max_examples=5)")
-    code = "from hypothesis import settings\n" + code + "\ntest_my_apply_adds_duplicates()\n"
+    code = code.replace("@settings(deadline=None)", "@settings(deadline=None, max_examples=5)")
+    code = code + "\ntest_my_apply_adds_duplicates()\n"
     script = tmp_path / "tour.py"
     script.write_text("def main():\n" + textwrap.indent(code, "    ")
                       + "\n\nif __name__ == '__main__':\n    main()\n")

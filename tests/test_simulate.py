@@ -19,8 +19,8 @@ from hogkit.errors import InvalidArgument, InvalidType, NonFiniteGradient
 from hogkit.policy import BSP, DSSP, SSP, Async, LocalSGD
 from hogkit.rules import SGD, DelayCompensated, GapAware, StalenessAware
 from hogkit.density import Density
-from hogkit.simulator import (agreement, compare_gaps, fit_delays, simulate,
-                             strip_wall)
+from hogkit.calibrate import agreement, compare_gaps, fit_delays
+from hogkit.simulator import simulate, strip_wall
 from hogkit.testing import assert_staleness_bounded, delay_models, staleness_bounds
 
 LOGREG = workloads.get("logreg", n_samples=400, n_features=120, min_nnz=3, max_nnz=8)
@@ -85,11 +85,15 @@ def test_fused_engine_equals_python_engine(wl, policy, rule):
 
 
 def test_auto_engine_picks_fused_only_where_supported():
+    # the fused engine runs the compiled step core: every rule, density and policy but
+    # local SGD, on compiled workloads
     assert simulate(LOGREG, workers=2, steps=10, batch=4).extra["engine"] == "fused"
     run = simulate(LOGREG, workers=2, steps=10, batch=4, density=Density(0.5))
+    assert run.extra["engine"] == "fused"
+    run = simulate(LOGREG, workers=2, steps=10, batch=4, policy=LocalSGD(2))
     assert run.extra["engine"] == "python"
     with pytest.raises(InvalidArgument, match="engine='fused' cannot run"):
-        simulate(LOGREG, workers=2, steps=10, policy=DSSP(1, 3), engine="fused")
+        simulate(LOGREG, workers=2, steps=10, policy=LocalSGD(2), engine="fused")
 
 
 # --------------------------------------------------------------------------- policies
@@ -277,5 +281,5 @@ def test_held_back_steps_are_not_updates_in_the_simulator():
 
 def test_hogkit_simulate_stays_the_function_after_the_module_is_imported():
     import hogkit
-    from hogkit.simulator import replay  # noqa: F401 - importing the module must not shadow
+    from hogkit.simulator import strip_wall  # noqa: F401 - importing the module must not shadow
     assert callable(hogkit.simulate) and hogkit.simulate.__name__ == "simulate"

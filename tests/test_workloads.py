@@ -57,17 +57,26 @@ def sampled(rng_seed, n, batch):
     return np.random.default_rng(rng_seed).integers(0, n, size=batch)
 
 
-def mf_block(rng_seed, n, batch):
-    """The sample mf draws: ``batch`` consecutive ratings from a uniform offset, wrapping."""
-    start = int(np.random.default_rng(rng_seed).integers(0, n))
-    return (start + np.arange(batch)) % n
+def swept(ctx, n, batch):
+    """The samples the next ``gradient`` of a compiled workload takes: ``batch``
+    consecutive ones from the worker's cursor, wrapping (a sweep)."""
+    return (int(ctx.cursor[0]) + np.arange(batch)) % n
+
+
+def protocol_buffers(params2d, rows, keep=True):
+    """Gradient buffers of the step core protocol for ``rows`` rows per parameter."""
+    G = tuple(np.full((rows, p.shape[1]), np.nan, p.dtype) for p in params2d)
+    RD = tuple(np.full((rows, p.shape[1]), np.nan, p.dtype) for p in params2d)
+    R = tuple(np.full(rows, -1, np.int64) for _ in params2d)
+    return G, R, RD, np.zeros(len(params2d), np.int64)
 
 
 # --- kernels against references --------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
-def test_mf_grad_kernel_matches_numpy(dtype, index_dtype):
+@pytest.mark.parametrize("keep", [True, False])
+def test_mf_gradient_kernel_matches_numpy(dtype, index_dtype, keep):
     rng = np.random.default_rng(0)
     P = rng.standard_normal((6, 4)).astype(dtype)
     Q = rng.standard_normal((5, 4)).astype(dtype)
@@ -75,17 +84,32 @@ def test_mf_grad_kernel_matches_numpy(dtype, index_dtype):
     i = np.array([1, 4, 1, 0, 4, 4], index_dtype)
     r = rng.standard_normal(6).astype(np.float32)
     sample = np.array([0, 2, 2, 5, 1, 0, 4], np.int64)  # ratings drawn twice
-    B, K = len(sample), 4
-    out = [np.empty((B, K), dtype), np.empty((B, K), dtype), np.empty(B, np.int64),
-           np.empty(B, np.int64), np.empty((B, K), dtype), np.empty((B, K), dtype)]
-    kmf.mf_grad(P, Q, u, i, r, sample, dtype(0.1), *out)
+    B = len(sample)
+    G, R, RD, cnt = protocol_buffers((P, Q), B + 2)
+    kmf.mf_gradient(kmf.MFArrays(u, i, r, 0.1), (P, Q), sample, B, keep, G, R, RD, cnt)
     gP, gQ, ru, ri, readP, readQ = naive.mf_grad(P, Q, u, i, r, sample, 0.1)
-    np.testing.assert_allclose(out[0], gP, **tol(dtype))
-    np.testing.assert_allclose(out[1], gQ, **tol(dtype))
-    np.testing.assert_array_equal(out[2], ru)
-    np.testing.assert_array_equal(out[3], ri)
-    np.testing.assert_array_equal(out[4], readP)
-    np.testing.assert_array_equal(out[5], readQ)
+    assert cnt.tolist() == [B, B]
+    np.testing.assert_allclose(G[0][:B], gP, **tol(dtype))
+    np.testing.assert_allclose(G[1][:B], gQ, **tol(dtype))
+    np.testing.assert_array_equal(R[0][:B], ru)
+    np.testing.assert_array_equal(R[1][:B], ri)
+    assert (R[0][B:] == -1).all()                      # nothing past the fill
+    if keep:
+        np.testing.assert_array_equal(RD[0][:B], readP)
+        np.testing.assert_array_equal(RD[1][:B], readQ)
+    else:
+        assert np.isnan(RD[0]).all()                   # not touched
+
+
+def test_sweep_sample_wraps_and_visits_every_sample_once_per_pass():
+    cursor = np.array([5], np.int64)
+    idx = np.empty(4, np.int64)
+    seen = []
+    for _ in range(7):                                  # 28 draws over 7 samples: 4 passes
+        kmf.sweep_sample(7, cursor, 4, idx)
+        seen += idx.tolist()
+    assert seen[:4] == [5, 6, 0, 1] and cursor[0] == (5 + 28) % 7
+    assert [sorted(seen[k:k + 7]) for k in range(0, 28, 7)] == [list(range(7))] * 4
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
@@ -117,20 +141,22 @@ def small_csr(rng, n=8, d=6, dup=True):
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
-def test_logreg_grad_kernel_matches_numpy(dtype):
+def test_logreg_gradient_kernel_matches_numpy(dtype):
     rng = np.random.default_rng(2)
     indptr, indices, values, y = small_csr(rng)
     w = (3 * rng.standard_normal(6)).astype(dtype)
     sample = np.array([1, 0, 3, 1, 7, 7, 2], np.int64)
-    cap = len(sample) * 5
-    g, rows, read = np.empty(cap, dtype), np.empty(cap, np.int64), np.empty(cap, dtype)
-    t = klr.logreg_grad(w, indptr, indices, values, y, sample, 0.3, 1 / 7, g, rows, read)
+    G, R, RD, cnt = protocol_buffers((w.reshape(6, 1),), len(sample) * 5)
+    klr.logreg_gradient(klr.LogRegArrays(indptr, indices, values, y, 0.3), (w.reshape(6, 1),),
+                        sample, len(sample), True, G, R, RD, cnt)
+    # the kernel scales by 1 / nb: the mean over the batch
     g_ref, rows_ref, read_ref = naive.logreg_grad(w, indptr, indices, values, y, sample,
-                                                  0.3, 1 / 7)
+                                                  0.3, 1 / len(sample))
+    t = int(cnt[0])
     assert t == len(rows_ref)
-    np.testing.assert_allclose(g[:t], g_ref, **tol(dtype))
-    np.testing.assert_array_equal(rows[:t], rows_ref)
-    np.testing.assert_array_equal(read[:t], read_ref)
+    np.testing.assert_allclose(G[0][:t, 0], g_ref, **tol(dtype))
+    np.testing.assert_array_equal(R[0][:t], rows_ref)
+    np.testing.assert_array_equal(RD[0][:t, 0], read_ref)
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
@@ -163,8 +189,8 @@ def test_mf_gradient_is_autograd_of_half_squared_error_plus_l2():
     params, data = wl.build(3)
     ctx = wl.setup(params, data, rank=0, seed=0)
     batch = 9
+    sample = torch.from_numpy(swept(ctx, len(data["r"]), batch))
     grads = wl.gradient(ctx, np.random.default_rng(11), batch)
-    sample = torch.from_numpy(mf_block(11, len(data["r"]), batch))
     P = torch.tensor(params["P"], requires_grad=True)
     Q = torch.tensor(params["Q"], requires_grad=True)
     u, i = torch.from_numpy(data["u"]).long()[sample], torch.from_numpy(data["i"]).long()[sample]
@@ -184,8 +210,8 @@ def test_logreg_gradient_is_autograd_of_mean_logloss_plus_touched_l2():
     params, data = wl.build(4)
     ctx = wl.setup(params, data, rank=0, seed=0)
     batch = 6
+    sample = swept(ctx, len(data["y"]), batch)
     (g,) = wl.gradient(ctx, np.random.default_rng(5), batch)
-    sample = sampled(5, len(data["y"]), batch)
     w = torch.tensor(params["w"], requires_grad=True)
     obj = 0
     for s in sample:
@@ -226,9 +252,12 @@ def test_keep_read_holds_the_params_read_and_does_not_change_the_gradient(make, 
     wl = make(dtype=dtype)
     params, data = wl.build(1)
     ctx = wl.setup(params, data, rank=0, seed=0)
+    cursor = getattr(ctx, "cursor", np.zeros(1)).copy()
     with_read = [(g.name, g.values.copy(), None if g.rows is None else g.rows.copy(),
                   g.read.copy()) for g in wl.gradient(ctx, np.random.default_rng(7), 10,
                                                       keep_read=True)]
+    if hasattr(ctx, "cursor"):
+        ctx.cursor[...] = cursor                     # the same samples again
     plain = wl.gradient(ctx, np.random.default_rng(7), 10)
     for (name, values, rows, read), g in zip(with_read, plain):
         assert name == g.name and g.read is None
@@ -502,16 +531,22 @@ def test_only_mlp_imports_torch():
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
-def test_mf_batch_is_a_wrapping_block_of_the_shuffled_ratings():
-    wl = tiny_mf()
+@pytest.mark.parametrize("make", [tiny_mf, tiny_logreg])
+def test_batches_sweep_the_stored_order_from_a_per_worker_start(make):
+    wl = make()
     params, data = wl.build(0)
+    n = len(data["u"] if wl.name == "mf" else data["y"])
+    starts = {int(wl.setup(params, data, rank=r, seed=0).cursor[0]) for r in range(6)}
+    assert len(starts) > 1                           # workers start apart
     ctx = wl.setup(params, data, rank=0, seed=0)
-    n = len(data["r"])
     batch = n - 1
-    seed = next(s for s in range(100)
-                if int(np.random.default_rng(s).integers(0, n)) + batch > n)
-    gP, gQ = wl.gradient(ctx, np.random.default_rng(seed), batch)
-    block = mf_block(seed, n, batch)
-    np.testing.assert_array_equal(gP.rows, data["u"][block])
-    np.testing.assert_array_equal(gQ.rows, data["i"][block])
-    assert len(np.unique(block)) == batch          # no rating twice in one batch
+    expected = swept(ctx, n, 2 * batch)
+    got = []
+    for _ in range(2):
+        grads = wl.gradient(ctx, np.random.default_rng(0), batch)
+        if wl.name == "mf":
+            got += [np.flatnonzero((data["u"] == u) & (data["i"] == i))[0]
+                    for u, i in zip(grads[0].rows, grads[1].rows)]
+    if wl.name == "mf":                              # cells are distinct: rows name them
+        np.testing.assert_array_equal(got, expected)
+        assert len(np.unique(expected[:batch])) == batch  # no rating twice in one batch

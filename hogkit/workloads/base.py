@@ -34,15 +34,25 @@ each virtual worker its own ctx (``setup`` is cheap) or copies.
 ``read`` (filled only when ``keep_read=True``) holds exactly the parameter values the
 gradient was computed from (same shape as ``values``): DC-ASGD's ``w_bak`` and
 Gap-Aware's ``w_read``.
+
+**Compiled workloads.** A workload whose gradient is a numba kernel also implements
+``compiled(params, data) -> CompiledParts``: a NamedTuple of its arrays whose class is
+registered with ``hogkit.kernels.step.register`` (a sampler kernel and a gradient
+kernel), the parameter names in the order the kernels index them, and how many
+gradient rows one sample can write per parameter. The compiled step core then runs
+whole steps without Python, and :class:`KernelCtx` gives the same kernels a Python
+``gradient`` (the reference path), so both paths draw the same samples and compute the
+same numbers. ``mf`` and ``logreg`` are built this way; ``examples/`` has a user's own.
 """
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, NamedTuple
 
 import numpy as np
 
 from hogkit.errors import InvalidArgument, InvalidType
+from hogkit.grads import Grad
 from hogkit.validation import check_array, check_choice, check_int
 
 PARAM_DTYPES = ("float32", "float64")
@@ -84,6 +94,11 @@ class Workload:
     def metrics(self, params, data) -> dict:
         """``{"loss": loss(params, data)}``; subclasses add more."""
         return {"loss": self.loss(params, data)}
+
+    def compiled(self, params, data):
+        """The workload's compiled part for the step core (:class:`CompiledParts`), or
+        None when its gradient is not a numba kernel (torch workloads)."""
+        return None
 
     def config(self) -> dict:
         out = {"name": self.name}
@@ -169,3 +184,82 @@ def sample_from(p, size, rng):
     out = np.searchsorted(cdf, rng.random(size), side="right")
     np.minimum(out, len(p) - 1, out=out)
     return out.astype(np.int64, copy=False)
+
+
+# --- the compiled part ----------------------------------------------------------------
+
+class CompiledParts(NamedTuple):
+    """What a compiled workload hands the step core (see the module docstring)."""
+
+    arrays: tuple               # a NamedTuple instance of a class registered with step
+    names: tuple                # parameter names in the order the kernels index them
+    rows_per_sample: tuple      # per parameter: the most gradient rows one sample writes
+
+
+def as_rows(a):
+    """``a`` viewed as 2-D ``(len(a), prod(shape[1:]))`` (no copy): how kernels see a
+    parameter of any rank."""
+    return a.reshape(a.shape[0], -1)
+
+
+class KernelCtx:
+    """A worker's buffers for a compiled workload, and its Python ``gradient``.
+
+    Holds the parameters as 2-D views (``params``, in the kernels' order), gradient
+    buffers sized for ``capacity`` samples (``G``, ``R``, ``RD``, ``cnt``, ``idx``) and
+    the sampler's ``cursor`` (started at a random offset drawn from ``(seed, rank)``).
+    The step core uses the same object, so a worker can switch between the Python and
+    the compiled path and keep drawing the same stream.
+    """
+
+    __slots__ = ("parts", "params", "names", "shapes", "G", "GF", "R", "RD", "cnt", "idx",
+                 "cursor", "capacity", "sample", "kernel")
+
+    def __init__(self, parts, params, *, batch, rank, seed, n_samples):
+        from hogkit.kernels import step
+        kernels = step.registered(type(parts.arrays))
+        if kernels is None:
+            raise InvalidArgument(
+                f"{type(parts.arrays).__name__} is not registered with the step core; "
+                f"call hogkit.kernels.step.register(...) in the module that defines it")
+        self.sample, self.kernel = kernels
+        self.parts = parts
+        self.names = tuple(parts.names)
+        self.params = tuple(as_rows(params[n]) for n in self.names)
+        self.shapes = tuple(params[n].shape[1:] for n in self.names)
+        self.cursor = np.zeros(1, np.int64)
+        if n_samples > 0:
+            self.cursor[0] = np.random.default_rng([seed, rank, 0xC0]).integers(n_samples)
+        self.capacity = 0
+        self.grow(batch)
+
+    def grow(self, batch):
+        batch = check_int("batch", batch, min_value=1)
+        rows = [max(1, int(k)) * batch for k in self.parts.rows_per_sample]
+        self.GF = tuple(np.zeros(n * p.shape[1], p.dtype) for n, p in zip(rows, self.params))
+        self.G = tuple(f.reshape(n, p.shape[1]) for f, n, p in zip(self.GF, rows, self.params))
+        self.RD = tuple(np.empty((n, p.shape[1]), p.dtype) for n, p in zip(rows, self.params))
+        self.R = tuple(np.empty(n, np.int64) for n in rows)
+        self.cnt = np.zeros(len(rows), np.int64)
+        self.idx = np.empty(batch, np.int64)
+        self.capacity = batch
+
+    def bufs(self):
+        """The buffer tuple the step core takes: ``(G, R, RD, cnt, idx, GF)``."""
+        return (self.G, self.R, self.RD, self.cnt, self.idx, self.GF)
+
+    def gradient(self, rng, batch, keep_read):
+        """One step's gradient through the workload's kernels, as ``Grad`` views of the
+        buffers (valid until the next call)."""
+        if batch > self.capacity or batch < 1:
+            self.grow(batch)
+        self.sample(self.parts.arrays, rng, self.cursor, batch, self.idx)
+        self.kernel(self.parts.arrays, self.params, self.idx, batch, keep_read, self.G,
+                    self.R, self.RD, self.cnt)
+        out = []
+        for p, name in enumerate(self.names):
+            n = int(self.cnt[p])
+            shape = (n,) + self.shapes[p]
+            out.append(Grad(name, self.G[p][:n].reshape(shape), self.R[p][:n],
+                            self.RD[p][:n].reshape(shape) if keep_read else None))
+        return out

@@ -33,30 +33,11 @@ import numpy as np
 
 from hogkit.errors import InvalidArgument
 from hogkit.grads import Grad
-from hogkit.kernels.logreg import csr_matvec, logreg_grad, logreg_loss
+from hogkit.kernels.logreg import LogRegArrays, csr_matvec, logreg_loss
 from hogkit.validation import check_array, check_choice, check_float, check_indices, check_int
-from hogkit.workloads.base import (Workload, check_bool, check_dtype, check_keys,
-                                   check_param, check_seed, sample_from,
-                                   zipf_probabilities)
-
-
-class _Ctx:
-    __slots__ = ("w", "indptr", "indices", "values", "y", "reg", "n", "max_nnz",
-                 "capacity", "g", "rows", "read")
-
-    def __init__(self, w, indptr, indices, values, y, reg, max_nnz, capacity):
-        self.w, self.indptr, self.indices, self.values, self.y = w, indptr, indices, values, y
-        self.reg = reg
-        self.n = len(y)
-        self.max_nnz = max_nnz
-        self.grow(capacity)
-
-    def grow(self, batch):
-        size = batch * self.max_nnz
-        self.capacity = batch
-        self.g = np.empty(size, self.w.dtype)
-        self.read = np.empty(size, self.w.dtype)
-        self.rows = np.empty(size, np.int64)
+from hogkit.workloads.base import (CompiledParts, KernelCtx, Workload, check_bool,
+                                   check_dtype, check_keys, check_param, check_seed,
+                                   sample_from, zipf_probabilities)
 
 
 class SparseLogReg(Workload):
@@ -144,10 +125,18 @@ class SparseLogReg(Workload):
         return {"loss": float(total / n), "accuracy": right / n}
 
     # --- worker -------------------------------------------------------------------
-    def setup(self, params, data, *, rank=0, seed=0):
+    def compiled(self, params, data):
+        """The step core's view: CSR samples, labels and ``reg``; parameter ``(w,)`` as
+        ``(n_features, 1)``; up to the longest row's nonzeros per sample."""
+        max_nnz = self._check(params, data)
+        return CompiledParts(LogRegArrays(data["indptr"], data["indices"], data["values"],
+                                          data["y"], float(self.reg)),
+                             ("w",), (max_nnz,))
+
+    def _check(self, params, data):
         check_keys("params", params, ("w",), self.name)
         check_keys("data", data, ("indptr", "indices", "values", "y"), self.name)
-        w = check_param("params['w']", params["w"], (self.n_features,))
+        check_param("params['w']", params["w"], (self.n_features,))
         y = check_array("data['y']", data["y"], dtype=(np.float32, np.float64), ndim=1)
         indptr = check_array("data['indptr']", data["indptr"], dtype=(np.int32, np.int64),
                              shape=(len(y) + 1,))
@@ -161,13 +150,14 @@ class SparseLogReg(Workload):
                 f"data is not a valid CSR matrix of {len(y)} samples (indptr must start "
                 f"at 0, not decrease and end at len(indices)={len(indices)} = "
                 f"len(values)={len(values)}); pass what build() returned")
-        return _Ctx(w, indptr, indices, values, y, float(self.reg), int(lengths.max()),
-                    self.default_batch)
+        return int(lengths.max())
+
+    def setup(self, params, data, *, rank=0, seed=0):
+        return KernelCtx(self.compiled(params, data), params, batch=self.default_batch,
+                         rank=rank, seed=seed, n_samples=len(data["y"]))
 
     def gradient(self, ctx, rng, batch, *, keep_read=False):
-        if batch > ctx.capacity or batch < 1:
-            ctx.grow(check_int("batch", batch, min_value=1))
-        sample = rng.integers(0, ctx.n, size=batch)
-        t = logreg_grad(ctx.w, ctx.indptr, ctx.indices, ctx.values, ctx.y, sample,
-                        ctx.reg, 1.0 / batch, ctx.g, ctx.rows, ctx.read)
-        return [Grad("w", ctx.g[:t], ctx.rows[:t], ctx.read[:t] if keep_read else None)]
+        """A sweep block of ``batch`` samples from the worker's cursor (samples are
+        i.i.d., so consecutive ones are a uniform sample); one sparse entry per
+        (sample, nonzero). ``read`` is filled only when asked for."""
+        return ctx.gradient(rng, batch, keep_read)

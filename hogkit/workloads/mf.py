@@ -16,10 +16,10 @@ e_ui = r_ui - p_u . q_i (kernels/mf.py):
 
     gP[u] = -e_ui q_i + reg p_u        gQ[i] = -e_ui p_u + reg q_i
 
-over a minibatch of ``batch`` consecutive ratings at a uniform random offset (wrapping)
-in the order shuffled once by ``build`` - a uniform sample without replacement, read
-sequentially, which costs far fewer cache misses than iid indices - and
-returned as sparse rows (one row per rating, duplicates left for the apply rule to
+over a minibatch of ``batch`` consecutive ratings: each worker sweeps the order
+``build`` shuffled once, from its own random start (wrapping), so every rating is
+visited once per pass (SGD epochs without replacement, the order LIBMF and a plain
+per-sample loop use) and read sequentially - and returned as sparse rows (one row per rating, duplicates left for the apply rule to
 add up) and **not divided by the batch size**: a step of ``lr`` is then exactly the
 classic per-rating SGD step applied to ``batch`` ratings at once, so ``lr`` keeps its
 meaning whatever the batch (the batch only sets how many ratings one update carries).
@@ -35,10 +35,11 @@ import numpy as np
 
 from hogkit.errors import InvalidArgument
 from hogkit.grads import Grad
-from hogkit.kernels.mf import mf_grad, mf_predict, mf_sse
+from hogkit.kernels.mf import MFArrays, mf_predict, mf_sse
 from hogkit.validation import check_array, check_choice, check_float, check_int, check_indices
-from hogkit.workloads.base import (Workload, check_dtype, check_keys, check_param, check_seed,
-                                   sample_from, zipf_probabilities)
+from hogkit.workloads.base import (CompiledParts, KernelCtx, Workload, check_dtype,
+                                   check_keys, check_param, check_seed, sample_from,
+                                   zipf_probabilities)
 
 PRESETS = {
     # 2 x 5000 x 32 float32 factors (1.3 MB), 500k ratings (6 MB). Sequential SGD at
@@ -62,31 +63,6 @@ def _sorted_unique(a):
     keep[:1] = True
     np.not_equal(a[1:], a[:-1], out=keep[1:])
     return a[keep]
-
-
-class _Ctx:
-    """Per-worker state: views of the shared arrays and the step's buffers."""
-
-    __slots__ = ("P", "Q", "u", "i", "r", "reg", "n", "capacity",
-                 "gP", "gQ", "rows_u", "rows_i", "read_P", "read_Q", "offsets", "sample")
-
-    def __init__(self, P, Q, u, i, r, reg, capacity):
-        self.P, self.Q, self.u, self.i, self.r = P, Q, u, i, r
-        self.reg = reg
-        self.n = r.shape[0]
-        self.grow(capacity)
-
-    def grow(self, capacity):
-        K, dt = self.P.shape[1], self.P.dtype
-        self.capacity = capacity
-        self.gP = np.empty((capacity, K), dt)
-        self.gQ = np.empty((capacity, K), dt)
-        self.read_P = np.empty((capacity, K), dt)
-        self.read_Q = np.empty((capacity, K), dt)
-        self.rows_u = np.empty(capacity, np.int64)
-        self.rows_i = np.empty(capacity, np.int64)
-        self.offsets = np.arange(capacity, dtype=np.int64)
-        self.sample = np.empty(capacity, np.int64)
 
 
 class MatrixFactorization(Workload):
@@ -187,11 +163,18 @@ class MatrixFactorization(Workload):
         return {"loss": mse, "mse": mse, "rmse": float(np.sqrt(mse))}
 
     # --- worker -------------------------------------------------------------------
-    def setup(self, params, data, *, rank=0, seed=0):
+    def compiled(self, params, data):
+        """The step core's view: ratings and ``reg``; parameters ``(P, Q)``; one row of
+        each per rating."""
+        self._check(params, data)
+        return CompiledParts(MFArrays(data["u"], data["i"], data["r"], float(self.reg)),
+                             ("P", "Q"), (1, 1))
+
+    def _check(self, params, data):
         check_keys("params", params, ("P", "Q"), self.name)
         check_keys("data", data, ("u", "i", "r"), self.name)
         P = check_param("params['P']", params["P"], (self.n_rows, self.rank))
-        Q = check_param("params['Q']", params["Q"], (self.n_cols, self.rank), dtype=P.dtype)
+        check_param("params['Q']", params["Q"], (self.n_cols, self.rank), dtype=P.dtype)
         r = check_array("data['r']", data["r"], dtype=(np.float32, np.float64), ndim=1)
         u = check_indices("data['u']", data["u"], self.n_rows)
         i = check_indices("data['i']", data["i"], self.n_cols)
@@ -199,25 +182,13 @@ class MatrixFactorization(Workload):
             raise InvalidArgument(
                 f"data['u'], data['i'], data['r'] must have one common nonzero length, "
                 f"got {len(u)}, {len(i)}, {len(r)}; pass what build() returned")
-        return _Ctx(P, Q, u, i, r, float(self.reg), self.default_batch)
+
+    def setup(self, params, data, *, rank=0, seed=0):
+        return KernelCtx(self.compiled(params, data), params, batch=self.default_batch,
+                         rank=rank, seed=seed, n_samples=len(data["r"]))
 
     def gradient(self, ctx, rng, batch, *, keep_read=False):
-        if batch > ctx.capacity or batch < 1:
-            ctx.grow(check_int("batch", batch, min_value=1))
-        # A block of consecutive ratings at a uniform random offset (wrapping): the
-        # ratings are stored in a random order (build shuffles), so the block is a
-        # uniform sample without replacement, and reading it sequentially costs ~3.6x
-        # fewer cache misses than iid indices (50 -> 14 µs per 256 on the default).
-        start = int(rng.integers(0, ctx.n))
-        sample = ctx.sample[:batch]
-        np.add(ctx.offsets[:batch], start, out=sample)
-        if start + batch > ctx.n:
-            np.remainder(sample, ctx.n, out=sample)
-        gP, gQ = ctx.gP[:batch], ctx.gQ[:batch]
-        rows_u, rows_i = ctx.rows_u[:batch], ctx.rows_i[:batch]
-        read_P, read_Q = ctx.read_P[:batch], ctx.read_Q[:batch]
-        mf_grad(ctx.P, ctx.Q, ctx.u, ctx.i, ctx.r, sample, ctx.reg, gP, gQ,
-                rows_u, rows_i, read_P, read_Q)
-        if keep_read:
-            return [Grad("P", gP, rows_u, read_P), Grad("Q", gQ, rows_i, read_Q)]
-        return [Grad("P", gP, rows_u), Grad("Q", gQ, rows_i)]
+        """A sweep block of ``batch`` ratings from the worker's cursor (the ratings are
+        stored in the random order ``build`` drew, so consecutive blocks are uniform
+        samples without replacement, read sequentially); their gradient rows."""
+        return ctx.gradient(rng, batch, keep_read)

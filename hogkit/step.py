@@ -1,0 +1,246 @@
+"""The step, written once, run by two engines.
+
+A step is ``read clocks → gradient → guard → density → gap → rule → tick → record``
+(the policy admits it first; a straggler's pacing follows it). Two implementations
+of that one definition exist, and they compute the same numbers:
+
+- :class:`CompiledStep` drives the compiled step core (``hogkit.kernels.step``): many
+  whole steps per call, for workloads whose gradient is a numba kernel (``mf``,
+  ``logreg``, a user's own compiled workload). It is the default wherever it can run.
+- :class:`PythonStep` is the reference: the same pieces called one by one from
+  Python (the workload's ``gradient``, ``Density.filter``, ``rule.apply``, the
+  ``Reader``), for torch workloads and for knobs the core does not run (per-shard
+  staleness, adaptive batch sizes).
+
+Both encode the knobs the same way (:func:`encode_rule`, :func:`encode_density`),
+call the same rule and density kernels, and the workloads' Python ``gradient`` calls
+the very kernels the core inlines; so for one worker both paths draw the same samples,
+record the same staleness and end with the same parameters
+(``tests/test_step.py``). The simulator reuses them too: its fused engine calls the
+core's ``begin``/``end`` halves, its general engine the :class:`PythonStep` halves.
+
+:func:`compiled_support` says whether the compiled engine can run a combination of
+knobs (and why not), so ``train`` can fall back with a one-line notice.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from hogkit.errors import NonFiniteGradient
+from hogkit.kernels import density as _kd
+from hogkit.kernels import step as _ks
+from hogkit.workloads.base import as_rows
+
+__all__ = ["CompiledStep", "PythonStep", "compiled_support", "encode_rule",
+           "encode_density", "encode_pacer"]
+
+
+# --- which engine can run what ---------------------------------------------------------
+
+def compiled_support(workload, *, rule, density, batch, shards=1, policy=None,
+                     stragglers=None) -> str | None:
+    """None when the compiled step core can run this combination, else the reason
+    (one line, for the fallback notice)."""
+    if not callable(getattr(workload, "compiled", None)):
+        return f"workload {getattr(workload, 'name', workload)!r} has no compiled part"
+    if getattr(workload, "needs_torch", False):
+        return f"workload {workload.name!r} computes its gradient with torch"
+    if type(workload).compiled is _base_compiled():
+        return f"workload {getattr(workload, 'name', workload)!r} has no compiled part"
+    if not isinstance(batch, (int, np.integer)):
+        return f"batch={batch!r} (adaptive batch sizes run on the Python path)"
+    if shards != 1:
+        return f"shards={shards} (per-shard staleness runs on the Python path)"
+    if not isinstance(getattr(rule, "kind", None), (int, np.integer)):
+        return f"rule {rule!r} is not one of hogkit's kernel rules"
+    if density is not None and not hasattr(density, "code"):
+        return f"density {density!r} is not a hogkit.Density"
+    for r, model in (stragglers or {}).items():
+        if getattr(model, "pacer", None) is None:
+            return f"straggler model {model!r} has no compiled pacer"
+    return None
+
+
+def _base_compiled():
+    from hogkit.workloads.base import Workload
+    return Workload.compiled
+
+
+# --- encodings shared by both engines -------------------------------------------------
+
+def _empty_rows(p):
+    return np.empty((0, p.shape[1]), p.dtype)
+
+
+def encode_rule(rule, state, names, params2d):
+    """``(kind, cfg, S1, S2, K)`` for the core from a rule and its ``init`` state:
+    per parameter (in ``names`` order) its 2-D state views, empty where unused; ``K``
+    the Gap-Aware step counts (a fresh array: the core keeps its own)."""
+    s1n, s2n, has_k = rule.slots
+    S1 = tuple(as_rows(state[f"{s1n}/{n}"]) if s1n else _empty_rows(p)
+               for n, p in zip(names, params2d))
+    S2 = tuple(as_rows(state[f"{s2n}/{n}"]) if s2n else _empty_rows(p)
+               for n, p in zip(names, params2d))
+    K = np.array([int(state[f"k/{n}"][0]) if has_k else 0 for n in names], np.int64)
+    return (int(rule.kind), rule.cfg(), S1, S2, K)
+
+
+def encode_density(density, state, names, params2d, capacity_rows):
+    """``(how, fraction, threshold, residual, every, seed, D, mask)`` for the core;
+    ``density=None`` sends everything. ``mask`` has room for the largest gradient."""
+    mask = np.empty(max([r * p.shape[1] for r, p in zip(capacity_rows, params2d)] + [1]),
+                    np.bool_)
+    if density is None:
+        return (_kd.NONE, 1.0, 0.0, False, 1, 0,
+                tuple(_empty_rows(p) for p in params2d), mask)
+    D = tuple(as_rows(state[f"r/{n}"]) if density.residual else _empty_rows(p)
+              for n, p in zip(names, params2d))
+    return (int(density.code), float(density.fraction), float(density.threshold or 0.0),
+            bool(density.residual), int(density.every), int(density.seed), D, mask)
+
+
+def encode_pacer(model, seed, rank):
+    """``(pacer, prng)`` for the core: a straggler model's ``pacer()`` row
+    ``[kind, a, b, t0_ns]`` and its private generator (the one its Python pacer
+    draws from), or the no-op pacer."""
+    prng = np.random.default_rng([seed, rank, 0x5EED])
+    if model is None:
+        return np.zeros(4), prng
+    p = np.asarray(model.pacer(), np.float64).copy()
+    p[3] = time.monotonic_ns()
+    return p, prng
+
+
+# --- the compiled engine ----------------------------------------------------------------
+
+class CompiledStep:
+    """One worker's compiled steps over shared memory.
+
+    ``ctx``: the workload's :class:`~hogkit.workloads.base.KernelCtx` (parameter views,
+    buffers, sampler cursor); ``slots``, ``rt``, ``stop``: the control arrays;
+    ``log``: the :class:`~hogkit.reader.StalenessLog` arrays. ``dssp``: ``(s_lo,
+    s_hi)`` for DSSP (``grants``: this worker's histogram row), else ``policy_bound``
+    (-1: Async). ``params2d`` overrides the parameters written. :meth:`run` returns
+    the core's code and leaves what happened in ``cfg``/``io``/``rt``.
+    """
+
+    def __init__(self, ctx, *, rank, batch, rule, rule_state, density, density_state,
+                 slots, rt, stop, log, rng, policy_bound=-1, dssp=None, grants=None,
+                 local_h=0, quota=-1, nonfinite="raise", record=True, stride=1,
+                 pacer=None, params2d=None):
+        self.ctx = ctx
+        ctx.grow(batch) if batch > ctx.capacity else None
+        self.params = tuple(params2d) if params2d is not None else ctx.params
+        caps = [int(g.shape[0]) for g in ctx.G]
+        self.rule = encode_rule(rule, rule_state, ctx.names, self.params)
+        self.dens = encode_density(density, density_state, ctx.names, self.params, caps)
+        if grants is None:
+            grants = np.zeros(_ks.GRANT_BINS, np.int64)
+        self.ctl = (slots, rt, stop, grants)
+        self.log = log
+        self.rng = rng
+        self.pacer, self.prng = pacer if pacer is not None else encode_pacer(None, 0, rank)
+        cfg = np.zeros(_ks.NCFG, np.int64)
+        cfg[_ks.ME] = rank
+        cfg[_ks.BATCH] = batch
+        cfg[_ks.KEEP_READ] = int(bool(getattr(rule, "needs_read", False)))
+        cfg[_ks.SKIP] = int(nonfinite == "skip")
+        cfg[_ks.STRIDE] = stride
+        cfg[_ks.BOUND] = policy_bound
+        cfg[_ks.DSSP] = 0 if dssp is None else 1
+        cfg[_ks.S_LO], cfg[_ks.S_HI] = (0, 0) if dssp is None else dssp
+        cfg[_ks.EXTRA] = -1
+        cfg[_ks.LOCAL_H] = local_h
+        cfg[_ks.QUOTA] = quota
+        cfg[_ks.TIMING] = int(dssp is not None)
+        cfg[_ks.RECORD] = int(record)
+        self.cfg = cfg
+        self.io = np.zeros(_ks.NIO, np.int64)
+        from hogkit.kernels.step import cacheable
+        self._run = (_ks.run_steps if cacheable(type(ctx.parts.arrays))
+                     else _ks.run_steps_uncached)
+
+    def run(self, n):
+        """Run up to ``n`` steps; returns the core's code (``hogkit.kernels.step``)."""
+        ctx = self.ctx
+        return self._run(n, ctx.parts.arrays, self.rng, ctx.cursor, self.params,
+                         ctx.bufs(), self.rule, self.dens, self.ctl, self.log, self.cfg,
+                         self.io, self.pacer, self.prng)
+
+    @property
+    def done(self) -> int:
+        """Steps completed by the last :meth:`run`."""
+        return int(self.io[_ks.IO_DONE])
+
+    def release(self):
+        """After a policy wait: the next step proceeds without a check (and drops a
+        DSSP grant), as ``policy.wait`` returning does on the Python path."""
+        self.cfg[_ks.RELEASED] = 1
+
+
+
+# --- the Python engine ----------------------------------------------------------------
+
+class PythonStep:
+    """One worker's steps, piece by piece (the reference path; see the module doc).
+
+    :meth:`compute` is the first half (read the clock vector, gradient, guard),
+    :meth:`apply` the second (density, gap, rule, tick, record): the simulator holds
+    the result of one and calls the other later; the live loop calls them back to
+    back. ``reader``: the worker's :class:`~hogkit.reader.Reader` (its clocks and log).
+    """
+
+    def __init__(self, workload, ctx, *, rank, rule, rule_state, density, density_state,
+                 reader, clocks, params, nonfinite="raise", shard_of=None):
+        self.workload, self.ctx, self.rank = workload, ctx, rank
+        self.rule, self.rule_state = rule, rule_state
+        self.density, self.density_state = density, density_state
+        self.reader, self.clocks = reader, clocks
+        self.params = params
+        self.nonfinite = nonfinite
+        self.keep_read = bool(getattr(rule, "needs_read", False))
+        self.shard_of = shard_of
+
+    def compute(self, rng, batch, *, read=True):
+        """Read the clock vector (unless ``read=False``: a local-SGD phase reads at
+        its pull) and compute a gradient; returns ``(grads, finite)``."""
+        if read:
+            self.reader.read()
+        grads = self.workload.gradient(self.ctx, rng, batch, keep_read=self.keep_read)
+        return grads, _finite(grads)
+
+    def apply(self, grads, step, *, local=False, weight=1.0, t_ns=None):
+        """Density, gap, rule, tick, record; returns the gap, or -1 when temporal
+        density held the step back (not an update). ``local``: a local-SGD replica
+        step (staleness 0, nothing counted). ``weight`` scales the gradient first
+        (adaptive batches); ``t_ns`` is the event's time (the simulator's virtual
+        clock; default now)."""
+        if weight != 1.0:
+            for g in grads:
+                g.values *= weight
+        if self.density is not None:
+            grads = self.density.filter(grads, self.density_state, step=step)
+            if not grads:
+                return -1
+        if local:
+            self.rule.apply(self.params, grads, self.rule_state, staleness=0,
+                            worker=self.rank)
+            return 0
+        touched = self.shard_of(grads) if self.shard_of is not None else None
+        gap = self.reader.gap(touched) if touched is not None else self.reader.gap()
+        self.rule.apply(self.params, grads, self.rule_state, staleness=gap,
+                        worker=self.rank)
+        self.clocks.tick_update(self.rank, touched)
+        self.reader.commit(step, gap, t_ns=t_ns)
+        return gap
+
+    def nonfinite_error(self, step, where=""):
+        return NonFiniteGradient.at(f"worker {self.rank}", step, where)
+
+
+def _finite(grads):
+    from hogkit.rules import grads_finite
+    return grads_finite(grads)

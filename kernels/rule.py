@@ -1,0 +1,87 @@
+"""One parameter's update through a rule chosen by an integer kind: sparse rows
+(:func:`apply_rows`) or a dense flat buffer (:func:`apply_flat`).
+
+The encoding a rule object compiles to (``hogkit.rules``: ``rule.kind``,
+``rule.params()``) and the one dispatch both the Python rules and the compiled step core
+call, so a rule's arithmetic exists once:
+
+=====================  =============================================================
+``SGD``                ``w -= lr·g``; with momentum ``mu``: ``m = mu·m + g; w -= lr·m``
+``STALENESS_AWARE``    the same at ``g / max(tau, 1)`` (Zhang et al., IJCAI 2016)
+``DC``                 DC-ASGD, constant ``lam`` (Zheng et al., ICML 2017)
+``DC_ADAPTIVE``        DC-ASGD, adaptive ``lam0 / sqrt(MS + eps)``
+``GAP_AWARE``          Gap-Aware damping (Barkai et al., ICLR 2020), optional momentum
+=====================  =============================================================
+
+``cfg`` (float64) holds the hyper-parameters at the indices ``LR, MU, LAM, LAM0, M,
+EPS, GAMMA, LR_MAX``. State: ``S1`` is the momentum buffer (SGD, staleness-aware), MS
+(adaptive DC) or Gap-Aware's second moment ``V``; ``S2`` Gap-Aware's momentum buffer;
+``k[ki]`` Gap-Aware's per-parameter step count. Unused state can be any array of the
+right type (a ``(0, d)`` one). Nothing is checked here (``hogkit.rules`` checks).
+"""
+
+from numba import njit
+
+from .delayed import (dc_adaptive_flat, dc_adaptive_rows, dc_flat, dc_rows, gap_aware_flat,
+                      gap_aware_rows, staleness_aware_flat, staleness_aware_momentum_flat,
+                      staleness_aware_momentum_rows, staleness_aware_rows)
+from .dense import momentum_flat, sgd_flat
+from .sparse import momentum_rows, sgd_rows
+
+#: the step core's arithmetic flags (see ``step.py``): reassociation only
+FASTMATH = {"reassoc"}
+
+SGD, STALENESS_AWARE, DC, DC_ADAPTIVE, GAP_AWARE = 0, 1, 2, 3, 4
+LR, MU, LAM, LAM0, M, EPS, GAMMA, LR_MAX = 0, 1, 2, 3, 4, 5, 6, 7
+NCFG = 8
+
+
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
+def apply_rows(kind, cfg, W, S1, S2, k, ki, rows, G, R, n, tau):
+    """Apply the first ``n`` rows of gradient ``G`` (rows ``rows``, read copies ``R``
+    where the rule needs them) to the 2-D parameter ``W`` under rule ``kind`` at
+    staleness ``tau`` (updates by others since the read)."""
+    lr = cfg[LR]
+    mu = cfg[MU]
+    if kind == SGD:
+        if mu != 0.0:
+            momentum_rows(W, S1, rows, G, lr, mu, 1.0, n)
+        else:
+            sgd_rows(W, rows, G, lr, n)
+    elif kind == STALENESS_AWARE:
+        if mu != 0.0:
+            staleness_aware_momentum_rows(W, S1, rows, G, lr, mu, tau, n)
+        else:
+            staleness_aware_rows(W, rows, G, lr, tau, n)
+    elif kind == DC:
+        dc_rows(W, rows, G, R, lr, cfg[LAM], n)
+    elif kind == DC_ADAPTIVE:
+        dc_adaptive_rows(W, S1, rows, G, R, lr, cfg[LAM0], cfg[M], cfg[EPS], n)
+    else:
+        k[ki] += 1
+        gap_aware_rows(W, S2, S1, rows, G, R, lr, mu, cfg[GAMMA], cfg[LR_MAX], k[ki], n)
+
+
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
+def apply_flat(kind, cfg, w, s1, s2, k, ki, g, read, tau):
+    """The dense twin of :func:`apply_rows`: every array flat (1-D), same length as
+    ``w`` (``s1``/``s2``/``read`` may be empty where the rule does not use them)."""
+    lr = cfg[LR]
+    mu = cfg[MU]
+    if kind == SGD:
+        if mu != 0.0:
+            momentum_flat(w, s1, g, lr, mu)
+        else:
+            sgd_flat(w, g, lr)
+    elif kind == STALENESS_AWARE:
+        if mu != 0.0:
+            staleness_aware_momentum_flat(w, s1, g, lr, mu, tau)
+        else:
+            staleness_aware_flat(w, g, lr, tau)
+    elif kind == DC:
+        dc_flat(w, g, read, lr, cfg[LAM])
+    elif kind == DC_ADAPTIVE:
+        dc_adaptive_flat(w, s1, g, read, lr, cfg[LAM0], cfg[M], cfg[EPS])
+    else:
+        k[ki] += 1
+        gap_aware_flat(w, s2, s1, g, read, lr, mu, cfg[GAMMA], cfg[LR_MAX], k[ki])
