@@ -57,12 +57,12 @@ def momentum_rows(W, M, rows, G, lr, mu, gscale=1.0, n=-1):
     1.0 is exact): the staleness-aware rule damps a stale gradient this way.
     ``M`` has W's shape. Rows not in the batch keep their buffer undecayed (the
     semantics of lazy sparse optimisers, e.g. torch's SparseAdam); a duplicated row
-    takes one momentum step per occurrence.
+    takes one momentum step per occurrence. ``n`` as in :func:`sgd_rows`.
     """
     a = W.dtype.type(lr)
     m = W.dtype.type(mu)
     s = W.dtype.type(gscale)
-    b = rows.shape[0]
+    b = rows.shape[0] if n < 0 else n
     d = W.shape[1]
     for i in range(min(8, b)):
         prefetch_row(W, rows[i])

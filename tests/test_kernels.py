@@ -569,3 +569,41 @@ def test_radix_kth_is_the_sorted_rank(keys, data):
     r = data.draw(st.integers(1, keys.size))
     want = np.sort(keys)[::-1][r - 1]
     assert density._radix_kth(keys.copy(), keys.size, r, 31) == want
+
+
+# --- the fill count n: the step core's buffers are filled to a prefix ----------------------
+
+def _row_kernel_calls(W, S, V, rows, G, B, n):
+    """Every row kernel that takes the fill count, called with it."""
+    return [
+        lambda: sparse.sgd_rows(W, rows, G, 0.1, n),
+        lambda: sparse.momentum_rows(W, S, rows, G, 0.1, 0.9, 1.0, n),
+        lambda: delayed.staleness_aware_rows(W, rows, G, 0.1, 3, n),
+        lambda: delayed.staleness_aware_momentum_rows(W, S, rows, G, 0.1, 0.9, 3, n),
+        lambda: delayed.dc_rows(W, rows, G, B, 0.1, 0.04, n),
+        lambda: delayed.dc_adaptive_rows(W, S, rows, G, B, 0.1, 2.0, 0.95, 1e-7, n),
+        lambda: delayed.gap_aware_rows(W, S, V, rows, G, B, 0.1, 0.9, 0.999, 0.1, 1, n),
+    ]
+
+
+@pytest.mark.parametrize("which", range(7))
+def test_row_kernels_apply_only_the_first_n_entries(which):
+    """Entries past n hold garbage (out-of-range rows, NaN values): a kernel that read
+    them would crash or poison the table. The first n entries give what the same
+    call on exactly those n entries gives."""
+    rng = np.random.default_rng(which)
+    n, cap = 5, 9
+    rows = np.full(cap, 10**9, np.int64)
+    rows[:n] = rng.integers(0, 6, n)
+    G = np.full((cap, 3), np.nan)
+    G[:n] = rng.standard_normal((n, 3))
+    B = np.full((cap, 3), np.nan)
+    B[:n] = rng.standard_normal((n, 3))
+    W0, S0, V0 = (rng.standard_normal((6, 3)) for _ in range(3))
+    V0 = np.abs(V0)
+    got = [W0.copy(), S0.copy(), V0.copy()]
+    _row_kernel_calls(*got, rows, G, B, n)[which]()
+    want = [W0.copy(), S0.copy(), V0.copy()]
+    _row_kernel_calls(*want, rows[:n].copy(), G[:n].copy(), B[:n].copy(), -1)[which]()
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)

@@ -1,0 +1,179 @@
+"""One step, two engines: the compiled step core and the Python reference step draw the
+same samples and compute the same numbers, for every rule and density mode; the
+simulator's fused and Python engines stay identical; the core keeps its counters
+consistent on every path out of it (pauses, quota, stop)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hogkit import workloads
+from hogkit.clocks import RUNNING, Clocks
+from hogkit.delays import LogNormal, Pauses, Slowdown, StepTimes
+from hogkit.density import Density
+from hogkit.kernels import step as K
+from hogkit.policy import DSSP, SSP, Async
+from hogkit.reader import Reader, StalenessLog
+from hogkit.rules import SGD, DelayCompensated, GapAware, StalenessAware
+from hogkit.simulator import simulate, strip_wall
+from hogkit.step import CompiledStep, PythonStep, compiled_support, encode_pacer
+from hogkit.worker_loop import runtime_specs
+
+MF = workloads.get("mf", preset="hot")
+LOGREG = workloads.get("logreg", n_samples=300, n_features=80, min_nnz=2, max_nnz=9)
+
+RULES = {
+    "sgd": SGD(0.05), "sgd-momentum": SGD(0.02, momentum=0.9),
+    "staleness-aware": StalenessAware(0.05), "sa-momentum": StalenessAware(0.02, 0.9),
+    "dc": DelayCompensated(0.05), "dc-adaptive": DelayCompensated(0.05, adaptive=True),
+    "gap-aware": GapAware(0.05), "ga-momentum": GapAware(0.02, momentum=0.9),
+}
+DENSITIES = {
+    "none": None, "topk-residual": Density(0.3), "random-drop": Density(0.5, how="random",
+                                                                        residual=False),
+    "threshold": Density(1.0, how="threshold", threshold=0.02),
+    "every-3": Density(1.0, every=3), "topk-every-2": Density(0.5, every=2),
+}
+
+
+def _control(workers=1):
+    views = {k: np.zeros(shape, dt) for k, (shape, dt) in
+             {**Clocks.specs(workers), **StalenessLog.specs(workers, ring=64),
+              **runtime_specs(workers)}.items()}
+    clocks, log = Clocks(views), StalenessLog(views)
+    clocks.state[:] = RUNNING
+    return views, clocks, log
+
+
+def run_compiled(wl, rule, density, steps, batch, seed=0, pacer=None):
+    params, data = wl.build(seed)
+    views, clocks, log = _control()
+    ctx = wl.setup(params, data, rank=0, seed=seed)
+    core = CompiledStep(ctx, rank=0, batch=batch, rule=rule, rule_state=rule.init(params),
+                        density=density,
+                        density_state=density.init(params) if density else None,
+                        slots=clocks.slots, rt=views["rt"], stop=clocks.stop,
+                        log=log.arrays(), rng=np.random.default_rng([seed, 0]),
+                        quota=steps, pacer=pacer)
+    codes = []
+    while True:
+        u0, i0 = int(clocks.updates[0]), int(clocks.iterations[0])
+        code = core.run(7)
+        codes.append(code)
+        # every path out of the core leaves the counters consistent
+        assert core.done == int(clocks.iterations[0]) - i0
+        held = int(views["rt"][0, K.RT_HELD])
+        assert int(clocks.updates[0]) - u0 <= core.done
+        if code == K.QUOTA_DONE:
+            break
+    assert int(clocks.updates[0]) + held == steps == int(clocks.iterations[0])
+    return params, log, views["rt"][0], codes
+
+
+def run_python(wl, rule, density, steps, batch, seed=0):
+    params, data = wl.build(seed)
+    views, clocks, log = _control()
+    ctx = wl.setup(params, data, rank=0, seed=seed)
+    step = PythonStep(wl, ctx, rank=0, rule=rule, rule_state=rule.init(params),
+                      density=density,
+                      density_state=density.init(params) if density else None,
+                      reader=Reader(clocks, log, 0), clocks=clocks, params=params)
+    rng = np.random.default_rng([seed, 0])
+    for k in range(steps):
+        grads, ok = step.compute(rng, batch)
+        assert ok
+        step.apply(grads, k)
+        clocks.tick_iteration(0)
+    return params, log
+
+
+@pytest.mark.parametrize("wl", [MF, LOGREG], ids=["mf", "logreg"])
+@pytest.mark.parametrize("rule", list(RULES), ids=list(RULES))
+def test_compiled_and_python_steps_compute_the_same_parameters(wl, rule):
+    """Bit-identical: both paths call the same kernels under the same flags."""
+    rule = RULES[rule]
+    pc, log_c, _, _ = run_compiled(wl, rule, None, 60, 16)
+    pp, log_p = run_python(wl, rule, None, 60, 16)
+    for name in pc:
+        np.testing.assert_array_equal(pc[name], pp[name])
+    np.testing.assert_array_equal(log_c.gap_hist, log_p.gap_hist)
+    np.testing.assert_array_equal(log_c.count, log_p.count)
+
+
+@pytest.mark.parametrize("wl", [MF, LOGREG], ids=["mf", "logreg"])
+@pytest.mark.parametrize("density", list(DENSITIES), ids=list(DENSITIES))
+def test_compiled_and_python_steps_thin_updates_the_same_way(wl, density):
+    density = DENSITIES[density]
+    rule = GapAware(0.05, momentum=0.5)                 # state, reads and a residual
+    pc, log_c, rt, _ = run_compiled(wl, rule, density, 60, 16)
+    pp, log_p = run_python(wl, rule, density, 60, 16)
+    for name in pc:
+        np.testing.assert_array_equal(pc[name], pp[name])
+    np.testing.assert_array_equal(log_c.count, log_p.count)
+    if density is not None and density.every > 1:      # held back: iterations, not updates
+        assert int(rt[K.RT_HELD]) == 60 - int(log_c.count[0]) > 0
+
+
+def test_a_long_pause_returns_to_python_with_the_step_counted():
+    """Pauses beyond the spin limit are slept by Python; the step before is complete."""
+    pacer = encode_pacer(Pauses(0.5, 0.0005), 0, 0)
+    _, _, rt, codes = run_compiled(MF, SGD(0.05), None, 80, 4, pacer=pacer)
+    assert codes.count(K.PAUSE) > 5
+    assert rt[K.RT_PAUSED] >= codes.count(K.PAUSE) * 500_000
+
+
+def test_the_core_stops_on_the_flag_and_blocks_past_the_bound():
+    params, data = MF.build(0)
+    views, clocks, log = _control(workers=2)
+    ctx = MF.setup(params, data, rank=0, seed=0)
+    rule = SGD(0.05)
+    core = CompiledStep(ctx, rank=0, batch=8, rule=rule, rule_state=rule.init(params),
+                        density=None, density_state=None, slots=clocks.slots,
+                        rt=views["rt"], stop=clocks.stop, log=log.arrays(),
+                        rng=np.random.default_rng(0), policy_bound=1)
+    # worker 1 never moves: worker 0 may run 2 iterations under SSP(1), then blocks
+    # (after spinning in compiled code for a while)
+    assert core.run(100) == K.BLOCKED and core.done == 2
+    assert views["rt"][0, K.RT_WAIT] > 0
+    clocks.iterations[1] = 5                           # the peer moved on
+    assert core.run(3) == K.CHUNK and core.done == 3
+    clocks.request_stop()
+    assert core.run(100) == K.STOPPED and core.done == 0
+
+
+def test_unsupported_knobs_are_named():
+    from hogkit.batching import AdaptiveBatch
+    mlp = workloads.get("mlp")
+    assert "torch" in compiled_support(mlp, rule=SGD(0.1), density=None, batch=32)
+    assert "adaptive" in compiled_support(MF, rule=SGD(0.1), density=None,
+                                          batch=AdaptiveBatch(64))
+    assert "shards" in compiled_support(MF, rule=SGD(0.1), density=None, batch=8,
+                                        shards=4)
+    assert compiled_support(MF, rule=GapAware(0.1), density=Density(0.1), batch=8,
+                            stragglers={1: Slowdown(2.0)}) is None
+
+
+# --------------------------------------------------------------------------- simulator
+
+DELAYS = StepTimes(base=LogNormal(1e-3, 0.5), stragglers={1: Slowdown(3.0)})
+
+
+@pytest.mark.parametrize("wl", [MF, LOGREG], ids=["mf", "logreg"])
+@pytest.mark.parametrize("rule, density, policy", [
+    (SGD(0.05), None, Async()),
+    (StalenessAware(0.05, 0.5), Density(0.4), SSP(1)),
+    (DelayCompensated(0.05, adaptive=True), Density(0.5, how="random"), DSSP(0, 3)),
+    (GapAware(0.05, momentum=0.9), Density(1.0, every=2), Async()),
+    (DelayCompensated(0.05), Density(1.0, how="threshold", threshold=0.01), SSP(0)),
+], ids=["sgd-async", "sa-topk-ssp1", "dca-random-dssp", "ga-every2", "dc-threshold-bsp"])
+def test_fused_and_python_simulators_are_identical(wl, rule, density, policy):
+    kw = dict(workers=5, steps=300, batch=8, rule=rule, density=density, policy=policy,
+              delays=DELAYS, seed=3)
+    fused, python = simulate(wl, engine="fused", **kw), simulate(wl, engine="python", **kw)
+    assert fused.extra["engine"] == "fused" and python.extra["engine"] == "python"
+    assert fused.checksum() == python.checksum()
+    a, b = strip_wall(fused.summary()), strip_wall(python.summary())
+    a.pop("engine"), b.pop("engine")
+    assert a == b
+    assert fused.staleness["update_gap"]["max"] > 0     # the case is not trivial
