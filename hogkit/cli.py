@@ -20,7 +20,7 @@ import time
 EXIT_OK, EXIT_WORKER_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 RULES = ("sgd", "staleness-aware", "dc-asgd", "gap-aware")
-BENCH_SCENARIOS = ("kernels", "scaling", "instrumentation", "policies", "simulate")
+BENCH_SCENARIOS = ("kernels", "peers", "scaling", "instrumentation", "policies", "simulate")
 
 
 def _positive_int(text):
@@ -221,6 +221,9 @@ def _cmd_bench(args):
         from hogkit.report import write_json
         write_json(args.json, result)
         print(f"figures: {args.json}")
+        if hasattr(mod, "plot"):
+            png = os.path.splitext(args.json)[0] + ".png"
+            print(f"plot: {mod.plot(result, png)}")
     return EXIT_OK
 
 

@@ -180,7 +180,16 @@ class _Kernel:
     slots = (None, None, False)
 
     def cfg(self) -> np.ndarray:
-        """The float64 hyper-parameter vector of ``hogkit.kernels.rule``."""
+        """The float64 hyper-parameter vector of ``hogkit.kernels.rule`` (built once,
+        read-only: rules are frozen)."""
+        c = self.__dict__.get("_cfg")
+        if c is None:
+            c = self._build_cfg()
+            c.flags.writeable = False
+            object.__setattr__(self, "_cfg", c)
+        return c
+
+    def _build_cfg(self):
         c = np.zeros(_rule.NCFG)
         c[_rule.LR] = self.lr
         c[_rule.MU] = getattr(self, "momentum", 0.0)
@@ -192,7 +201,7 @@ class _Kernel:
 
     def config(self) -> dict:
         out = {"name": type(self).__name__}
-        out.update(dataclasses.asdict(self))
+        out.update({f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
         return out
 
     def apply(self, params, grads, state, *, staleness=0, worker=0):
@@ -215,10 +224,18 @@ class _Kernel:
                 _rule.apply_rows(kind, cfg, it.p, a, b, k, 0, it.rows, it.g, read, -1, tau)
 
 
+_EMPTIES = {}
+
+
 def _empty(item):
-    """An empty array standing in for unused state (the kernels' arguments are typed)."""
-    return np.empty((0,) * item.p.ndim if item.p.ndim == 1 else (0, item.p.shape[1]),
-                    item.p.dtype)
+    """An empty array standing in for unused state (the kernels' arguments are typed);
+    one per (dtype, rank, width), shared: nothing is ever written to it."""
+    p = item.p
+    key = (p.dtype, p.ndim, p.shape[1] if p.ndim == 2 else 0)
+    e = _EMPTIES.get(key)
+    if e is None:
+        e = _EMPTIES[key] = np.empty((0,) if p.ndim == 1 else (0, p.shape[1]), p.dtype)
+    return e
 
 
 # --- the rules -----------------------------------------------------------------------

@@ -290,6 +290,7 @@ def _per_worker(clocks, log, control, workers):
         st = log.summary(r)
         row = {"rank": r, "updates": int(clocks.updates[r]),
                "iterations": int(clocks.iterations[r]),
+               "samples": int(rt[r, _ks.RT_SAMPLES]),
                "wait_fraction": round(wait / busy, 4) if busy else 0.0,
                "nonfinite_skipped": int(rt[r, _ks.RT_NONFINITE]),
                "held_back": int(rt[r, _ks.RT_HELD]),

@@ -346,8 +346,9 @@ def _run_fused(S):
     dens = [encode_density(S.density, S.density.init(S.params) if S.density else None,
                            names, params, caps) for _ in range(W)]
     cursors = np.stack([c.cursor for c in ctxs])
-    args = (ctxs[0].parts.arrays, typed.List([np.random.default_rng([S.seed, r])
-                                              for r in range(W)]),
+    rngs = (typed.List([np.random.default_rng([S.seed, r]) for r in range(W)])
+            if ctxs[0].parts.uses_rng else None)
+    args = (ctxs[0].parts.arrays, rngs,
             cursors, params, typed.List([c.bufs() for c in ctxs]), rules[0][:2],
             typed.List([r[2:] for r in rules]), dens[0][:6], typed.List([d[6] for d in dens]),
             dens[0][7], st["slots"], _log_arrays(S), st["times"], st["ist"], st["fst"],

@@ -31,6 +31,7 @@ import numpy as np
 
 from hogkit.errors import NonFiniteGradient
 from hogkit.kernels import density as _kd
+from hogkit.kernels import rule as _kr
 from hogkit.kernels import step as _ks
 from hogkit.workloads.base import as_rows
 
@@ -141,7 +142,7 @@ class CompiledStep:
             grants = np.zeros(_ks.GRANT_BINS, np.int64)
         self.ctl = (slots, rt, stop, grants)
         self.log = log
-        self.rng = rng
+        self.rng = rng if ctx.parts.uses_rng else None
         self.pacer, self.prng = pacer if pacer is not None else encode_pacer(None, 0, rank)
         cfg = np.zeros(_ks.NCFG, np.int64)
         cfg[_ks.ME] = rank
@@ -157,7 +158,14 @@ class CompiledStep:
         cfg[_ks.QUOTA] = quota
         cfg[_ks.TIMING] = int(dssp is not None)
         cfg[_ks.RECORD] = int(record)
+        # the fused SGD kernel, where the workload has one and the step is plain SGD
+        cfg[_ks.FUSED] = int(ctx.sgd is not None and int(rule.kind) == _kr.SGD
+                             and rule.cfg()[_kr.MU] == 0.0
+                             and self.dens[0] == _kd.NONE and self.dens[4] == 1
+                             and local_h == 0)
         self.cfg = cfg
+        if cfg[_ks.FUSED]:
+            ctx.use_fused_scratch()
         self.io = np.zeros(_ks.NIO, np.int64)
         from hogkit.kernels.step import cacheable
         self._run = (_ks.run_steps if cacheable(type(ctx.parts.arrays))

@@ -166,8 +166,6 @@ class _Worker:
             return False
         b, weight = self._batch(k)
         grads, finite = self.step.compute(self.rng, b, read=self.local is None)
-        if self.sizer is not None:
-            self._observe(k, b, time.perf_counter_ns() - t1)
         rt[_ks.RT_SAMPLES] += b
         if not finite:
             if spec.nonfinite == "raise":
@@ -177,6 +175,8 @@ class _Worker:
             rt[_ks.RT_HELD] += 1
         if self.delay is not None:
             self.delay.pause(time.perf_counter_ns() - t1)
+        if self.sizer is not None:     # the speed a straggler shows includes its pause
+            self._observe(k, b, time.perf_counter_ns() - t1)
         if self.local is not None and spec.policy.merges_after(k):
             self.merge(k)
         clocks.tick_iteration(rank, beat=True)

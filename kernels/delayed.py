@@ -83,26 +83,44 @@ def _keep_start(S, W, r, code):
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def _repeats(rows, b):
-    """Find the rows that occur more than once in the batch, without sorting.
+    """Find the rows that occur more than once among the first ``b``, without sorting.
 
     Returns ``(code, ns)``: ``code[i] = -1`` when ``rows[i]`` occurs once;
     ``code[i] = 2*s`` at the first occurrence of a repeated row and ``2*s + 1`` at
     each later one, ``s`` in ``[0, ns)`` numbering the distinct repeated rows in the
-    order their second occurrences come.
-
-    A linear-probing hash table of batch positions (int32, a power of two of at
-    least ``8 * b`` slots: 128 KB at b = 4096, in L2), keyed by ``rows[pos]``. Probe
-    collisions are branch misses, which is what this loop costs: measured 12 us at
-    load 1/4, 10 us at 1/8, no better at 1/16 (b = 4096). One pass over ``rows``,
-    no table row touched: about 2 ns a row, against about 27 ns a row for the
-    update pass on a table beyond L3. Only the first ``b`` entries are looked at.
+    order their second occurrences come. Allocates its table and codes; the step
+    core's fused kernels call :func:`repeats_into` with buffers of their own.
     """
+    tab = np.empty(hash_size(b), np.int32)
+    code = np.empty(b, np.int64)
+    return code, repeats_into(rows, b, tab, code)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def hash_size(b):
+    """Slots of :func:`repeats_into`'s table for ``b`` rows: a power of two >= 8b."""
     size = 16
     while size < 8 * b:
         size *= 2
+    return size
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def repeats_into(rows, b, tab, code):
+    """:func:`_repeats` into ``code`` (>= b entries), using ``tab`` (int32, at least
+    ``hash_size(b)`` slots, overwritten) as its table; returns ``ns``.
+
+    A linear-probing hash table of batch positions (a power of two of at least ``8 * b``
+    slots: 128 KB at b = 4096, in L2), keyed by ``rows[pos]``. Probe collisions are
+    branch misses, which is what this loop costs: measured 12 us at load 1/4, 10 us at
+    1/8, no better at 1/16 (b = 4096). One pass over ``rows``, no table row touched:
+    about 2 ns a row, against about 27 ns a row for the update pass on a table beyond
+    L3.
+    """
+    size = hash_size(b)
     msk = size - 1
-    tab = np.full(size, -1, np.int32)
-    code = np.empty(b, np.int64)
+    for h in range(size):
+        tab[h] = -1
     ns = 0
     for i in range(b):
         r = rows[i]
@@ -123,7 +141,7 @@ def _repeats(rows, b):
                 code[i] = c + 1
                 break
             h = (h + 1) & msk
-    return code, ns
+    return ns
 
 
 # --- DC-ASGD (Zheng, Meng, Wang, Chen, Yu, Ma, Liu; ICML 2017) -----------------------

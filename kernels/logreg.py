@@ -48,6 +48,16 @@ def logreg_sample(wl, rng, cursor, nb, idx):
     sweep_sample(wl.y.shape[0], cursor, nb, idx)
 
 
+@njit(cache=True, nogil=True, fastmath=_FM, inline="always")
+def _margin(w, indices, values, start, end):
+    """``w · x_s`` over sample s's nonzeros ``start:end``, in float64: one definition
+    for the gradient and the fused SGD kernel, so both sum in the same order."""
+    m = 0.0
+    for j in range(start, end):
+        m += float(w[indices[j], 0]) * float(values[j])
+    return m
+
+
 @njit(cache=True, nogil=True, fastmath=_FM)
 def logreg_gradient(wl, params, idx, nb, keep_read, G, R, RD, cnt):
     """Sparse minibatch gradient of the samples ``idx[:nb]`` (the step core protocol).
@@ -75,19 +85,68 @@ def logreg_gradient(wl, params, idx, nb, keep_read, G, R, RD, cnt):
         s = idx[b]
         start = indptr[s]
         end = indptr[s + 1]
-        m = 0.0
         for j in range(start, end):
             f = indices[j]
-            wf = w[f, 0]
-            read[t + j - start, 0] = wf
+            read[t + j - start, 0] = w[f, 0]
             rows[t + j - start] = f
-            m += float(wf) * float(values[j])
+        # with keep_read the margin is taken from the copies, so w_read is exactly
+        # what the gradient saw; else straight from w (as the fused kernel does)
+        if keep_read:
+            m = 0.0
+            for j in range(start, end):
+                m += float(read[t + j - start, 0]) * float(values[j])
+        else:
+            m = _margin(w, indices, values, start, end)
         d = _sigmoid(m) - float(y[s])
         for j in range(start, end):
             tt = t + j - start
             g[tt, 0] = scale * (d * float(values[j]) + reg * float(read[tt, 0]))
         t += end - start
     cnt[0] = t
+
+
+@njit(cache=True, nogil=True, fastmath=_FM)
+def logreg_sgd(wl, params, idx, nb, lr, G, R, RD, cnt, scratch):
+    """Plain SGD on the samples ``idx[:nb]`` fused with their gradient: the step core's
+    fast path, with exactly the result of :func:`logreg_gradient` followed by the SGD
+    apply, without storing the gradient.
+
+    Pass 1 computes every sample's ``d = p - y`` from the weights as they are at the
+    start of the step; pass 2 writes ``w[f] -= lr·g`` for every (sample, nonzero) in order, with g formed
+    as the gradient kernel forms it. With ``reg == 0`` the gradient does not read the
+    weights, so repeated features need no saved start values; with ``reg > 0``, or a
+    non-finite margin, it returns False having written nothing, and the core runs the
+    general path. ``G[0]`` column 0 keeps the ``d`` of each sample.
+    """
+    w = params[0]
+    indptr, indices, values, y, reg = wl.indptr, wl.indices, wl.values, wl.y, wl.reg
+    if reg != 0.0:
+        return False
+    D = G[0]
+    T = w.dtype.type
+    a = T(lr)
+    scale = 1.0 / nb
+    chk = 0.0
+    t = 0
+    for b in range(nb):
+        s = idx[b]
+        start = indptr[s]
+        end = indptr[s + 1]
+        m = _margin(w, indices, values, start, end)
+        D[b, 0] = _sigmoid(m) - float(y[s])
+        chk += m - m
+        t += end - start
+    if not chk == 0.0:
+        return False
+    for b in range(nb):
+        s = idx[b]
+        d = float(D[b, 0])
+        for j in range(indptr[s], indptr[s + 1]):
+            f = indices[j]
+            g = T(scale * (d * float(values[j]) + reg * 0.0))
+            w[f, 0] = w[f, 0] - a * g
+    cnt[0] = t
+    return True
 
 
 @njit(cache=True, nogil=True)
@@ -120,4 +179,4 @@ def csr_matvec(indptr, indices, values, w, out):
 
 
 _step.register(LogRegArrays, sample_kernel=logreg_sample, gradient_kernel=logreg_gradient,
-               cache=True)
+               sgd_kernel=logreg_sgd, cache=True)

@@ -82,6 +82,21 @@ def mf_gradient(wl, params, idx, nb, keep_read, G, R, RD, cnt):
 
 
 @njit(cache=True, nogil=True, fastmath=_FM, inline="always")
+def _dot(P, Q, uu, ii):
+    """``(P[uu] · Q[ii], |P[uu]|² + |Q[ii]|²)`` accumulated in float64 in one loop: one
+    definition for the gradient and the fused SGD kernel, so both sum in the same
+    order (the fused kernel bounds its update with the norm)."""
+    pred = 0.0
+    norm = 0.0
+    for k in range(P.shape[1]):
+        pk = float(P[uu, k])
+        qk = float(Q[ii, k])
+        pred += pk * qk
+        norm += pk * pk + qk * qk
+    return pred, norm
+
+
+@njit(cache=True, nogil=True, fastmath=_FM, inline="always")
 def _mf_rows(wl, P, Q, idx, nb, GP, GQ, RP, RQ, DP, DQ, copy):
     u, i, r = wl.u, wl.i, wl.r
     T = P.dtype.type
@@ -97,21 +112,132 @@ def _mf_rows(wl, P, Q, idx, nb, GP, GQ, RP, RQ, DP, DQ, copy):
             for k in range(K):
                 DP[b, k] = P[uu, k]
                 DQ[b, k] = Q[ii, k]
-            pred = 0.0
-            for k in range(K):
-                pred += float(DP[b, k]) * float(DQ[b, k])
-            ne = T(pred - float(r[t]))
+            ne = T(_dot(DP, DQ, b, b)[0] - float(r[t]))
             for k in range(K):
                 GP[b, k] = ne * DQ[b, k] + reg * DP[b, k]
                 GQ[b, k] = ne * DP[b, k] + reg * DQ[b, k]
         else:
-            pred = 0.0
-            for k in range(K):
-                pred += float(P[uu, k]) * float(Q[ii, k])
-            ne = T(pred - float(r[t]))
+            ne = T(_dot(P, Q, uu, ii)[0] - float(r[t]))
             for k in range(K):
                 GP[b, k] = ne * Q[ii, k] + reg * P[uu, k]
                 GQ[b, k] = ne * P[uu, k] + reg * Q[ii, k]
+
+
+@njit(cache=True, nogil=True, fastmath=_FM)
+def mf_sgd(wl, params, idx, nb, lr, G, R, RD, cnt, scratch):
+    """Plain SGD on the ratings ``idx[:nb]`` fused with their gradient: the step core's
+    fast path, with exactly the result of :func:`mf_gradient` followed by the SGD
+    apply (``W[rows[b]] -= lr·G[b]`` in batch order), without storing the gradient.
+
+    Pass 1 computes every rating's error from the factors as they are at the start of
+    the step (nothing is written yet) and finds the rows that occur more than once in
+    the batch: ``scratch`` = ``(stamp_P, stamp_Q, saved, step)`` holds, per factor row,
+    ``step << 20 | slot`` (slot 0: seen once in this step, else the save slot of a
+    repeated row), so a repeat is found with one load per row (no hashing, no reset).
+    Pass 2 applies; a repeated row has its start value saved (into ``G``, as scratch)
+    before its first update, and its later occurrences form their gradient from it,
+    as the minibatch does. Returns False, having written nothing, when it cannot
+    guarantee a finite update (a non-finite error, or ``(|e| + |reg|)·‖(p, q)‖`` near
+    the dtype's range): the core then runs the general path, whose guard decides.
+    ``RD[0]`` column 0 keeps the errors.
+    """
+    P = params[0]
+    Q = params[1]
+    u, i, r = wl.u, wl.i, wl.r
+    stP, stQ, saved, counter = scratch
+    T = P.dtype.type
+    reg = T(wl.reg)
+    a = T(lr)
+    RP, RQ, E, SP, SQ = R[0], R[1], RD[0], G[0], G[1]
+    K = P.shape[1]
+    sid = counter[0] + 1
+    counter[0] = sid
+    tag = sid << 20
+    nsp = 0
+    nsq = 0
+    chk = 0.0
+    worst = 0.0                             # the largest bound on (|g_k| / guard)^2
+    for b in range(nb):
+        t = idx[b]
+        uu = u[t]
+        ii = i[t]
+        RP[b] = uu
+        RQ[b] = ii
+        x = stP[uu]
+        if (x >> 20) != sid:
+            stP[uu] = tag                   # first occurrence in this step
+        elif (x & 0xFFFFF) == 0:
+            nsp += 1                        # a repeat: give the row a save slot
+            stP[uu] = tag | nsp
+        x = stQ[ii]
+        if (x >> 20) != sid:
+            stQ[ii] = tag
+        elif (x & 0xFFFFF) == 0:
+            nsq += 1
+            stQ[ii] = tag | nsq
+        pred, norm = _dot(P, Q, uu, ii)
+        ne = T(pred - float(r[t]))
+        E[b, 0] = ne
+        e = abs(float(ne)) + abs(float(reg))
+        bound = e * e * norm                # |g_k| <= (|e| + |reg|)·‖(p, q)‖
+        worst = bound if bound > worst else worst
+        chk += float(ne) - float(ne)
+    big = 3.4e36 if P.itemsize == 4 else 1.7e306     # 1 % of the dtype's largest value
+    if not (chk == 0.0 and worst < big * big):
+        return False
+    for s in range(nsp + 1):
+        saved[0, s] = 0
+    for s in range(nsq + 1):
+        saved[1, s] = 0
+    for b in range(nb):
+        uu = RP[b]
+        ii = RQ[b]
+        ne = E[b, 0]
+        sp = stP[uu] & 0xFFFFF
+        sq = stQ[ii] & 0xFFFFF
+        later_p = False
+        later_q = False
+        if sp > 0:                          # a repeated row: save it, or read the save
+            if saved[0, sp] == 0:
+                saved[0, sp] = 1
+                for k in range(K):
+                    SP[sp, k] = P[uu, k]
+            else:
+                later_p = True
+        if sq > 0:
+            if saved[1, sq] == 0:
+                saved[1, sq] = 1
+                for k in range(K):
+                    SQ[sq, k] = Q[ii, k]
+            else:
+                later_q = True
+        if not (later_p or later_q):        # both rows hold their start values
+            for k in range(K):
+                pk = P[uu, k]
+                qk = Q[ii, k]
+                P[uu, k] = pk - a * (ne * qk + reg * pk)
+                Q[ii, k] = qk - a * (ne * pk + reg * qk)
+        else:
+            for k in range(K):
+                pk = SP[sp, k] if later_p else P[uu, k]
+                qk = SQ[sq, k] if later_q else Q[ii, k]
+                P[uu, k] -= a * (ne * qk + reg * pk)
+                Q[ii, k] -= a * (ne * pk + reg * qk)
+    cnt[0] = nb
+    cnt[1] = nb
+    return True
+
+
+def mf_scratch(n_rows, n_cols):
+    """``scratch(batch)`` of :func:`mf_sgd`: per-row stamps of P and Q, the save-slot
+    flags and the step counter (batch 0: placeholders of the same types)."""
+    def scratch(batch):
+        if batch == 0:
+            return (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((2, 1), np.int64),
+                    np.zeros(1, np.int64))
+        return (np.zeros(n_rows, np.int64), np.zeros(n_cols, np.int64),
+                np.zeros((2, batch + 1), np.int64), np.zeros(1, np.int64))
+    return scratch
 
 
 @njit(cache=True, nogil=True)
@@ -143,4 +269,5 @@ def mf_predict(U, V, u, i, out):
         out[n] = s
 
 
-_step.register(MFArrays, sample_kernel=mf_sample, gradient_kernel=mf_gradient, cache=True)
+_step.register(MFArrays, sample_kernel=mf_sample, gradient_kernel=mf_gradient,
+               sgd_kernel=mf_sgd, cache=True)

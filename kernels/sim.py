@@ -149,8 +149,8 @@ def _run_events(wl, rngs, cursors, params, wbufs, rule, wrule, dens, wdens, mask
     ``rule`` = ``(kind, rcfg)``, ``wrule[w]`` = worker w's ``(S1, S2, K)``; ``dens`` =
     ``(how, fraction, threshold, residual, every, seed)``, ``wdens[w]`` its residuals;
     ``wbufs[w]`` its step buffers ``(G, R, RD, cnt, idx, GF)``; ``rngs[w]`` its
-    generator, ``cursors[w]`` its sampler cursor (all unused, may be None, when
-    ``wl`` is None). ``times`` = (base (W, C), pause (W, C), speed (W,), amp (W,),
+    generator (``rngs`` None when the sampler draws nothing), ``cursors[w]`` its sampler
+    cursor (all unused, may be None, when ``wl`` is None). ``times`` = (base (W, C), pause (W, C), speed (W,), amp (W,),
     period (W,)): worker w's step k uses slot k % C, valid while ``ist[w, I_STARTED] <
     ist[w, I_FILLED]``. ``log`` = the StalenessLog arrays.
 
@@ -201,9 +201,9 @@ def _run_events(wl, rngs, cursors, params, wbufs, rule, wrule, dens, wdens, mask
                     ist[w, I_PHASE] = 1
                     gi[G_WHO] = w
                     return R_BEGIN
-                G, R, RD, cnt, idx, GF = wbufs[w]
-                others, ok = begin(wl, rngs[w], cursors[w], params, G, R, RD, cnt, idx,
-                                   GF, keep, nb, slots, w)
+                G, R, RD, cnt, idx, GF, scratch = wbufs[w]
+                others, ok = begin(wl, None if rngs is None else rngs[w], cursors[w], params,
+                                   G, R, RD, cnt, idx, GF, keep, nb, slots, w)
                 ist[w, I_OREAD] = others
                 ist[w, I_BAD] = 0 if ok else 1
             ist[w, I_PHASE] = 0
@@ -226,7 +226,7 @@ def _run_events(wl, rngs, cursors, params, wbufs, rule, wrule, dens, wdens, mask
                 gi[G_WHO] = w
                 return R_END
             else:
-                G, R, RD, cnt, idx, GF = wbufs[w]
+                G, R, RD, cnt, idx, GF, scratch = wbufs[w]
                 S1, S2, K = wrule[w]
                 gap = end(params, G, R, RD, cnt, kind, rcfg, S1, S2, K, how, fraction,
                           threshold, residual, every, seed, wdens[w], mask, k, slots, w,

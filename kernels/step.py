@@ -26,7 +26,15 @@ whose class is registered here with two njit kernels (:func:`register`):
   for each parameter ``p``, ``cnt[p]`` gradient rows into ``G[p]``, their row indices
   into ``R[p]`` and, when ``keep_read``, the parameter rows they were computed from
   into ``RD[p]`` (DC-ASGD's ``w_bak``, Gap-Aware's ``w_read``). Rows may repeat; the
-  rule adds them up in order.
+  rule adds them up in order;
+- optionally ``sgd(wl, params, idx, nb, lr, G, R, RD, cnt, scratch) -> bool``: the
+  same gradient fused with plain SGD's apply, for the most common step (SGD without
+  momentum, no density). It must give exactly what ``gradient`` then ``W[rows] -=
+  lr·G`` gives (errors from the step's start values; a row repeated in the batch uses
+  its saved start value), may use the buffers and its own ``scratch`` (the tuple the
+  workload's ``CompiledParts.scratch(batch)`` makes), and returns False having written
+  nothing when it cannot guarantee a finite update, so the general path (and its
+  guard) runs instead. It skips the gradient's round trip through memory.
 
 The stubs :func:`sample` and :func:`gradient` dispatch on the arrays' class through
 numba's ``overload`` (one per registered class, with the kernel's own fastmath flags),
@@ -66,6 +74,7 @@ from .staleness import record_ring, record_stats
 
 _SAMPLERS = {}
 _GRADIENTS = {}
+_SGDS = {}
 _CACHEABLE = set()
 
 
@@ -79,7 +88,17 @@ def gradient(wl, params, idx, nb, keep_read, G, R, RD, cnt):  # pragma: no cover
     return _GRADIENTS[type(wl)](wl, params, idx, nb, keep_read, G, R, RD, cnt)
 
 
-def register(arrays_cls, *, sample_kernel, gradient_kernel, cache=False):
+def sgd(wl, params, idx, nb, lr, G, R, RD, cnt, scratch):  # pragma: no cover
+    """The workload's fused plain-SGD step, or False (see the docstring)."""
+    fn = _SGDS.get(type(wl))
+    return False if fn is None else fn(wl, params, idx, nb, lr, G, R, RD, cnt, scratch)
+
+
+def _no_sgd(wl, params, idx, nb, lr, G, R, RD, cnt, scratch):
+    return False
+
+
+def register(arrays_cls, *, sample_kernel, gradient_kernel, sgd_kernel=None, cache=False):
     """Register the compiled parts of a workload whose arrays are ``arrays_cls`` (a
     NamedTuple class): njit ``sample_kernel`` and ``gradient_kernel`` with the
     signatures of the module docstring. Each is inlined into the step loop (an overload
@@ -96,10 +115,13 @@ def register(arrays_cls, *, sample_kernel, gradient_kernel, cache=False):
         return
     _SAMPLERS[arrays_cls] = sample_kernel
     _GRADIENTS[arrays_cls] = gradient_kernel
+    if sgd_kernel is not None:
+        _SGDS[arrays_cls] = sgd_kernel
     if cache:
         _CACHEABLE.add(arrays_cls)
     s_py = getattr(sample_kernel, "py_func", sample_kernel)
     g_py = getattr(gradient_kernel, "py_func", gradient_kernel)
+    f_py = getattr(sgd_kernel, "py_func", sgd_kernel) if sgd_kernel is not None else _no_sgd
 
     def sample_typer(wl, rng, cursor, nb, idx):
         return s_py if getattr(wl, "instance_class", None) is arrays_cls else None
@@ -107,15 +129,20 @@ def register(arrays_cls, *, sample_kernel, gradient_kernel, cache=False):
     def gradient_typer(wl, params, idx, nb, keep_read, G, R, RD, cnt):
         return g_py if getattr(wl, "instance_class", None) is arrays_cls else None
 
+    def sgd_typer(wl, params, idx, nb, lr, G, R, RD, cnt, scratch):
+        return f_py if getattr(wl, "instance_class", None) is arrays_cls else None
+
     overload(sample, inline="always")(sample_typer)
     overload(gradient, inline="always")(gradient_typer)
+    overload(sgd, inline="always")(sgd_typer)
 
 
 def registered(arrays_cls):
-    """``(sample_kernel, gradient_kernel)`` registered for ``arrays_cls``, or None."""
+    """``(sample_kernel, gradient_kernel, sgd_kernel or None)`` registered for
+    ``arrays_cls``, or None."""
     if arrays_cls not in _SAMPLERS:
         return None
-    return _SAMPLERS[arrays_cls], _GRADIENTS[arrays_cls]
+    return _SAMPLERS[arrays_cls], _GRADIENTS[arrays_cls], _SGDS.get(arrays_cls)
 
 
 def cacheable(arrays_cls) -> bool:
@@ -127,7 +154,7 @@ def cacheable(arrays_cls) -> bool:
 
 #: cfg (int64) fields, written by the Python driver between calls
 (ME, BATCH, KEEP_READ, SKIP, STRIDE, BOUND, DSSP, S_LO, EXTRA, RELEASED, LOCAL_H,
- QUOTA, TIMING, RECORD, S_HI) = range(15)
+ QUOTA, TIMING, RECORD, S_HI, FUSED) = range(16)
 NCFG = 16
 #: rt (int64, one row of RT columns per worker) counters, written by the worker only:
 #: ns waiting on the policy and busy in the loop, gradients skipped as non-finite,
@@ -171,8 +198,14 @@ def begin(wl, rng, cursor, params, G, R, RD, cnt, idx, GF, keep_read, nb, slots,
     every gradient value is finite. Nothing shared is written."""
     sample(wl, rng, cursor, nb, idx)
     others = others_updates(slots, me)
+    return others, compute(wl, params, G, R, RD, cnt, idx, GF, keep_read, nb)
+
+
+@njit(cache=True, nogil=True, inline="always", fastmath=FASTMATH)
+def compute(wl, params, G, R, RD, cnt, idx, GF, keep_read, nb):
+    """The gradient of the drawn samples into the buffers, then the guard."""
     gradient(wl, params, idx, nb, keep_read, G, R, RD, cnt)
-    return others, _all_finite(G, GF, cnt)
+    return _all_finite(G, GF, cnt)
 
 
 @njit(cache=True, nogil=True, inline="always", fastmath=FASTMATH)
@@ -278,8 +311,10 @@ def _run_steps(n, wl, rng, cursor, params, bufs, rule, dens, ctl, log, cfg, io, 
     # Every tuple is unpacked once, here: inside the loop the inlined step works on
     # plain array variables, so no reference counting runs per step.
     slots, rt, stop, grants = ctl
-    G, R, RD, cnt, idx, GF = bufs
+    G, R, RD, cnt, idx, GF, scratch = bufs
     kind, rcfg, S1, S2, K = rule
+    fused = cfg[FUSED] != 0
+    lr = rcfg[LR]
     how, fraction, threshold, residual, every, seed, D, mask = dens
     gh, lh, stats, ring = log
     me = cfg[ME]
@@ -325,9 +360,14 @@ def _run_steps(n, wl, rng, cursor, params, bufs, rule, dens, ctl, log, cfg, io, 
                 cfg[EXTRA] = -1                   # released: decide afresh next time
         slots[me, STEP] = k
         t0 = monotonic_ns() if pacing else 0
-        others, ok = begin(wl, rng, cursor, params, G, R, RD, cnt, idx, GF, keep, nb,
-                           slots, me)
-        if not ok:
+        sample(wl, rng, cursor, nb, idx)
+        others = others_updates(slots, me)
+        if fused and sgd(wl, params, idx, nb, lr, G, R, RD, cnt, scratch):
+            gap = others_updates(slots, me) - others      # the fast path: SGD, fused
+            slots[me, UPD] += 1
+            if cfg[RECORD] != 0:
+                record(gh, lh, stats, ring, me, k, gap, lag, cfg[STRIDE], -1)
+        elif not compute(wl, params, G, R, RD, cnt, idx, GF, keep, nb):
             if cfg[SKIP] == 0:
                 io[IO_DONE] = done
                 return NONFINITE

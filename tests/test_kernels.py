@@ -600,7 +600,7 @@ def test_row_kernels_apply_only_the_first_n_entries(which):
     B = np.full((cap, 3), np.nan)
     B[:n] = rng.standard_normal((n, 3))
     W0, S0, V0 = (rng.standard_normal((6, 3)) for _ in range(3))
-    V0 = np.abs(V0)
+    S0, V0 = np.abs(S0), np.abs(V0)       # dc_adaptive's S and gap_aware's V are mean squares
     got = [W0.copy(), S0.copy(), V0.copy()]
     _row_kernel_calls(*got, rows, G, B, n)[which]()
     want = [W0.copy(), S0.copy(), V0.copy()]

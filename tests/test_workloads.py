@@ -302,7 +302,7 @@ def test_gradient_grows_for_a_larger_batch_and_rejects_batch_zero(make):
 # --- sequential SGD with the defaults converges ------------------------------------------
 
 @jit_only
-@pytest.mark.parametrize("name, steps, factor", [("mf", 5000, 0.3), ("logreg", 4000, 0.6),
+@pytest.mark.parametrize("name, steps, factor", [("mf", 20_000, 0.3), ("logreg", 4000, 0.6),
                                                  ("mlp", 600, 0.1)])
 def test_sequential_sgd_with_default_lr_and_batch_reduces_the_loss(name, steps, factor):
     wl = get(name)

@@ -194,6 +194,12 @@ class CompiledParts(NamedTuple):
     arrays: tuple               # a NamedTuple instance of a class registered with step
     names: tuple                # parameter names in the order the kernels index them
     rows_per_sample: tuple      # per parameter: the most gradient rows one sample writes
+    #: ``scratch(batch) -> tuple`` of arrays for the fused SGD kernel (``batch=0``:
+    #: placeholders of the same types), or None when it needs none
+    scratch: object = None
+    #: False when the sampler never draws from ``rng`` (a sweep): callers pass None
+    #: (typing a numpy Generator costs ~10 µs a Python-side call)
+    uses_rng: bool = True
 
 
 def as_rows(a):
@@ -213,7 +219,7 @@ class KernelCtx:
     """
 
     __slots__ = ("parts", "params", "names", "shapes", "G", "GF", "R", "RD", "cnt", "idx",
-                 "cursor", "capacity", "sample", "kernel")
+                 "scratch", "cursor", "capacity", "sample", "kernel", "sgd")
 
     def __init__(self, parts, params, *, batch, rank, seed, n_samples):
         from hogkit.kernels import step
@@ -222,7 +228,7 @@ class KernelCtx:
             raise InvalidArgument(
                 f"{type(parts.arrays).__name__} is not registered with the step core; "
                 f"call hogkit.kernels.step.register(...) in the module that defines it")
-        self.sample, self.kernel = kernels
+        self.sample, self.kernel, self.sgd = kernels
         self.parts = parts
         self.names = tuple(parts.names)
         self.params = tuple(as_rows(params[n]) for n in self.names)
@@ -242,18 +248,27 @@ class KernelCtx:
         self.R = tuple(np.empty(n, np.int64) for n in rows)
         self.cnt = np.zeros(len(rows), np.int64)
         self.idx = np.empty(batch, np.int64)
+        make = self.parts.scratch
+        self.scratch = make(0) if make is not None else ()  # see use_fused_scratch
         self.capacity = batch
 
+    def use_fused_scratch(self):
+        """Allocate the fused SGD kernel's scratch (the step core calls this; the
+        simulator, which never fuses, keeps the placeholders)."""
+        if self.parts.scratch is not None:
+            self.scratch = self.parts.scratch(self.capacity)
+
     def bufs(self):
-        """The buffer tuple the step core takes: ``(G, R, RD, cnt, idx, GF)``."""
-        return (self.G, self.R, self.RD, self.cnt, self.idx, self.GF)
+        """The buffer tuple the step core takes: ``(G, R, RD, cnt, idx, GF, scratch)``."""
+        return (self.G, self.R, self.RD, self.cnt, self.idx, self.GF, self.scratch)
 
     def gradient(self, rng, batch, keep_read):
         """One step's gradient through the workload's kernels, as ``Grad`` views of the
         buffers (valid until the next call)."""
         if batch > self.capacity or batch < 1:
             self.grow(batch)
-        self.sample(self.parts.arrays, rng, self.cursor, batch, self.idx)
+        self.sample(self.parts.arrays, rng if self.parts.uses_rng else None, self.cursor,
+                    batch, self.idx)
         self.kernel(self.parts.arrays, self.params, self.idx, batch, keep_read, self.G,
                     self.R, self.RD, self.cnt)
         out = []

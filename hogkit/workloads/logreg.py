@@ -131,7 +131,7 @@ class SparseLogReg(Workload):
         max_nnz = self._check(params, data)
         return CompiledParts(LogRegArrays(data["indptr"], data["indices"], data["values"],
                                           data["y"], float(self.reg)),
-                             ("w",), (max_nnz,))
+                             ("w",), (max_nnz,), uses_rng=False)
 
     def _check(self, params, data):
         check_keys("params", params, ("w",), self.name)
