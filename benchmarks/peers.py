@@ -1,0 +1,421 @@
+"""Scenario ``peers``: hogkit against what a user would pick instead, on the same data.
+
+Matrix factorisation (hogkit's ``mf`` data, a preset, seed 0):
+
+- **plain loop**: a numba per-rating SGD loop (fastmath, float32, in place), one
+  thread, reading the ratings in their stored (shuffled) order: the practical ceiling
+  of a compiled Hogwild! loop on this machine;
+- **LIBMF** 0.9.2 (FPSG: block-scheduled per-rating SGD with adaptive learning rates),
+  1 and 2 threads: the ``libmf`` package's build (``pip install -e ".[bench]"``) and,
+  when a C++ compiler is present, an AVX build of its sdist
+  (``-O3 -DUSEAVX -mavx -mfma``), compiled once into ``~/.cache/hogkit``; the faster of
+  the two is the one compared;
+- **hogkit** ``train`` with the compiled step core, 1 and 2 workers, and the Python
+  step (``engine="python"``), 1 worker.
+
+Sparse logistic regression (``logreg``): a plain numba per-sample logistic SGD loop
+against hogkit compiled, 1 and 2 workers.
+
+Every contender runs at its own learning rate, the best of a small grid by time to the
+target (the grids are in ``LR``). Two figures per contender: **throughput** (samples a
+second over a fixed budget) and **time to a training-loss target**. Time to target is
+measured the same way for everyone who cannot be paused: runs of increasing length
+(epochs for the loops and LIBMF, total steps for hogkit), each timed and evaluated on
+its final parameters; the first that reaches the target gives its time. hogkit's time
+is training time (from the start barrier; spawning and imports excluded), LIBMF's is
+the whole ``fit`` call (its setup, ~20 ms for the default preset, included: it cannot
+be separated). The JSON holds every run; ``plot`` draws loss against seconds for all
+contenders.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import importlib.util
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+from numba import njit
+
+from hogkit import workloads
+
+#: learning-rate grids, per contender family (each picks its best by time to target)
+#: (mf: the step of one rating; LIBMF's eta is the base of its adaptive step; logreg:
+#: the plain loop's lr is per sample, hogkit's gradient is the batch mean, so its lr is
+#: per batch: 2.0 at batch 64 is ~0.03 a sample)
+LR = {"plain_mf": (0.05, 0.1, 0.15), "libmf": (0.1, 0.2, 0.3), "hogkit_mf": (0.05, 0.1, 0.15),
+      "plain_logreg": (0.03, 0.06, 0.12), "hogkit_logreg": (2.0, 4.0, 8.0)}
+TARGETS = {"default": 0.012, "large": 0.012, "hot": 0.05}
+LOGREG_TARGET = 0.45
+EPOCHS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24)
+#: throughput runs per hogkit contender (the median is reported)
+ROUNDS = 3
+
+
+# --- the plain loops (the ceiling) ------------------------------------------------------
+
+@njit(fastmath=True, nogil=True)
+def plain_mf_epoch(P, Q, u, i, r, lr):
+    """One pass of per-rating SGD over the ratings in stored order, in place."""
+    K = P.shape[1]
+    a = np.float32(lr)
+    for t in range(r.shape[0]):
+        uu = u[t]
+        ii = i[t]
+        pred = np.float32(0.0)
+        for k in range(K):
+            pred += P[uu, k] * Q[ii, k]
+        e = r[t] - pred
+        for k in range(K):
+            pk = P[uu, k]
+            qk = Q[ii, k]
+            P[uu, k] = pk + a * e * qk
+            Q[ii, k] = qk + a * e * pk
+
+
+@njit(fastmath=True, nogil=True)
+def plain_logreg_epoch(w, indptr, indices, values, y, lr):
+    """One pass of per-sample logistic SGD in stored order, in place."""
+    a = lr
+    for s in range(y.shape[0]):
+        m = 0.0
+        for j in range(indptr[s], indptr[s + 1]):
+            m += w[indices[j]] * values[j]
+        p = 1.0 / (1.0 + math.exp(-m)) if m >= 0 else math.exp(m) / (1.0 + math.exp(m))
+        d = p - y[s]
+        for j in range(indptr[s], indptr[s + 1]):
+            w[indices[j]] -= a * d * values[j]
+
+
+def _plain_curve(epoch, params, args, loss, target, max_epochs):
+    """Cumulative training time and loss after each epoch (evaluation not timed)."""
+    curve, t = [], 0.0
+    for e in range(1, max_epochs + 1):
+        t0 = time.perf_counter()
+        epoch(*params, *args)
+        t += time.perf_counter() - t0
+        curve.append({"epochs": e, "t": t, "loss": loss()})
+        if curve[-1]["loss"] <= target:
+            break
+    return curve
+
+
+# --- LIBMF through ctypes ------------------------------------------------------------------
+
+class _MFParam(ctypes.Structure):
+    _fields_ = [("fun", ctypes.c_int), ("k", ctypes.c_int), ("nr_threads", ctypes.c_int),
+                ("nr_bins", ctypes.c_int), ("nr_iters", ctypes.c_int),
+                ("lambda_p1", ctypes.c_float), ("lambda_p2", ctypes.c_float),
+                ("lambda_q1", ctypes.c_float), ("lambda_q2", ctypes.c_float),
+                ("eta", ctypes.c_float), ("do_nmf", ctypes.c_bool),
+                ("quiet", ctypes.c_bool), ("copy_data", ctypes.c_bool)]
+
+
+class _MFModel(ctypes.Structure):
+    _fields_ = [("fun", ctypes.c_int), ("m", ctypes.c_int), ("n", ctypes.c_int),
+                ("k", ctypes.c_int), ("b", ctypes.c_float),
+                ("P", ctypes.POINTER(ctypes.c_float)), ("Q", ctypes.POINTER(ctypes.c_float))]
+
+
+class LibMF:
+    """LIBMF 0.9.2's C interface (``fit_interface``, ``get_P``/``get_Q``) on a shared
+    library: the same entry points the ``libmf`` package's binding uses."""
+
+    def __init__(self, path, label):
+        self.path, self.label = path, label
+        self.lib = ctypes.CDLL(path)
+        f = self.lib.fit_interface
+        f.restype = ctypes.POINTER(_MFModel)
+        f.argtypes = (ctypes.c_int, ctypes.POINTER(ctypes.c_float), ctypes.POINTER(_MFParam))
+
+    def fit(self, X, *, k, threads, iters, eta):
+        """``(seconds, P, Q)`` of one ``fit`` of the (n, 3) float32 ratings ``X`` (no
+        regularisation, like hogkit's default)."""
+        p = _MFParam(0, k, threads, max(26, 2 * threads), iters, 0.0, 0.0, 0.0, 0.0, eta,
+                     False, True, True)
+        ptr = X.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+        t0 = time.perf_counter()
+        model = self.lib.fit_interface(X.shape[0], ptr, ctypes.byref(p))
+        dt = time.perf_counter() - t0
+        m = model.contents
+        P = np.ctypeslib.as_array(m.P, shape=(m.m * m.k,)).reshape(m.m, m.k).copy()
+        Q = np.ctypeslib.as_array(m.Q, shape=(m.n * m.k,)).reshape(m.n, m.k).copy()
+        return dt, P, Q
+
+
+def libmf_builds():
+    """The LIBMF shared libraries available: the ``libmf`` package's, and an AVX build
+    of its sdist when ``g++`` is here (built once into ``~/.cache/hogkit/libmf``)."""
+    out = []
+    spec = importlib.util.find_spec("libmf")
+    if spec is not None and spec.origin:
+        site = os.path.dirname(os.path.dirname(spec.origin))
+        found = sorted(glob.glob(os.path.join(site, "libmf*.so")))
+        if found:
+            out.append(LibMF(found[0], "LIBMF (package build)"))
+    avx = _avx_build()
+    if avx:
+        out.append(LibMF(avx, "LIBMF (AVX build)"))
+    return out
+
+
+def _avx_build():
+    cache = os.path.join(os.path.expanduser("~"), ".cache", "hogkit", "libmf")
+    so = os.path.join(cache, "libmf_avx.so")
+    if os.path.exists(so):
+        return so
+    if shutil.which("g++") is None:
+        return None
+    os.makedirs(cache, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            subprocess.run([sys.executable, "-m", "pip", "download", "libmf==0.9.2",
+                            "--no-deps", "--no-binary", ":all:", "-d", tmp, "-q"],
+                           check=True, timeout=300, capture_output=True)
+            import tarfile
+            with tarfile.open(glob.glob(os.path.join(tmp, "libmf-*.tar.gz"))[0]) as t:
+                t.extractall(tmp)
+            src = glob.glob(os.path.join(tmp, "libmf-*", "src_cpp"))[0]
+            subprocess.run(["g++", "-O3", "-std=c++11", "-DUSEAVX", "-mavx", "-mfma",
+                            "-fPIC", "-shared", "-pthread",
+                            os.path.join(src, "libmf_interface.cpp"),
+                            os.path.join(src, "mf.cpp"), "-o", so + ".tmp"],
+                           check=True, timeout=600, capture_output=True)
+            os.replace(so + ".tmp", so)
+        except (subprocess.SubprocessError, OSError, IndexError):
+            return None
+    return so
+
+
+# --- measurement -----------------------------------------------------------------------
+
+def _best(curves):
+    """The run (lr) with the earliest time to target, else the lowest final loss (a
+    diverged or non-finite run last)."""
+    def key(c):
+        hit = c["time_to_target"]
+        last = c["curve"][-1]["loss"]
+        if hit is not None:
+            return (0, hit)
+        return (1, last) if np.isfinite(last) and not c.get("diverged") else (2, 0.0)
+    return min(curves, key=key)
+
+
+def _hit(curve, target):
+    return next((p["t"] for p in curve if p["loss"] <= target), None)
+
+
+def _mf_plain(wl, params, data, target, max_epochs):
+    u, i, r = data["u"], data["i"], data["r"]
+    runs = []
+    for lr in LR["plain_mf"]:
+        P, Q = params["P"].copy(), params["Q"].copy()
+        plain_mf_epoch(P[:2].copy(), Q[:2].copy(), u[:0], i[:0], r[:0], lr)   # compile
+        curve = _plain_curve(plain_mf_epoch, (P, Q), (u, i, r, lr),
+                             lambda: wl.loss({"P": P, "Q": Q}, data), target, max_epochs)
+        runs.append({"lr": lr, "curve": curve, "time_to_target": _hit(curve, target)})
+    best = _best(runs)
+    pts = best["curve"]
+    rate = len(r) * pts[-1]["epochs"] / pts[-1]["t"]
+    return {"label": "plain numba loop, 1 thread", "samples_per_s": rate, **best,
+            "all_lr": runs}
+
+
+def _mf_libmf(lib, wl, data, target, threads, max_epochs):
+    X = np.stack([data["u"].astype(np.float32), data["i"].astype(np.float32), data["r"]],
+                 axis=1)
+    n = len(X)
+    runs = []
+    for eta in LR["libmf"]:
+        curve = []
+        for iters in EPOCHS:
+            if iters > max_epochs:
+                break
+            dt, P, Q = lib.fit(X, k=wl.rank, threads=threads, iters=iters, eta=eta)
+            curve.append({"epochs": iters, "t": dt, "loss": wl.loss({"P": P, "Q": Q}, data)})
+            if curve[-1]["loss"] <= target:
+                break
+        runs.append({"lr": eta, "curve": curve, "time_to_target": _hit(curve, target)})
+    best = _best(runs)
+    # throughput from the longest fit: ratings over its time (its setup included)
+    pts = best["curve"]
+    return {"label": f"{lib.label}, {threads} thread{'s' * (threads > 1)}",
+            "samples_per_s": n * pts[-1]["epochs"] / pts[-1]["t"], **best, "all_lr": runs}
+
+
+def _hogkit(wl, target, workers, engine, lrs, max_epochs, n_samples, rate_seconds):
+    from hogkit.errors import WorkerFailed
+    from hogkit.rules import SGD
+    from hogkit.runtime import train
+    batch = wl.default_batch
+    runs = []
+    for lr in lrs:
+        curve, diverged = [], False
+        for epochs in EPOCHS:
+            if epochs > max_epochs:
+                break
+            steps = max(workers, int(epochs * n_samples / batch))
+            try:
+                run = train(wl, workers=workers, steps=steps, rule=SGD(lr), engine=engine,
+                            eval_every=None, progress=False, keep_params=False)
+            except WorkerFailed as e:          # a non-finite gradient: this lr diverges
+                if "non-finite" not in str(e):
+                    raise
+                diverged = True
+                break
+            curve.append({"epochs": epochs, "t": run.wall_s, "loss": run.final_loss,
+                          "staleness_mean": run.staleness["update_gap"]["mean"]})
+            if run.final_loss <= target:
+                break
+        if curve:
+            runs.append({"lr": lr, "curve": curve, "time_to_target": _hit(curve, target),
+                         "diverged": diverged})
+    best = _best(runs)
+    rates = []
+    for _ in range(ROUNDS):
+        run = train(wl, workers=workers, seconds=rate_seconds, rule=SGD(best["lr"]),
+                    engine=engine, eval_every=None, progress=False, keep_params=False)
+        rates.append(run.extra["samples"] / run.wall_s)
+    return {"label": f"hogkit {engine}, {workers} worker{'s' * (workers > 1)}",
+            "samples_per_s": statistics.median(rates), "rates": rates, "engine": engine,
+            "workers": workers, "batch": batch, **best, "all_lr": runs}
+
+
+def _mf(preset, quick):
+    wl = workloads.get("mf", preset=preset)
+    params, data = wl.build(0)
+    target = TARGETS[preset]
+    max_epochs = 8 if quick else 16
+    n = len(data["r"])
+    rate_s = 1.0 if quick else 3.0
+    out = {"preset": preset, "target_mse": target, "n_ratings": n,
+           "initial_mse": wl.loss(params, data), "contenders": {}}
+    c = out["contenders"]
+    c["plain"] = _mf_plain(wl, params, data, target, max_epochs)
+    libs = libmf_builds()
+    for threads in (1, 2):
+        got = [_mf_libmf(lib, wl, data, target, threads, max_epochs) for lib in libs]
+        if got:
+            best = max(got, key=lambda g: g["samples_per_s"])
+            best["builds"] = {g["label"]: g["samples_per_s"] for g in got}
+            c[f"libmf_{threads}"] = best
+    for workers in (1, 2):
+        c[f"hogkit_compiled_{workers}"] = _hogkit(wl, target, workers, "compiled",
+                                                  LR["hogkit_mf"], max_epochs, n, rate_s)
+    c["hogkit_python_1"] = _hogkit(wl, target, 1, "python", LR["hogkit_mf"][:1],
+                                   min(max_epochs, 4), n, rate_s)
+    return out
+
+
+def _logreg(quick):
+    wl = workloads.get("logreg")
+    params, data = wl.build(0)
+    n = len(data["y"])
+    max_epochs = 8 if quick else 16
+    out = {"target_logloss": LOGREG_TARGET, "n_samples": n,
+           "initial_logloss": wl.loss(params, data), "contenders": {}}
+    runs = []
+    args = (data["indptr"], data["indices"], data["values"], data["y"])
+    for lr in LR["plain_logreg"]:
+        w = params["w"].copy()
+        plain_logreg_epoch(w, *args[:3], data["y"][:0], lr)       # compile (0 samples)
+        curve = _plain_curve(plain_logreg_epoch, (w,), (*args, lr),
+                             lambda: wl.loss({"w": w}, data), LOGREG_TARGET, max_epochs)
+        runs.append({"lr": lr, "curve": curve,
+                     "time_to_target": _hit(curve, LOGREG_TARGET)})
+    best = _best(runs)
+    out["contenders"]["plain"] = {"label": "plain numba loop, 1 thread",
+                                  "samples_per_s": n * best["curve"][-1]["epochs"]
+                                  / best["curve"][-1]["t"], **best, "all_lr": runs}
+    for workers in (1, 2):
+        out["contenders"][f"hogkit_compiled_{workers}"] = _hogkit(
+            wl, LOGREG_TARGET, workers, "compiled", LR["hogkit_logreg"], max_epochs, n,
+            1.0 if quick else 3.0)
+    return out
+
+
+def run(quick=False, presets=None) -> dict:
+    presets = presets or (("default",) if quick else ("default", "large"))
+    result = {"scenario": "peers", "quick": quick, "cpus": os.cpu_count(),
+              "mf": {p: _mf(p, quick) for p in presets}, "logreg": _logreg(quick)}
+    result["ratios"] = _ratios(result)
+    return result
+
+
+def _ratios(result):
+    r = {}
+    for p, m in result["mf"].items():
+        c = m["contenders"]
+        plain = c["plain"]["samples_per_s"]
+        r[f"mf_{p}_compiled1_over_plain"] = c["hogkit_compiled_1"]["samples_per_s"] / plain
+        for w in (1, 2):
+            lib = c.get(f"libmf_{w}")
+            if lib:
+                r[f"mf_{p}_compiled{w}_over_libmf{w}_rate"] = (
+                    c[f"hogkit_compiled_{w}"]["samples_per_s"] / lib["samples_per_s"])
+                a, b = c[f"hogkit_compiled_{w}"]["time_to_target"], lib["time_to_target"]
+                if a and b:
+                    r[f"mf_{p}_libmf{w}_time_over_compiled{w}_time"] = b / a
+    c = result["logreg"]["contenders"]
+    r["logreg_compiled1_over_plain"] = (c["hogkit_compiled_1"]["samples_per_s"]
+                                        / c["plain"]["samples_per_s"])
+    return r
+
+
+def format_table(result) -> str:
+    lines = []
+    for p, m in result["mf"].items():
+        lines.append(f"mf preset {p}: {m['n_ratings']:,} ratings, target training MSE "
+                     f"{m['target_mse']} (from {m['initial_mse']:.3f})")
+        lines += _rows(m["contenders"])
+    lg = result["logreg"]
+    lines.append(f"logreg: {lg['n_samples']:,} samples, target log-loss "
+                 f"{lg['target_logloss']} (from {lg['initial_logloss']:.3f})")
+    lines += _rows(lg["contenders"])
+    lines.append("ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in result["ratios"].items()))
+    return "\n".join(lines)
+
+
+def _rows(contenders):
+    out = [f"  {'contender':<36}{'lr':>7}{'samples/s':>14}{'time to target':>17}"]
+    for c in contenders.values():
+        t = c["time_to_target"]
+        out.append(f"  {c['label']:<36}{c['lr']:>7g}{c['samples_per_s'] / 1e6:>12.2f} M"
+                   f"{(f'{t:.3f} s' if t is not None else 'not reached'):>17}")
+    return out
+
+
+def plot(result, path):
+    """Loss against seconds, every contender at its best lr, one panel per problem."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    panels = [(f"mf {p}", m["contenders"], m["target_mse"], "training MSE")
+              for p, m in result["mf"].items()]
+    lg = result["logreg"]
+    panels.append(("logreg", lg["contenders"], lg["target_logloss"], "training log-loss"))
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.2))
+    for ax, (title, cs, target, ylabel) in zip(np.atleast_1d(axes), panels):
+        for c in cs.values():
+            pts = c["curve"]
+            ax.plot([p["t"] for p in pts], [p["loss"] for p in pts], marker="o", ms=3,
+                    label=f"{c['label']} (lr {c['lr']:g})")
+        ax.axhline(target, color="grey", ls=":", lw=1)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("seconds (training)")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
