@@ -261,6 +261,22 @@ class Reader:
             np.add.reduce(self._su, axis=0, out=buf)
             np.subtract(buf, self._own_su, out=buf)
 
+    def set_read(self, others, lag):
+        """Record a read measured in compiled code (``kernels.step.python_begin``):
+        others' updates summed and the clock lag at that moment. Whole-clock readers
+        only (a per-shard reader must :meth:`read` its shard counters itself)."""
+        if self.per_shard:
+            raise InvalidArgument("set_read() on a per-shard reader; call read()")
+        self._others_read = int(others)
+        self._lag = int(lag)
+
+    def others_read(self) -> int:
+        """Others' updates summed at the last read (what :meth:`gap` subtracts)."""
+        if self._others_read is None:
+            raise InvalidArgument("no read yet; call reader.read() when the parameters "
+                                  "are read")
+        return self._others_read
+
     def gap(self, shards=None) -> int:
         """``tau`` now: updates applied by other workers since :meth:`read`.
 

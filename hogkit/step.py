@@ -26,13 +26,15 @@ knobs (and why not), so ``train`` can fall back with a one-line notice.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
 import numpy as np
 
-from hogkit.errors import NonFiniteGradient
+from hogkit.errors import InvalidArgument, NonFiniteGradient
 from hogkit.kernels import density as _kd
 from hogkit.kernels import rule as _kr
 from hogkit.kernels import step as _ks
+from hogkit.validation import check_array
 from hogkit.workloads.base import as_rows
 
 __all__ = ["CompiledStep", "PythonStep", "compiled_support", "encode_rule",
@@ -79,13 +81,31 @@ def _empty_rows(p):
 def encode_rule(rule, state, names, params2d):
     """``(kind, cfg, S1, S2, K)`` for the core from a rule and its ``init`` state:
     per parameter (in ``names`` order) its 2-D state views, empty where unused; ``K``
-    the Gap-Aware step counts (a fresh array: the core keeps its own)."""
+    the Gap-Aware step counts (a fresh array: the core keeps its own). The state is
+    checked here, once: the kernels do no checking."""
     s1n, s2n, has_k = rule.slots
-    S1 = tuple(as_rows(state[f"{s1n}/{n}"]) if s1n else _empty_rows(p)
-               for n, p in zip(names, params2d))
-    S2 = tuple(as_rows(state[f"{s2n}/{n}"]) if s2n else _empty_rows(p)
-               for n, p in zip(names, params2d))
-    K = np.array([int(state[f"k/{n}"][0]) if has_k else 0 for n in names], np.int64)
+
+    def slot(name, n, p):
+        key = f"{name}/{n}"
+        a = state.get(key) if isinstance(state, Mapping) else None
+        if a is None:
+            raise InvalidArgument(f"the rule state has no {key!r}; build it with "
+                                  f"rule.init(params) for the same parameters")
+        check_array(f"state[{key!r}]", a, dtype=p.dtype, min_ndim=1, writeable=True)
+        a2 = as_rows(a)
+        if a2.shape != p.shape:
+            raise InvalidArgument(f"state[{key!r}] has shape {a.shape}, parameter {n!r} "
+                                  f"{p.shape} (as rows); build the state with "
+                                  f"rule.init(params) for the same parameters")
+        return a2
+
+    S1 = tuple(slot(s1n, n, p) if s1n else _empty_rows(p) for n, p in zip(names, params2d))
+    S2 = tuple(slot(s2n, n, p) if s2n else _empty_rows(p) for n, p in zip(names, params2d))
+    K = np.zeros(len(names), np.int64)
+    if has_k:
+        for i, n in enumerate(names):
+            k = state.get(f"k/{n}") if isinstance(state, Mapping) else None
+            K[i] = int(check_array(f"state['k/{n}']", k, dtype=np.int64, shape=(1,))[0])
     return (int(rule.kind), rule.cfg(), S1, S2, K)
 
 
@@ -199,6 +219,15 @@ class PythonStep:
     :meth:`apply` the second (density, gap, rule, tick, record): the simulator holds
     the result of one and calls the other later; the live loop calls them back to
     back. ``reader``: the worker's :class:`~hogkit.reader.Reader` (its clocks and log).
+
+    **The lean lane.** For a compiled workload (its context a ``KernelCtx``) with a
+    hogkit rule and a log, each half is one compiled call: ``compute`` runs
+    ``kernels.step.python_begin`` (clock read, sample, gradient, guard) and returns
+    ``grads=None`` (the gradient stays in the context's buffers); ``apply`` with
+    ``grads=None`` runs ``kernels.step.python_end`` (gap, rule, tick, record) when the
+    update goes to the parameters whole, and otherwise views the buffers as ``Grad``
+    and takes the general path (density, adaptive-batch weights, per-shard clocks).
+    Both lanes compute the same numbers: the same kernels, the same order.
     """
 
     def __init__(self, workload, ctx, *, rank, rule, rule_state, density, density_state,
@@ -211,10 +240,19 @@ class PythonStep:
         self.nonfinite = nonfinite
         self.keep_read = bool(getattr(rule, "needs_read", False))
         self.shard_of = shard_of
+        self._lane = _lane(workload, ctx, rule, rule_state, reader, params)
 
     def compute(self, rng, batch, *, read=True):
         """Read the clock vector (unless ``read=False``: a local-SGD phase reads at
-        its pull) and compute a gradient; returns ``(grads, finite)``."""
+        its pull) and compute a gradient; returns ``(grads, finite)`` (``grads`` is
+        None on the lean lane: the gradient is in the context's buffers)."""
+        lane = self._lane
+        if lane is not None:
+            others, lag, finite = self.ctx.begin(rng, batch, self.keep_read,
+                                                 lane.slots, self.rank if read else -1)
+            if read:
+                self.reader.set_read(others, lag)
+            return None, finite
         if read:
             self.reader.read()
         grads = self.workload.gradient(self.ctx, rng, batch, keep_read=self.keep_read)
@@ -226,6 +264,12 @@ class PythonStep:
         step (staleness 0, nothing counted). ``weight`` scales the gradient first
         (adaptive batches); ``t_ns`` is the event's time (the simulator's virtual
         clock; default now)."""
+        if grads is None:
+            lane = self._lane
+            if weight == 1.0 and self.density is None and self.shard_of is None:
+                return lane.end(self.ctx, self.rank, step, local, self.reader,
+                                -1 if t_ns is None else t_ns)
+            grads = self.ctx.grads(self.keep_read)
         if weight != 1.0:
             for g in grads:
                 g.values *= weight
@@ -247,6 +291,50 @@ class PythonStep:
 
     def nonfinite_error(self, step, where=""):
         return NonFiniteGradient.at(f"worker {self.rank}", step, where)
+
+
+class _Lane:
+    """The lean lane's encodings, checked once (see :class:`PythonStep`)."""
+
+    def __init__(self, ctx, rule, rule_state, reader, params):
+        params2d = tuple(as_rows(params[n]) for n in ctx.names)
+        for name, p, q in zip(ctx.names, params2d, ctx.params):
+            if not np.shares_memory(p, q):
+                raise InvalidArgument(f"the context was set up on other parameters than "
+                                      f"params[{name!r}]; set it up on the same ones")
+        self.params = params2d
+        self.kind, self.cfg, self.S1, self.S2, self.K = encode_rule(rule, rule_state,
+                                                                    ctx.names, params2d)
+        # Gap-Aware's step counts live in the state (rule.apply counts there too)
+        self.k_state = ([rule_state[f"k/{n}"] for n in ctx.names] if rule.slots[2]
+                        else None)
+        self.slots = reader.clocks.slots
+        self.log = reader.log.arrays()
+
+    def end(self, ctx, rank, step, local, reader, t_ns):
+        K, ks = self.K, self.k_state
+        if ks is not None:
+            for i, k in enumerate(ks):
+                K[i] = k[0]
+        others = -1 if local else reader.others_read()
+        gh, lh, stats, ring = self.log
+        gap = _ks.python_end(self.params, ctx.G, ctx.R, ctx.RD, ctx.cnt, self.kind,
+                             self.cfg, self.S1, self.S2, K, self.slots, rank, others,
+                             reader.lag, gh, lh, stats, ring, step, t_ns)
+        if ks is not None:
+            for i, k in enumerate(ks):
+                k[0] = K[i]
+        return gap
+
+
+def _lane(workload, ctx, rule, rule_state, reader, params):
+    """The lean lane for this combination, or None (see :class:`PythonStep`)."""
+    from hogkit.workloads.base import KernelCtx
+    if (ctx.__class__ is not KernelCtx or reader.log is None or reader.per_shard
+            or not isinstance(getattr(rule, "kind", None), (int, np.integer))
+            or type(workload).compiled is _base_compiled()):
+        return None
+    return _Lane(ctx, rule, rule_state, reader, params)
 
 
 def _finite(grads):

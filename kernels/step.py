@@ -407,6 +407,46 @@ def _run_steps(n, wl, rng, cursor, params, bufs, rule, dens, ctl, log, cfg, io, 
 
 
 #: the live worker's step loop, cached per workload type (hogkit's own workloads)
+def _python_begin(wl, rng, cursor, params, G, R, RD, cnt, idx, GF, keep_read, nb,
+                  slots, me):
+    """The Python engine's compute half in one call: read the clock vector (unless
+    ``me < 0``), sample ``nb`` ids, the gradient into the buffers, the guard. Returns
+    ``(others, lag, finite)``: others' updates and the clock lag at the read (-1, -1
+    when not read) and whether every gradient value is finite. The step core's
+    :func:`begin`, plus the lag its admission check measures."""
+    others, lag = -1, -1
+    if me >= 0:
+        others = others_updates(slots, me)
+        lag = clock_lag(slots, me)
+    sample(wl, rng, cursor, nb, idx)
+    return others, lag, compute(wl, params, G, R, RD, cnt, idx, GF, keep_read, nb)
+
+
+#: per workload type, like run_steps (and an uncached twin for user workloads)
+python_begin = njit(cache=True, nogil=True, fastmath=FASTMATH)(_python_begin)
+python_begin_uncached = njit(nogil=True, fastmath=FASTMATH)(_python_begin)
+
+
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
+def python_end(params, G, R, RD, cnt, kind, rcfg, S1, S2, K, slots, me, others, lag,
+               gh, lh, stats, ring, step, t_ns):
+    """The Python engine's apply half in one call, for an update that goes to the
+    shared parameters whole (no density, no per-shard clocks): the gap (others'
+    updates since the read that gave ``others``), the rule on every parameter
+    (``kernels.rule.apply_rows``: the same arithmetic as :func:`end`), the update
+    tick, the event ``(step, gap, lag)`` into the log at ``t_ns`` (< 0: now).
+    Returns the gap. ``others < 0``: a local-SGD replica step (staleness 0, nothing
+    ticked or recorded)."""
+    gap = 0 if others < 0 else others_updates(slots, me) - others
+    for p in range(len(G)):
+        apply_rows(kind, rcfg, params[p], S1[p], S2[p], K, p, R[p], G[p], RD[p], cnt[p],
+                   gap)
+    if others >= 0:
+        slots[me, UPD] += 1
+        record(gh, lh, stats, ring, me, step, gap, lag, 1, t_ns)
+    return gap
+
+
 run_steps = njit(cache=True, nogil=True, fastmath=FASTMATH)(_run_steps)
 #: the same loop compiled per process, for user workloads whose kernels may change
 run_steps_uncached = njit(nogil=True, fastmath=FASTMATH)(_run_steps)

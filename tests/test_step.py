@@ -71,7 +71,7 @@ def run_compiled(wl, rule, density, steps, batch, seed=0, pacer=None):
     return params, log, views["rt"][0], codes
 
 
-def run_python(wl, rule, density, steps, batch, seed=0):
+def run_python(wl, rule, density, steps, batch, seed=0, lane=True):
     params, data = wl.build(seed)
     views, clocks, log = _control()
     ctx = wl.setup(params, data, rank=0, seed=seed)
@@ -79,6 +79,9 @@ def run_python(wl, rule, density, steps, batch, seed=0):
                       density=density,
                       density_state=density.init(params) if density else None,
                       reader=Reader(clocks, log, 0), clocks=clocks, params=params)
+    assert step._lane is not None          # (density: it views the buffers as Grad)
+    if not lane:
+        step._lane = None                  # the general path: Grad, rule.apply, Reader
     rng = np.random.default_rng([seed, 0])
     for k in range(steps):
         grads, ok = step.compute(rng, batch)
@@ -99,6 +102,19 @@ def test_compiled_and_python_steps_compute_the_same_parameters(wl, rule):
         np.testing.assert_array_equal(pc[name], pp[name])
     np.testing.assert_array_equal(log_c.gap_hist, log_p.gap_hist)
     np.testing.assert_array_equal(log_c.count, log_p.count)
+
+
+@pytest.mark.parametrize("wl", [MF, LOGREG], ids=["mf", "logreg"])
+@pytest.mark.parametrize("rule", list(RULES), ids=list(RULES))
+def test_the_python_steps_lean_lane_computes_what_the_general_path_does(wl, rule):
+    """The lean lane (one compiled call per half) against Grad + rule.apply + Reader."""
+    rule = RULES[rule]
+    pl, log_l = run_python(wl, rule, None, 40, 16)
+    pg, log_g = run_python(wl, rule, None, 40, 16, lane=False)
+    for name in pl:
+        np.testing.assert_array_equal(pl[name], pg[name])
+    for a, b in zip(log_l.arrays()[:3], log_g.arrays()[:3]):
+        np.testing.assert_array_equal(a, b)
 
 
 @pytest.mark.parametrize("wl", [MF, LOGREG], ids=["mf", "logreg"])
@@ -162,11 +178,12 @@ DELAYS = StepTimes(base=LogNormal(1e-3, 0.5), stragglers={1: Slowdown(3.0)})
 @pytest.mark.parametrize("wl", [MF, LOGREG], ids=["mf", "logreg"])
 @pytest.mark.parametrize("rule, density, policy", [
     (SGD(0.05), None, Async()),
+    (GapAware(0.05), None, SSP(2)),
     (StalenessAware(0.05, 0.5), Density(0.4), SSP(1)),
     (DelayCompensated(0.05, adaptive=True), Density(0.5, how="random"), DSSP(0, 3)),
     (GapAware(0.05, momentum=0.9), Density(1.0, every=2), Async()),
     (DelayCompensated(0.05), Density(1.0, how="threshold", threshold=0.01), SSP(0)),
-], ids=["sgd-async", "sa-topk-ssp1", "dca-random-dssp", "ga-every2", "dc-threshold-bsp"])
+], ids=["sgd-async", "ga-ssp2", "sa-topk-ssp1", "dca-random-dssp", "ga-every2", "dc-threshold-bsp"])
 def test_fused_and_python_simulators_are_identical(wl, rule, density, policy):
     kw = dict(workers=5, steps=300, batch=8, rule=rule, density=density, policy=policy,
               delays=DELAYS, seed=3)

@@ -208,6 +208,9 @@ def as_rows(a):
     return a.reshape(a.shape[0], -1)
 
 
+_NO_SLOTS = np.zeros((1, 8), np.int64)
+
+
 class KernelCtx:
     """A worker's buffers for a compiled workload, and its Python ``gradient``.
 
@@ -219,7 +222,7 @@ class KernelCtx:
     """
 
     __slots__ = ("parts", "params", "names", "shapes", "G", "GF", "R", "RD", "cnt", "idx",
-                 "scratch", "cursor", "capacity", "sample", "kernel", "sgd")
+                 "scratch", "cursor", "capacity", "sample", "kernel", "sgd", "_begin")
 
     def __init__(self, parts, params, *, batch, rank, seed, n_samples):
         from hogkit.kernels import step
@@ -229,6 +232,8 @@ class KernelCtx:
                 f"{type(parts.arrays).__name__} is not registered with the step core; "
                 f"call hogkit.kernels.step.register(...) in the module that defines it")
         self.sample, self.kernel, self.sgd = kernels
+        self._begin = (step.python_begin if step.cacheable(type(parts.arrays))
+                       else step.python_begin_uncached)
         self.parts = parts
         self.names = tuple(parts.names)
         self.params = tuple(as_rows(params[n]) for n in self.names)
@@ -262,19 +267,30 @@ class KernelCtx:
         """The buffer tuple the step core takes: ``(G, R, RD, cnt, idx, GF, scratch)``."""
         return (self.G, self.R, self.RD, self.cnt, self.idx, self.GF, self.scratch)
 
-    def gradient(self, rng, batch, keep_read):
-        """One step's gradient through the workload's kernels, as ``Grad`` views of the
-        buffers (valid until the next call)."""
+    def begin(self, rng, batch, keep_read, slots=_NO_SLOTS, rank=-1):
+        """Sample ``batch`` ids and compute their gradient into the buffers, in one
+        compiled call (``kernels.step.python_begin``), reading worker ``rank``'s clock
+        vector in ``slots`` first when ``rank >= 0``. Returns ``(others, lag,
+        finite)`` (see the kernel); :meth:`grads` views the gradient."""
         if batch > self.capacity or batch < 1:
             self.grow(batch)
-        self.sample(self.parts.arrays, rng if self.parts.uses_rng else None, self.cursor,
-                    batch, self.idx)
-        self.kernel(self.parts.arrays, self.params, self.idx, batch, keep_read, self.G,
-                    self.R, self.RD, self.cnt)
+        return self._begin(self.parts.arrays, rng if self.parts.uses_rng else None,
+                           self.cursor, self.params, self.G, self.R, self.RD, self.cnt,
+                           self.idx, self.GF, keep_read, batch, slots, rank)
+
+    def grads(self, keep_read):
+        """The buffers' gradient as ``Grad`` views (valid until the next step)."""
         out = []
+        cnt = self.cnt.tolist()
         for p, name in enumerate(self.names):
-            n = int(self.cnt[p])
+            n = cnt[p]
             shape = (n,) + self.shapes[p]
             out.append(Grad(name, self.G[p][:n].reshape(shape), self.R[p][:n],
                             self.RD[p][:n].reshape(shape) if keep_read else None))
         return out
+
+    def gradient(self, rng, batch, keep_read):
+        """One step's gradient through the workload's kernels, as ``Grad`` views of the
+        buffers (valid until the next call)."""
+        self.begin(rng, batch, keep_read)
+        return self.grads(keep_read)
