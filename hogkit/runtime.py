@@ -40,7 +40,7 @@ from hogkit.run import Run
 from hogkit.store import ParamStore, sweep_dead_segments
 from hogkit.kernels import step as _ks
 from hogkit.validation import check_choice, check_float, check_int
-from hogkit.worker_loop import WorkerSpec, runtime_specs
+from hogkit.worker_loop import WorkerSpec, runtime_specs, warm
 
 ENGINES = ("auto", "compiled", "python")
 
@@ -67,43 +67,6 @@ def _resolve_batch(batch, wl, workers):
     return batch, B, max(1, n // B) if n else 100
 
 
-
-
-def warm_compile(workload, rule, density, params, data, seed, batch, engine="python") -> None:
-    """Compile every kernel a worker will call, in the parent, before spawning.
-
-    Runs one gradient and applies it to a private copy of the parameters (the
-    shared ones are not touched), so numba compiles for the real dtypes and caches
-    the machine code on disk; workers load it instead of compiling in parallel. For
-    the compiled engine it runs the step core itself for two steps on private copies
-    and private clocks (the core is cached per workload type).
-    """
-    scratch = {k: v.copy() for k, v in params.items()}
-    ctx = workload.setup(scratch, data, rank=0, seed=seed)
-    rule_state = rule.init(scratch)
-    dstate = density.init(scratch) if density is not None else None
-    views = {k: np.zeros(shape, dtype) for k, (shape, dtype) in
-             {**Clocks.specs(1), **StalenessLog.specs(1, ring=2, bins=2),
-              **runtime_specs(1)}.items()}
-    clocks, log = Clocks(views), StalenessLog(views)
-    if engine == "compiled":
-        from hogkit.step import CompiledStep
-        core = CompiledStep(ctx, rank=0, batch=batch, rule=rule, rule_state=rule_state,
-                            density=density, density_state=dstate, slots=clocks.slots,
-                            rt=views["rt"], stop=clocks.stop, log=log.arrays(),
-                            rng=np.random.default_rng(seed), quota=2, nonfinite="skip")
-        core.run(2)
-        return
-    grads = workload.gradient(ctx, np.random.default_rng(seed), batch,
-                              keep_read=bool(getattr(rule, "needs_read", False)))
-    from hogkit.rules import grads_finite
-    grads_finite(grads)
-    if density is not None:
-        grads = density.filter(grads, dstate, step=0)
-    rule.apply(scratch, grads, rule_state, staleness=1, worker=0)
-    reader = Reader(clocks, log, 0)
-    reader.read()
-    reader.commit(0, reader.gap())         # compiles the log's record kernel
 
 
 @contextlib.contextmanager
@@ -389,7 +352,7 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
     sweep_dead_segments()
     params0, data0 = wl.build(seed)
     n_params = len(params0)
-    warm_compile(wl, rule, density, params0, data0, seed,
+    warm(wl, rule, density, params0, data0, seed,
                  batch if not global_batch else max(1, global_batch // workers), engine)
     initial_loss = float(wl.loss(params0, data0))
 

@@ -367,6 +367,52 @@ class _LocalPhase:
             self.base[k][...] = v
 
 
+def warm(workload, rule, density, params, data, seed, batch, engine="python") -> None:
+    """Run the engine's step on private copies (parameters, rule and density state,
+    clocks, log), so every kernel a worker calls is compiled: in the parent, before
+    spawning, numba compiles and caches the machine code; in a worker, before the start
+    barrier, it loads it (a few hundred ms a process for the Python engine's kernels,
+    which would otherwise count as training time and slow the first steps). Nothing
+    shared is written; the samples come from a private rng and a private context.
+
+    The Python engine runs one step on its lean lane and one on the general path (an
+    adaptive-batch weight), the compiled engine two steps of the core; both then use
+    the Reader and clock kernels the loops call around the step.
+    """
+    from hogkit.step import CompiledStep, PythonStep
+    views = {k: np.zeros(shape, dtype) for k, (shape, dtype) in
+             {**Clocks.specs(1), **StalenessLog.specs(1, ring=4, bins=4),
+              **runtime_specs(1)}.items()}
+    clocks, log = Clocks(views), StalenessLog(views)
+    clocks.state[0] = RUNNING
+    if engine in ("compiled", "python"):     # ("reader": only the kernels around it)
+        scratch = {k: v.copy() for k, v in params.items()}
+        ctx = workload.setup(scratch, data, rank=0, seed=seed)
+        rule_state = rule.init(scratch)
+        dstate = density.init(scratch) if density is not None else None
+        rng = np.random.default_rng(seed)
+    if engine == "compiled":
+        core = CompiledStep(ctx, rank=0, batch=batch, rule=rule, rule_state=rule_state,
+                            density=density, density_state=dstate, slots=clocks.slots,
+                            rt=views["rt"], stop=clocks.stop, log=log.arrays(), rng=rng,
+                            quota=2, nonfinite="skip")
+        core.run(2)
+    elif engine == "python":
+        step = PythonStep(workload, ctx, rank=0, rule=rule, rule_state=rule_state,
+                          density=density, density_state=dstate,
+                          reader=Reader(clocks, log, 0), clocks=clocks, params=scratch,
+                          nonfinite="skip")
+        for k, weight in ((0, 1.0), (1, 0.5)):
+            grads, finite = step.compute(rng, batch)
+            if finite:
+                step.apply(grads, k, weight=weight)
+            clocks.tick_iteration(0, beat=True)
+    reader = Reader(clocks, log, 0)
+    reader.read()
+    reader.commit(2, reader.gap())
+    clocks.tick_iteration(0, beat=True)
+
+
 def run_worker(spec: WorkerSpec) -> None:
     """Process body: attach, loop until the steps are done or the parent says stop."""
     stores = [ParamStore.attach(h) for h in (spec.params, spec.data, spec.control)]
@@ -378,6 +424,11 @@ def run_worker(spec: WorkerSpec) -> None:
         worker = _Worker(spec, params, data, control)
         if spec.engine == "compiled":
             worker.prepare_compiled()
+            batch = int(spec.batch)
+        else:
+            batch = int(spec.batch) if isinstance(spec.batch, (int, np.integer)) else 1
+        warm(spec.workload, spec.rule, spec.density, params, data, spec.seed, batch,
+             "python" if spec.engine != "compiled" else "reader")
         clocks = worker.clocks
         clocks.set_state(spec.rank, RUNNING)
         clocks.beat(spec.rank)

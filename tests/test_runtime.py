@@ -128,3 +128,21 @@ def test_adaptive_batch_with_empty_shares_is_refused():
     with pytest.raises(InvalidArgument, match="min_batch"):
         train("mlp", workers=2, steps=10, batch=AdaptiveBatch(64, min_batch=0),
               progress=False)
+
+
+@pytest.mark.parametrize("name, engine", [("mf", "compiled"), ("mf", "python"),
+                                          ("logreg", "reader"), ("mlp", "python")])
+def test_warm_runs_the_engines_step_without_touching_what_it_is_given(name, engine):
+    """Workers call ``warm`` on the shared parameters before the start barrier (to
+    load the kernels): it must leave them, and the data, exactly as they were."""
+    from hogkit import workloads
+    from hogkit.density import Density
+    from hogkit.rules import GapAware
+    from hogkit.worker_loop import warm
+    wl = workloads.get(name, **({"preset": "hot"} if name == "mf" else {}))
+    params, data = wl.build(0)
+    before = ({k: v.copy() for k, v in params.items()}, {k: v.copy() for k, v in data.items()})
+    warm(wl, GapAware(0.05), Density(0.5), params, data, 0, 8, engine)
+    for now, was in zip((params, data), before):
+        for k in was:
+            np.testing.assert_array_equal(now[k], was[k])
