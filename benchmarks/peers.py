@@ -16,6 +16,13 @@ Matrix factorisation (hogkit's ``mf`` data, a preset, seed 0):
 Sparse logistic regression (``logreg``): a plain numba per-sample logistic SGD loop
 against hogkit compiled, 1 and 2 workers.
 
+The digits MLP (``mlp``, torch): **torch's own Hogwild! recipe** (``model.share_memory()``,
+spawned ``torch.multiprocessing`` processes, each a standard ``torch.optim.SGD`` loop of
+``zero_grad / forward / backward / step`` on random minibatches, one torch thread each,
+as in pytorch/examples ``mnist_hogwild`` minus its DataLoader) against hogkit (the
+Python engine: torch computes the gradient, hogkit's kernels apply it), 1 and 2
+processes, same model, same initial weights, same data, same batch.
+
 Every contender runs at its own learning rate, the best of a small grid by time to the
 target (the grids are in ``LR``). Two figures per contender: **throughput** (samples a
 second over a fixed budget) and **time to a training-loss target**. Time to target is
@@ -55,6 +62,10 @@ LR = {"plain_mf": (0.05, 0.1, 0.15), "libmf": (0.1, 0.2, 0.3), "hogkit_mf": (0.0
       "plain_logreg": (0.03, 0.06, 0.12), "hogkit_logreg": (2.0, 4.0, 8.0)}
 TARGETS = {"default": 0.012, "large": 0.012, "hot": 0.05}
 LOGREG_TARGET = 0.45
+#: the MLP: per-sample-averaged gradients, lr per batch; training cross-entropy target
+MLP_LR = (0.05, 0.1, 0.2)
+MLP_TARGET = 0.05
+MLP_EPOCHS = (2, 4, 8, 12, 16, 24, 32, 48)
 EPOCHS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24)
 #: throughput runs per hogkit contender (the median is reported)
 ROUNDS = 3
@@ -251,7 +262,8 @@ def _mf_libmf(lib, wl, data, target, threads, max_epochs):
             "samples_per_s": n * pts[-1]["epochs"] / pts[-1]["t"], **best, "all_lr": runs}
 
 
-def _hogkit(wl, target, workers, engine, lrs, max_epochs, n_samples, rate_seconds):
+def _hogkit(wl, target, workers, engine, lrs, max_epochs, n_samples, rate_seconds,
+            grid=EPOCHS):
     from hogkit.errors import WorkerFailed
     from hogkit.rules import SGD
     from hogkit.runtime import train
@@ -259,7 +271,7 @@ def _hogkit(wl, target, workers, engine, lrs, max_epochs, n_samples, rate_second
     runs = []
     for lr in lrs:
         curve, diverged = [], False
-        for epochs in EPOCHS:
+        for epochs in grid:
             if epochs > max_epochs:
                 break
             steps = max(workers, int(epochs * n_samples / batch))
@@ -342,10 +354,120 @@ def _logreg(quick):
     return out
 
 
+# --- torch's share_memory() Hogwild! recipe ------------------------------------------------
+
+def _torch_worker(rank, model, X, y, lr, steps, batch, seed, barrier, out):
+    """One process of the recipe: a plain torch.optim loop on the shared model."""
+    import torch
+    from torch.nn.functional import cross_entropy
+    torch.set_num_threads(1)
+    g = torch.Generator().manual_seed(seed * 1000 + rank)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    n = X.shape[0]
+    # torch's first backward and step initialise lazily (~ms): do them on a private
+    # copy before the barrier, as hogkit's workers load their kernels before theirs
+    import copy
+    warm = copy.deepcopy(model)
+    warm_opt = torch.optim.SGD(warm.parameters(), lr=lr)
+    warm_opt.zero_grad()
+    cross_entropy(warm(X[:batch]), y[:batch]).backward()
+    warm_opt.step()
+    barrier.wait()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        idx = torch.randint(0, n, (batch,), generator=g)
+        opt.zero_grad()
+        cross_entropy(model(X[idx]), y[idx]).backward()
+        opt.step()
+    out[rank] = time.perf_counter() - t0
+
+
+def _torch_hogwild(wl, params, data, lr, processes, steps_each, batch, seed=0):
+    """Train with the recipe; returns (training seconds: from the start barrier to the
+    last process's last step, as hogkit's wall_s; final params as numpy)."""
+    import torch
+    import torch.multiprocessing as tmp
+    from hogkit.workloads.mlp import _module
+    torch.set_num_threads(1)
+    model = _module(wl.hidden, wl.dtype)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(torch.from_numpy(params[name]))
+    model.share_memory()
+    X, y = torch.from_numpy(data["X"]).share_memory_(), torch.from_numpy(data["y"]).share_memory_()
+    ctx = tmp.get_context("spawn")
+    barrier = ctx.Barrier(processes + 1)
+    out = ctx.Array("d", processes)
+    procs = [ctx.Process(target=_torch_worker, daemon=True,
+                         args=(r, model, X, y, lr, steps_each, batch, seed, barrier, out))
+             for r in range(processes)]
+    for p in procs:
+        p.start()
+    try:
+        barrier.wait(timeout=120)
+        for p in procs:
+            p.join(timeout=600)
+        dt = max(out[:])
+        if any(p.exitcode != 0 for p in procs):
+            raise RuntimeError(f"a torch Hogwild! process failed: "
+                               f"{[p.exitcode for p in procs]}")
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join()
+    final = {name: p.detach().numpy().copy() for name, p in model.named_parameters()}
+    return dt, final
+
+
+def _mlp_torch(wl, params, data, processes, max_epochs, batch):
+    n = len(data["y"])
+    runs = []
+    for lr in MLP_LR:
+        curve = []
+        for epochs in MLP_EPOCHS:
+            if epochs > max_epochs:
+                break
+            steps_each = max(1, int(epochs * n / batch / processes))
+            dt, final = _torch_hogwild(wl, params, data, lr, processes, steps_each, batch)
+            loss = wl.loss(final, data)
+            curve.append({"epochs": epochs, "t": dt, "loss": loss,
+                          "samples": steps_each * processes * batch})
+            if not np.isfinite(loss) or loss <= MLP_TARGET:
+                break
+        runs.append({"lr": lr, "curve": curve, "time_to_target": _hit(curve, MLP_TARGET),
+                     "diverged": not np.isfinite(curve[-1]["loss"])})
+    best = _best(runs)
+    last = best["curve"][-1]
+    return {"label": f"torch share_memory Hogwild!, {processes} proc"
+                     f"{'s' * (processes > 1)}",
+            "samples_per_s": last["samples"] / last["t"], "workers": processes,
+            "batch": batch, **best, "all_lr": runs}
+
+
+def _mlp(quick):
+    wl = workloads.get("mlp")
+    params, data = wl.build(0)
+    n = len(data["y"])
+    max_epochs = 16 if quick else 48
+    batch = wl.default_batch
+    out = {"target_loss": MLP_TARGET, "n_samples": n, "batch": batch,
+           "initial_loss": wl.loss(params, data), "contenders": {}}
+    c = out["contenders"]
+    for workers in (1, 2):
+        c[f"torch_hogwild_{workers}"] = _mlp_torch(wl, params, data, workers, max_epochs,
+                                                   batch)
+        c[f"hogkit_python_{workers}"] = _hogkit(wl, MLP_TARGET, workers, "python", MLP_LR,
+                                                max_epochs, n, 1.0 if quick else 3.0,
+                                                grid=MLP_EPOCHS)
+    return out
+
+
 def run(quick=False, presets=None) -> dict:
     presets = presets or (("default",) if quick else ("default", "large"))
     result = {"scenario": "peers", "quick": quick, "cpus": os.cpu_count(),
-              "mf": {p: _mf(p, quick) for p in presets}, "logreg": _logreg(quick)}
+              "mf": {p: _mf(p, quick) for p in presets}, "logreg": _logreg(quick),
+              "mlp": _mlp(quick)}
     result["ratios"] = _ratios(result)
     return result
 
@@ -367,6 +489,13 @@ def _ratios(result):
     c = result["logreg"]["contenders"]
     r["logreg_compiled1_over_plain"] = (c["hogkit_compiled_1"]["samples_per_s"]
                                         / c["plain"]["samples_per_s"])
+    c = result["mlp"]["contenders"]
+    for w in (1, 2):
+        h, t = c[f"hogkit_python_{w}"], c[f"torch_hogwild_{w}"]
+        r[f"mlp_hogkit{w}_over_torch{w}_rate"] = h["samples_per_s"] / t["samples_per_s"]
+        if h["time_to_target"] and t["time_to_target"]:
+            r[f"mlp_torch{w}_time_over_hogkit{w}_time"] = (t["time_to_target"]
+                                                           / h["time_to_target"])
     return r
 
 
@@ -380,6 +509,11 @@ def format_table(result) -> str:
     lines.append(f"logreg: {lg['n_samples']:,} samples, target log-loss "
                  f"{lg['target_logloss']} (from {lg['initial_logloss']:.3f})")
     lines += _rows(lg["contenders"])
+    mlp = result["mlp"]
+    lines.append(f"mlp (digits, torch): {mlp['n_samples']:,} samples, batch {mlp['batch']}, "
+                 f"target cross-entropy {mlp['target_loss']} (from "
+                 f"{mlp['initial_loss']:.3f})")
+    lines += _rows(mlp["contenders"])
     lines.append("ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in result["ratios"].items()))
     return "\n".join(lines)
 
@@ -402,6 +536,9 @@ def plot(result, path):
               for p, m in result["mf"].items()]
     lg = result["logreg"]
     panels.append(("logreg", lg["contenders"], lg["target_logloss"], "training log-loss"))
+    mlp = result["mlp"]
+    panels.append(("mlp (torch)", mlp["contenders"], mlp["target_loss"],
+                   "training cross-entropy"))
     fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.2))
     for ax, (title, cs, target, ylabel) in zip(np.atleast_1d(axes), panels):
         for c in cs.values():

@@ -83,17 +83,20 @@ def mf_gradient(wl, params, idx, nb, keep_read, G, R, RD, cnt):
 
 @njit(cache=True, nogil=True, fastmath=_FM, inline="always")
 def _dot(P, Q, uu, ii):
-    """``(P[uu] · Q[ii], |P[uu]|² + |Q[ii]|²)`` accumulated in float64 in one loop: one
-    definition for the gradient and the fused SGD kernel, so both sum in the same
-    order (the fused kernel bounds its update with the norm)."""
-    pred = 0.0
-    norm = 0.0
+    """``(P[uu] · Q[ii], |P[uu]|² + |Q[ii]|²)`` in one loop, accumulated in the factors'
+    dtype (as a plain loop and LIBMF do: float32 sums vectorise twice as wide as
+    float64; ~8 % faster steps on ``mf``): one definition for the gradient and the
+    fused SGD kernel, so both sum in the same order (the fused kernel bounds its update
+    with the norm; a float32 norm that overflows is inf, and the bound then fails)."""
+    T = P.dtype.type
+    pred = T(0.0)
+    norm = T(0.0)
     for k in range(P.shape[1]):
-        pk = float(P[uu, k])
-        qk = float(Q[ii, k])
+        pk = P[uu, k]
+        qk = Q[ii, k]
         pred += pk * qk
         norm += pk * pk + qk * qk
-    return pred, norm
+    return float(pred), float(norm)
 
 
 @njit(cache=True, nogil=True, fastmath=_FM, inline="always")

@@ -407,6 +407,13 @@ def _run_steps(n, wl, rng, cursor, params, bufs, rule, dens, ctl, log, cfg, io, 
 
 
 #: the live worker's step loop, cached per workload type (hogkit's own workloads)
+run_steps = njit(cache=True, nogil=True, fastmath=FASTMATH)(_run_steps)
+#: the same loop compiled per process, for user workloads whose kernels may change
+run_steps_uncached = njit(nogil=True, fastmath=FASTMATH)(_run_steps)
+
+
+# --- the Python engine's halves --------------------------------------------------------
+
 def _python_begin(wl, rng, cursor, params, G, R, RD, cnt, idx, GF, keep_read, nb,
                   slots, me):
     """The Python engine's compute half in one call: read the clock vector (unless
@@ -445,8 +452,3 @@ def python_end(params, G, R, RD, cnt, kind, rcfg, S1, S2, K, slots, me, others, 
         slots[me, UPD] += 1
         record(gh, lh, stats, ring, me, step, gap, lag, 1, t_ns)
     return gap
-
-
-run_steps = njit(cache=True, nogil=True, fastmath=FASTMATH)(_run_steps)
-#: the same loop compiled per process, for user workloads whose kernels may change
-run_steps_uncached = njit(nogil=True, fastmath=FASTMATH)(_run_steps)
