@@ -14,7 +14,7 @@ import pytest
 
 from hogkit import WorkerFailed, train
 from hogkit import workloads
-from helpers.faulty import Faulty
+from helpers.faulty import Faulty, poisoned_mf
 from helpers.procs import children
 
 pytestmark = [pytest.mark.process, pytest.mark.faults]
@@ -26,7 +26,7 @@ def hot():
 
 @pytest.mark.parametrize("policy", ["async", "bsp", "ssp:2", "dssp:1:4"])
 def test_sigkill_of_a_worker_mid_run(policy):
-    from hogkit.policy import parse_policy
+    from hogkit.cli import parse_policy
     t0 = time.monotonic()
     with pytest.raises(WorkerFailed) as info:
         train(Faulty(hot(), rank=1, step=200, fault="sigkill"), workers=2, steps=100_000,
@@ -95,6 +95,20 @@ def test_nan_gradient_skip_keeps_parameters_finite():
                 steps=2000, nonfinite="skip", progress=False, eval_every=None)
     assert run.extra["nonfinite_skipped"] == 1000 - 30
     assert run.updates == 2000 - (1000 - 30)
+    assert all(np.isfinite(v).all() for v in run.params.values())
+
+
+def test_nan_data_on_the_compiled_engine_raises_or_skips():
+    """The compiled core's guard, live: every 50th rating is NaN, so some gradients
+    are; "raise" stops the run naming the worker, "skip" drops exactly those updates
+    and the parameters stay finite."""
+    kw = dict(workers=2, steps=4000, engine="compiled", progress=False, eval_every=None)
+    with pytest.raises(WorkerFailed) as info:
+        train(poisoned_mf(preset="hot"), **kw)
+    assert "NonFiniteGradient" in info.value.traceback
+    run = train(poisoned_mf(preset="hot"), nonfinite="skip", **kw)
+    assert run.extra["engine"] == "compiled" and run.extra["nonfinite_skipped"] > 0
+    assert run.updates + run.extra["nonfinite_skipped"] == 4000
     assert all(np.isfinite(v).all() for v in run.params.values())
 
 

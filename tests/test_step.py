@@ -46,7 +46,7 @@ def _control(workers=1):
     return views, clocks, log
 
 
-def run_compiled(wl, rule, density, steps, batch, seed=0, pacer=None):
+def run_compiled(wl, rule, density, steps, batch, seed=0, pacer=None, nonfinite="raise"):
     params, data = wl.build(seed)
     views, clocks, log = _control()
     ctx = wl.setup(params, data, rank=0, seed=seed)
@@ -55,7 +55,7 @@ def run_compiled(wl, rule, density, steps, batch, seed=0, pacer=None):
                         density_state=density.init(params) if density else None,
                         slots=clocks.slots, rt=views["rt"], stop=clocks.stop,
                         log=log.arrays(), rng=np.random.default_rng([seed, 0]),
-                        quota=steps, pacer=pacer)
+                        quota=steps, pacer=pacer, nonfinite=nonfinite)
     codes = []
     while True:
         u0, i0 = int(clocks.updates[0]), int(clocks.iterations[0])
@@ -65,13 +65,16 @@ def run_compiled(wl, rule, density, steps, batch, seed=0, pacer=None):
         assert core.done == int(clocks.iterations[0]) - i0
         held = int(views["rt"][0, K.RT_HELD])
         assert int(clocks.updates[0]) - u0 <= core.done
-        if code == K.QUOTA_DONE:
+        if code in (K.QUOTA_DONE, K.NONFINITE):
             break
-    assert int(clocks.updates[0]) + held == steps == int(clocks.iterations[0])
+    if code == K.NONFINITE:
+        return params, log, views["rt"][0], codes
+    skipped = int(views["rt"][0, K.RT_NONFINITE])
+    assert int(clocks.updates[0]) + held + skipped == steps == int(clocks.iterations[0])
     return params, log, views["rt"][0], codes
 
 
-def run_python(wl, rule, density, steps, batch, seed=0, lane=True):
+def run_python(wl, rule, density, steps, batch, seed=0, lane=True, skip_nonfinite=False):
     params, data = wl.build(seed)
     views, clocks, log = _control()
     ctx = wl.setup(params, data, rank=0, seed=seed)
@@ -83,12 +86,37 @@ def run_python(wl, rule, density, steps, batch, seed=0, lane=True):
     if not lane:
         step._lane = None                  # the general path: Grad, rule.apply, Reader
     rng = np.random.default_rng([seed, 0])
+    skipped = 0
     for k in range(steps):
         grads, ok = step.compute(rng, batch)
-        assert ok
-        step.apply(grads, k)
+        if ok:
+            step.apply(grads, k)
+        else:
+            assert skip_nonfinite, f"non-finite gradient at step {k}"
+            skipped += 1
         clocks.tick_iteration(0)
+    if skip_nonfinite:
+        return params, log, skipped
     return params, log
+
+
+@pytest.mark.parametrize("rule", ["sgd", "dc-asgd"], ids=["sgd-fused", "dc-asgd"])
+def test_both_steps_guard_and_skip_the_same_nonfinite_updates(rule):
+    """NaN in the data (every 7th rating): the compiled core (the fused SGD kernel
+    included) drops exactly the updates the Python step drops, and nothing non-finite
+    reaches the parameters; with nonfinite="raise" it stops at the first one."""
+    from helpers.faulty import poisoned_mf
+    wl = poisoned_mf(every=7, preset="hot")
+    rule = {"sgd": SGD(0.05), "dc-asgd": DelayCompensated(0.05)}[rule]
+    pc, log_c, rt, codes = run_compiled(wl, rule, None, 80, 16, nonfinite="skip")
+    pp, log_p, skipped = run_python(wl, rule, None, 80, 16, skip_nonfinite=True)
+    assert skipped > 0 and int(rt[K.RT_NONFINITE]) == skipped
+    for name in pc:
+        assert np.isfinite(pc[name]).all()
+        np.testing.assert_array_equal(pc[name], pp[name])
+    np.testing.assert_array_equal(log_c.count, log_p.count)
+    _, _, _, codes = run_compiled(wl, rule, None, 80, 16, nonfinite="raise")
+    assert codes[-1] == K.NONFINITE
 
 
 @pytest.mark.parametrize("wl", [MF, LOGREG], ids=["mf", "logreg"])

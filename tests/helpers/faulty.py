@@ -17,6 +17,8 @@ from __future__ import annotations
 import os
 import signal
 
+from hogkit.workloads.mf import MatrixFactorization
+
 
 class _Wrapper:
     """Delegates the Workload contract to ``inner``; subclasses change one part."""
@@ -95,3 +97,22 @@ class Partitioned(_Wrapper):
             g.rows = g.rows % size + ctx["rank"] * size
         return grads
 
+
+
+def poisoned_mf(every=50, **options):
+    """``mf`` whose every ``every``-th rating is NaN: non-finite gradients that come
+    from the data, on the compiled engine (it keeps mf's compiled parts)."""
+    return PoisonedRatings(every=every, **options)
+
+
+class PoisonedRatings(MatrixFactorization):
+    name = "poisoned-mf"
+
+    def __init__(self, every=50, **options):
+        super().__init__(**options)
+        self.every = every
+
+    def build(self, seed):
+        params, data = super().build(seed)
+        data["r"][::self.every] = float("nan")
+        return params, data
