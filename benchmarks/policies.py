@@ -38,8 +38,8 @@ def _policies(seconds, rounds):
         run = sorted(runs, key=lambda r: r.updates_per_s)[len(runs) // 2]
         s = run.summary()
         rows[name] = {"updates_per_s": ups, "wait_fraction": s["wait_fraction"],
-                      "clock_lag_mean": s["clock_lag"]["mean"],
-                      "clock_lag_max": s["clock_lag"]["max"],
+                      "clock_lag_mean": s["staleness"]["clock_lag"]["mean"],
+                      "clock_lag_max": s["staleness"]["clock_lag"]["max"],
                       "final_loss": s["final_loss"],
                       "iterations": [w["iterations"] for w in s["per_worker"]],
                       "dssp_grants": s.get("dssp_grants")}
@@ -51,7 +51,7 @@ def _policies(seconds, rounds):
 
 def _batching(steps, b, rounds):
     out = {}
-    for name, batch in (("fixed", FixedBatch(b)), ("adaptive", AdaptiveBatch(2 * b))):
+    for name, batch in (("fixed", FixedBatch(2 * b)), ("adaptive", AdaptiveBatch(2 * b))):
         times, losses, shares = [], [], []
         for _ in range(rounds):
             run = train("mlp", workers=2, steps=steps, policy=BSP(), batch=batch,

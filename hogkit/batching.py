@@ -1,6 +1,9 @@
-"""Per-worker batch sizes against stragglers (REFERENCE §3 "Batch sizing").
+"""Per-worker batch sizes against stragglers (docs/algorithms.md §3).
 
-- :class:`FixedBatch(b)`: every worker uses b samples; the global batch is ``b·W``.
+All three take the **global** batch B (samples per round over all workers):
+
+- :class:`FixedBatch(B)`: B split evenly, whatever the speeds (``B/W`` each; a
+  remainder goes to the lowest ranks).
 - :class:`AdaptiveBatch(B, predictor)` (LB-BSP, Chen et al., SoCC 2018/2020): the global
   batch B stays fixed; worker i gets ``b_i = B · v̂_i / Σ_j v̂_j`` with v̂_i its predicted
   speed (samples/s) for the next iteration. Predictors: ``"last"`` (last measured
@@ -42,11 +45,10 @@ import math
 
 import numpy as np
 
-from hogkit.errors import InvalidArgument, InvalidType
+from hogkit.errors import InvalidArgument
 from hogkit.validation import check_choice, check_float, check_int
 
-__all__ = ["FixedBatch", "AdaptiveBatch", "EpochBalancedBatch", "shares", "weights",
-           "parse_batch"]
+__all__ = ["FixedBatch", "AdaptiveBatch", "EpochBalancedBatch", "shares", "weights"]
 
 
 # --------------------------------------------------------------------------- pure core
@@ -221,23 +223,25 @@ class _Base:
 
 
 class FixedBatch(_Base):
-    """Every worker uses ``b`` samples per iteration; the global batch is ``b·W``."""
+    """The global batch ``B`` split evenly over the workers, whatever their speeds
+    (the baseline LB-BSP and DBS are compared with). For a per-worker size, pass an
+    int ``batch`` to ``train``."""
 
-    def __init__(self, b):
-        self.b = check_int("batch b", b, min_value=1)
+    def __init__(self, global_batch, *, min_batch=1):
+        self.B = check_int("global_batch", global_batch, min_value=1)
+        self.min_batch = check_int("min_batch", min_batch, min_value=0)
 
-    def global_batch(self, workers) -> int:
-        return self.b * check_int("workers", workers, min_value=1)
+    def global_batch(self, workers=None) -> int:
+        return self.B
 
     def sizes(self, speeds) -> np.ndarray:
-        n = np.asarray(speeds).shape[0]
-        return np.full(n, self.b, dtype=np.int64)
+        return shares(self.B, np.ones(np.asarray(speeds).shape[0]), min_batch=self.min_batch)
 
     def config(self) -> dict:
-        return {"name": "fixed", "b": self.b}
+        return {"name": "fixed", "global_batch": self.B, "min_batch": self.min_batch}
 
     def __repr__(self):
-        return f"FixedBatch({self.b})"
+        return f"FixedBatch({self.B})"
 
 
 class AdaptiveBatch(_Base):
@@ -347,37 +351,3 @@ class EpochBalancedBatch(_Base):
         d = dict(self.__dict__)
         d["_acc"], d["_speed"] = {}, {}
         return d
-
-
-# --------------------------------------------------------------------------- CLI
-
-_FORMS = ('"fixed[:b]" | "adaptive[:B[:last|ema|narx]]" | "epoch[:B]" '
-          '(b per worker, B global)')
-
-
-def parse_batch(text, *, per_worker=32, workers=1):
-    """Parse a CLI batch spec. Without a number, ``fixed`` uses ``per_worker`` and
-    ``adaptive``/``epoch`` use ``per_worker · workers`` as the global batch B."""
-    if not isinstance(text, str):
-        raise InvalidType(f"batch must be a string such as 'adaptive:256', got "
-                          f"{type(text).__name__}")
-    parts = [p.strip() for p in text.strip().lower().split(":")]
-    kind, args = parts[0], parts[1:]
-    arity = {"fixed": 1, "adaptive": 2, "epoch": 1}
-    if kind not in arity:
-        raise InvalidArgument(f"unknown batch {text!r}; expected {_FORMS}")
-    if len(args) > arity[kind]:
-        raise InvalidArgument(f"batch {text!r} has too many fields; expected {_FORMS}")
-    if args:
-        try:
-            n = int(args[0])
-        except ValueError:
-            raise InvalidArgument(f"batch {text!r}: size {args[0]!r} is not an int; "
-                                  f"expected {_FORMS}") from None
-    else:
-        n = per_worker if kind == "fixed" else per_worker * workers
-    if kind == "fixed":
-        return FixedBatch(n)
-    if kind == "epoch":
-        return EpochBalancedBatch(n)
-    return AdaptiveBatch(n, predictor=args[1] if len(args) > 1 else "last")

@@ -17,6 +17,8 @@ import os
 import sys
 import time
 
+from hogkit.errors import InvalidArgument, InvalidType
+
 EXIT_OK, EXIT_WORKER_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 RULES = ("sgd", "staleness-aware", "dc-asgd", "gap-aware")
@@ -61,9 +63,9 @@ def _add_training_options(p):
     p.add_argument("--density", type=float, default=None,
                    help="apply this fraction of each update (top-k), keep the rest as residual")
     p.add_argument("--batch", default=None,
-                   help="samples per worker per step (an int), or fixed[:b] | "
-                        "adaptive[:B[:last|ema|narx]] | epoch[:B] (LB-BSP / DBS shares of a "
-                        "global batch B)")
+                   help="samples per worker per step (an int), or shares of a global batch "
+                        "B: fixed[:B] (even) | adaptive[:B[:last|ema|narx]] (LB-BSP) | "
+                        "epoch[:B] (DBS)")
     p.add_argument("--straggler", action="append", default=[], metavar="RANK:FACTOR",
                    help="slow worker RANK down by FACTOR (repeatable)")
     p.add_argument("--nonfinite", default="raise", choices=("raise", "skip"))
@@ -81,6 +83,9 @@ def build_parser():
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="train with real worker processes")
     _add_training_options(run)
+    run.add_argument("--engine", default="auto", choices=("auto", "compiled", "python"),
+                     help="step engine: auto (compiled where the knobs allow, else Python "
+                          "with a notice), compiled (an error where it cannot run), python")
     sim = sub.add_parser("sim", help="simulate the run in virtual time (deterministic; "
                                      "workers may far exceed the cores)")
     _add_training_options(sim)
@@ -100,6 +105,102 @@ def build_parser():
     return parser
 
 
+# --------------------------------------------------------------------------- option parsers
+# The command line's string forms, and only here: the Python API takes objects.
+
+_POLICY_FORMS = '"async" | "bsp" | "ssp:S" | "dssp:LO:HI" | "local:H" | "local:H:overlap"'
+
+
+def _policy_int(text, field, name):
+    try:
+        return int(field)
+    except ValueError:
+        raise InvalidArgument(f"policy {text!r}: {name}={field!r} is not an int; "
+                              f"expected {_POLICY_FORMS}") from None
+
+
+def parse_policy(text):
+    """Parse a CLI policy: ``async`` | ``bsp`` | ``ssp:S`` | ``dssp:LO:HI`` |
+    ``local:H`` | ``local:H:overlap`` (case-insensitive)."""
+    from hogkit.policy import BSP, DSSP, SSP, Async, LocalSGD
+    if not isinstance(text, str):
+        raise InvalidType(f"policy must be a string such as 'ssp:2', got "
+                          f"{type(text).__name__}")
+    parts = [p.strip() for p in text.strip().lower().split(":")]
+    kind, args = parts[0], parts[1:]
+    arity = {"async": (0,), "bsp": (0,), "ssp": (1,), "dssp": (2,), "local": (1, 2)}
+    if kind not in arity:
+        raise InvalidArgument(f"unknown policy {text!r}; expected {_POLICY_FORMS}")
+    if len(args) not in arity[kind]:
+        raise InvalidArgument(f"policy {text!r} has {len(args)} argument(s); expected "
+                              f"{_POLICY_FORMS}")
+    if kind == "async":
+        return Async()
+    if kind == "bsp":
+        return BSP()
+    if kind == "ssp":
+        return SSP(_policy_int(text, args[0], "s"))
+    if kind == "dssp":
+        return DSSP(_policy_int(text, args[0], "s_lo"), _policy_int(text, args[1], "s_hi"))
+    overlap = False
+    if len(args) == 2:
+        if args[1] != "overlap":
+            raise InvalidArgument(f"policy {text!r}: third field must be 'overlap'; "
+                                  f"expected {_POLICY_FORMS}")
+        overlap = True
+    return LocalSGD(_policy_int(text, args[0], "h"), overlap=overlap)
+
+
+_BATCH_FORMS = ('"fixed[:B]" | "adaptive[:B[:last|ema|narx]]" | "epoch[:B]" '
+                '(B: the global batch)')
+
+
+def parse_batch(text, *, per_worker=32, workers=1):
+    """Parse a CLI batch spec; every form takes the global batch B (default
+    ``per_worker · workers``)."""
+    from hogkit.batching import AdaptiveBatch, EpochBalancedBatch, FixedBatch
+    if not isinstance(text, str):
+        raise InvalidType(f"batch must be a string such as 'adaptive:256', got "
+                          f"{type(text).__name__}")
+    parts = [p.strip() for p in text.strip().lower().split(":")]
+    kind, args = parts[0], parts[1:]
+    arity = {"fixed": 1, "adaptive": 2, "epoch": 1}
+    if kind not in arity:
+        raise InvalidArgument(f"unknown batch {text!r}; expected {_BATCH_FORMS}")
+    if len(args) > arity[kind]:
+        raise InvalidArgument(f"batch {text!r} has too many fields; expected {_BATCH_FORMS}")
+    if args:
+        try:
+            n = int(args[0])
+        except ValueError:
+            raise InvalidArgument(f"batch {text!r}: size {args[0]!r} is not an int; "
+                                  f"expected {_BATCH_FORMS}") from None
+    else:
+        n = per_worker * workers
+    if kind == "fixed":
+        return FixedBatch(n)
+    if kind == "epoch":
+        return EpochBalancedBatch(n)
+    return AdaptiveBatch(n, predictor=args[1] if len(args) > 1 else "last")
+
+
+def parse_straggler(text: str):
+    """``"RANK:FACTOR"`` → ``(rank, Slowdown(factor))``."""
+    from hogkit.delays import Slowdown
+    from hogkit.validation import check_int
+    parts = str(text).split(":")
+    if len(parts) != 2:
+        raise InvalidArgument(f"straggler {text!r} must look like RANK:FACTOR, e.g. 1:3 "
+                              f"(worker 1 runs three times slower)")
+    try:
+        rank, factor = int(parts[0]), float(parts[1])
+    except ValueError:
+        raise InvalidArgument(f"straggler {text!r} must look like RANK:FACTOR with an int "
+                              f"rank and a number factor, e.g. 1:3") from None
+    check_int("straggler rank", rank, min_value=0)
+    return rank, Slowdown(factor)
+
+
 def _make_rule(name, lr, momentum, workload):
     from hogkit import rules
     lr = workload.default_lr if lr is None else lr
@@ -108,6 +209,11 @@ def _make_rule(name, lr, momentum, workload):
     if name == "staleness-aware":
         return rules.StalenessAware(lr=lr, momentum=momentum)
     if name == "dc-asgd":
+        if momentum:
+            from hogkit.errors import InvalidArgument
+            raise InvalidArgument(f"--momentum {momentum} with --rule dc-asgd: DC-ASGD has no "
+                                  f"momentum term; drop --momentum or pick sgd, "
+                                  f"staleness-aware or gap-aware")
         return rules.DelayCompensated(lr=lr)
     return rules.GapAware(lr=lr, momentum=momentum)
 
@@ -131,8 +237,10 @@ def print_summary(summary, out=None):
     out = sys.stdout if out is None else out
     cfg = summary["config"]
     sim = " (simulated)" if summary.get("simulated") else ""
+    engine = f", {summary['engine']} engine" if summary.get("engine") else ""
     print(f"workload {cfg['workload']}, {summary['workers']} workers, policy "
-          f"{(cfg.get('policy') or {}).get('name', cfg.get('policy'))}{sim}", file=out)
+          f"{(cfg.get('policy') or {}).get('name', cfg.get('policy'))}{sim}{engine}",
+          file=out)
     print(f"  updates      {summary['updates']}  ({summary['updates_per_s']:.0f}/s over "
           f"{summary['wall_s']:.2f} s)", file=out)
     print(f"  loss         {summary['initial_loss']:.5g} -> {summary['final_loss']:.5g}",
@@ -147,8 +255,6 @@ def print_summary(summary, out=None):
 def _knobs(args):
     """The workload and the settings ``run`` and ``sim`` share, from parsed options."""
     from hogkit import workloads
-    from hogkit.delays import parse_straggler
-    from hogkit.policy import parse_policy
 
     wl = workloads.get(args.workload)
     density = None
@@ -163,46 +269,39 @@ def _knobs(args):
                 "density": density,
                 "stragglers": dict(parse_straggler(s) for s in args.straggler),
                 "steps": steps, "seconds": seconds, "seed": args.seed,
-                "nonfinite": args.nonfinite}
+                "nonfinite": args.nonfinite, "batch": _batch(args, wl),
+                "shards": args.shards}
+
+
+def _batch(args, wl):
+    if args.batch is None:
+        return None
+    if args.batch.isdigit():
+        return int(args.batch)
+    return parse_batch(args.batch, per_worker=wl.default_batch, workers=args.workers)
 
 
 def _cmd_run(args):
     from hogkit.runtime import train
 
     wl, knobs = _knobs(args)
-    batch = None
-    if args.batch is not None:
-        from hogkit.batching import parse_batch
-        batch = (int(args.batch) if args.batch.isdigit()
-                 else parse_batch(args.batch, per_worker=wl.default_batch,
-                                  workers=args.workers))
     out = args.out or _default_out()
     print(f"hogkit run: {wl.name} with {args.workers} workers, results in {out}",
           file=sys.stderr)
-    run = train(wl, batch=batch, out=out, progress=False if args.no_progress else None,
-                keep_params=False, shards=args.shards, **knobs)
+    run = train(wl, out=out, progress=False if args.no_progress else None,
+                keep_params=False, engine=args.engine, **knobs)
     print_summary(run.summary())
     print(f"results: {out}")
     return EXIT_OK
 
 
 def _cmd_sim(args):
-    from hogkit.errors import InvalidArgument
     from hogkit.simulator import simulate
 
     wl, knobs = _knobs(args)
-    if args.shards != 1:
-        raise InvalidArgument("--shards is not simulated; drop it for hogkit sim")
-    batch = None
-    if args.batch is not None:
-        if not args.batch.isdigit():
-            raise InvalidArgument(f"--batch {args.batch!r}: hogkit sim takes an int batch "
-                                  f"(samples per worker per step); adaptive batch sizing is "
-                                  f"not simulated")
-        batch = int(args.batch)
     out = args.out or _default_out()
-    run = simulate(wl, batch=batch, delays=args.delays, engine=args.engine, out=out,
-                   keep_params=False, **knobs)
+    run = simulate(wl, delays=args.delays, engine=args.engine, out=out, keep_params=False,
+                   **knobs)
     s = run.summary()
     print(f"hogkit sim: {wl.name}, {run.workers} virtual workers, {run.updates} updates in "
           f"{s['virtual_time_s']:.4g} virtual s ({s['wall_s']:.2f} s wall, "

@@ -36,8 +36,9 @@ contention between workers (memory bandwidth, cache-line bouncing, the OS schedu
 so simulated compute times never grow with the worker count; use
 :func:`hogkit.calibrate.fit_delays` to calibrate a model on a real run.
 
-``parse_straggler("1:3")`` reads the CLI form ``RANK:FACTOR``; ``parse_delays`` reads
-the simulator's ``--delays`` (``"constant:1e-3,straggler:3:4,pauses:0.01:0.05"``).
+``parse_delays`` reads the string form of a step-time model
+(``"constant:1e-3,straggler:3:4,pauses:0.01:0.05"``), which ``simulate(delays=...)``
+accepts as well as the objects (the one string form the Python API takes).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ import numpy as np
 from hogkit.errors import InvalidArgument, InvalidType
 from hogkit.validation import check_float, check_int
 
-__all__ = ["Slowdown", "Pauses", "Load", "parse_straggler", "Constant", "LogNormal",
+__all__ = ["Slowdown", "Pauses", "Load", "Constant", "LogNormal",
            "StepTimes", "parse_delays", "step_times", "wait_ns"]
 
 # pacer kinds of hogkit.kernels.step (kept here as plain numbers: importing the kernel
@@ -158,21 +159,6 @@ class _Pacer:
         self.paused_ns += extra
         wait_ns(extra)
         return extra
-
-
-def parse_straggler(text: str):
-    """``"RANK:FACTOR"`` → ``(rank, Slowdown(factor))``."""
-    parts = str(text).split(":")
-    if len(parts) != 2:
-        raise InvalidArgument(f"straggler {text!r} must look like RANK:FACTOR, e.g. 1:3 "
-                              f"(worker 1 runs three times slower)")
-    try:
-        rank, factor = int(parts[0]), float(parts[1])
-    except ValueError:
-        raise InvalidArgument(f"straggler {text!r} must look like RANK:FACTOR with an int "
-                              f"rank and a number factor, e.g. 1:3") from None
-    check_int("straggler rank", rank, min_value=0)
-    return rank, Slowdown(factor)
 
 
 # --------------------------------------------------------------------------- virtual time

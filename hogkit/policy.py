@@ -1,19 +1,20 @@
 """Consistency policies: when may a worker start its next iteration?
 
 Worker ``p``'s clock is ``c_p = clocks.iterations[p]`` (iterations finished). Before each
-iteration the worker calls ``policy.wait(clocks, p)``. The policies (REFERENCE §2):
+iteration the worker calls ``policy.wait(clocks, p)``. The policies (docs/algorithms.md §2):
 
 - **SSP(s)** (Ho et al., NIPS 2013): worker p at clock c may proceed only while
   ``c − min_q c_q ≤ s``. Read-my-writes holds trivially (one shared copy).
-- **BSP()** is ``SSP(0)`` and **Async()** (ASP, Hogwild!) is ``SSP(∞)``: both are plain
-  :class:`SSP` instances, not subclasses; ``BSP() == SSP(0)``, ``Async() == SSP(math.inf)``.
+- **BSP()** is ``SSP(0)`` and **Async()** (ASP, Hogwild!) is ``SSP(∞)``: subclasses of
+  :class:`SSP` that ``SSP`` itself builds for those bounds, so ``SSP(0)`` is a ``BSP``,
+  ``BSP() == SSP(0)`` and ``Async() == SSP(math.inf)``.
 - **DSSP(s_lo, s_hi)** (Zhao et al., ICDCS 2019): a threshold chosen at run time in
   [s_lo, s_hi] from the workers' recent iteration times (see :class:`DSSP`).
 - **LocalSGD(h, overlap)** (local SGD / HLSGD, Zhou et al. 2020): h private steps, then a
   merge of the average change; its wait never blocks (see :class:`LocalSGD`,
-  :func:`local_delta`, :func:`merge`).
+  :mod:`hogkit.local_sgd` for the merge arithmetic).
 
-Choices made here (REFERENCE leaves them open):
+Choices made here (the papers leave them open):
 
 - **DONE workers are excluded from the minimum** (treated as infinitely fast). A worker
   that finished its steps never ticks again; counting its frozen clock would block the
@@ -51,10 +52,10 @@ import numpy as np
 
 from hogkit.clocks import DONE, FAILED, STATES
 from hogkit.errors import InvalidArgument, InvalidType, PolicyTimeout, WorkerFailed
-from hogkit.validation import check_array, check_float, check_int
+from hogkit.validation import check_float, check_int
 
-__all__ = ["SSP", "BSP", "Async", "DSSP", "LocalSGD", "parse_policy", "may_proceed",
-           "clock_lag", "dssp_extra", "local_delta", "merge"]
+__all__ = ["SSP", "BSP", "Async", "DSSP", "LocalSGD", "may_proceed",
+           "clock_lag", "dssp_extra"]
 
 #: Backoff: immediate re-checks, then sleeps from _SLEEP_MIN doubling to _SLEEP_MAX (s).
 _SPINS = 4
@@ -185,11 +186,20 @@ class SSP:
     """Stale Synchronous Parallel (Ho et al., NIPS 2013): worker p at clock c proceeds
     only while ``c − min_q c_q ≤ s``.
 
-    ``s`` is a non-negative int, or ``math.inf`` (that is :func:`Async`). ``SSP(0)`` is
-    :func:`BSP`. Stateless: one instance may serve every worker (and thread).
+    ``s`` is a non-negative int, or ``math.inf``. The two ends are classes of their
+    own, and ``SSP`` builds them: ``SSP(0)`` is a :class:`BSP` and ``SSP(math.inf)`` an
+    :class:`Async` (so ``isinstance(SSP(0), BSP)`` holds, and ``BSP() == SSP(0)``).
+    Stateless: one instance may serve every worker (and thread).
     """
 
     __slots__ = ("s",)
+
+    def __new__(cls, *args, **kwargs):
+        if cls is SSP:
+            s = args[0] if args else kwargs.get("s")
+            if s.__class__ is not bool and isinstance(s, (int, float, np.integer)):
+                cls = BSP if s == 0 else Async if s == math.inf else SSP
+        return object.__new__(cls)
 
     def __init__(self, s):
         self.s = _check_bound("s", s, "staleness bound")
@@ -242,15 +252,27 @@ class SSP:
         self.s = s
 
 
-def BSP() -> SSP:
+class BSP(SSP):
     """Bulk Synchronous Parallel: wait until every worker has finished clock c−1.
     Exactly ``SSP(0)``."""
-    return SSP(0)
+
+    __slots__ = ()
+
+    def __init__(self, s=0):
+        if s != 0:
+            raise InvalidArgument(f"BSP is SSP(0); got s={s!r}: use SSP({s!r})")
+        super().__init__(0)
 
 
-def Async() -> SSP:
+class Async(SSP):
     """Asynchronous (ASP, Hogwild!): never wait. Exactly ``SSP(math.inf)``."""
-    return SSP(math.inf)
+
+    __slots__ = ()
+
+    def __init__(self, s=math.inf):
+        if s != math.inf:
+            raise InvalidArgument(f"Async is SSP(math.inf); got s={s!r}: use SSP({s!r})")
+        super().__init__(math.inf)
 
 
 # --------------------------------------------------------------------------- DSSP
@@ -283,7 +305,7 @@ class DSSP:
       grant is dropped once released, so the next iteration decides again with fresh
       timings. The bound in force is always in [s_lo, s_hi]; ``bound`` is s_hi.
 
-    Timing (REFERENCE: "intervals are each worker's latest iteration time"): every
+    Timing (docs/algorithms.md §2: "intervals are each worker's latest iteration time"): every
     worker records, at each finish, its finish time (heartbeat) and how long that
     iteration took (``clocks.tick_iteration(rank, beat=True)``; the compiled step core
     does the same). The decision is ``hogkit.kernels.clock.dssp_decide`` on those
@@ -388,9 +410,9 @@ class LocalSGD:
     """Local SGD with h local steps between merges (HLSGD, Zhou et al. 2020).
 
     Each worker takes ``h`` steps on a private replica starting from ``base`` (the shared
-    values it pulled), then merges its change ``Δ = replica − base`` (:func:`local_delta`)
-    into the shared model as ``shared += Δ / W`` (:func:`merge`): when all W workers
-    merge deltas from the same base, the shared model becomes ``base + mean_w Δ_w``, the
+    values it pulled), then merges its change ``Δ = replica − base`` into the shared
+    model as ``shared += Δ / W`` (:mod:`hogkit.local_sgd`): when all W workers merge
+    deltas from the same base, the shared model becomes ``base + mean_w Δ_w``, the
     model average of local SGD. With ``overlap=True`` the merge of round k runs while
     round k+1's local phase goes on (the worker commits its replica, keeps stepping, and
     merges the committed delta); the runtime owns those mechanics.
@@ -439,68 +461,3 @@ class LocalSGD:
 
     def __setstate__(self, s):
         self.h, self.overlap = s
-
-
-def local_delta(replica, base) -> np.ndarray:
-    """``Δ = replica − base``: a worker's change over one local phase (a new array)."""
-    check_array("replica", replica, dtype=(np.float32, np.float64), contiguous=False)
-    check_array("base", base, dtype=replica.dtype, shape=replica.shape, contiguous=False)
-    return np.subtract(replica, base)
-
-
-def merge(shared, delta, *, workers) -> None:
-    """``shared += delta / workers`` in place (the average change of W workers).
-
-    Racy by design: a lock-free read-modify-write of each element; two workers merging
-    into one element at the same instant can lose one add (Hogwild accepts this).
-    """
-    W = check_int("workers", workers, min_value=1, fix="pass the number of workers")
-    check_array("shared", shared, dtype=(np.float32, np.float64), contiguous=False,
-                writeable=True)
-    check_array("delta", delta, dtype=(np.float32, np.float64), shape=shared.shape,
-                contiguous=False)
-    np.add(shared, delta / W if W != 1 else delta, out=shared, casting="same_kind")
-
-
-# --------------------------------------------------------------------------- CLI
-
-_FORMS = '"async" | "bsp" | "ssp:S" | "dssp:LO:HI" | "local:H" | "local:H:overlap"'
-
-
-def _int_field(text, field, name):
-    try:
-        return int(field)
-    except ValueError:
-        raise InvalidArgument(f"policy {text!r}: {name}={field!r} is not an int; "
-                              f"expected {_FORMS}") from None
-
-
-def parse_policy(text):
-    """Parse a CLI policy: ``async`` | ``bsp`` | ``ssp:S`` | ``dssp:LO:HI`` |
-    ``local:H`` | ``local:H:overlap`` (case-insensitive)."""
-    if not isinstance(text, str):
-        raise InvalidType(f"policy must be a string such as 'ssp:2', got "
-                          f"{type(text).__name__}")
-    parts = [p.strip() for p in text.strip().lower().split(":")]
-    kind, args = parts[0], parts[1:]
-    arity = {"async": (0,), "bsp": (0,), "ssp": (1,), "dssp": (2,), "local": (1, 2)}
-    if kind not in arity:
-        raise InvalidArgument(f"unknown policy {text!r}; expected {_FORMS}")
-    if len(args) not in arity[kind]:
-        raise InvalidArgument(f"policy {text!r} has {len(args)} argument(s); expected "
-                              f"{_FORMS}")
-    if kind == "async":
-        return Async()
-    if kind == "bsp":
-        return BSP()
-    if kind == "ssp":
-        return SSP(_int_field(text, args[0], "s"))
-    if kind == "dssp":
-        return DSSP(_int_field(text, args[0], "s_lo"), _int_field(text, args[1], "s_hi"))
-    overlap = False
-    if len(args) == 2:
-        if args[1] != "overlap":
-            raise InvalidArgument(f"policy {text!r}: third field must be 'overlap'; "
-                                  f"expected {_FORMS}")
-        overlap = True
-    return LocalSGD(_int_field(text, args[0], "h"), overlap=overlap)

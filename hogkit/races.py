@@ -37,7 +37,7 @@ class Step(NamedTuple):
     """
 
     kind: str
-    worker: int
+    rank: int
     row: int
     value: object = None
 
@@ -52,7 +52,7 @@ class ReadRecord:
     version read (the read is not a snapshot: some write fell between its steps).
     """
 
-    worker: int
+    rank: int
     rows: tuple
     versions: tuple
     values: np.ndarray
@@ -63,7 +63,7 @@ class ReadRecord:
 @dataclass
 class Replay:
     """What :func:`replay` returns: the final ``table``, every vector read, and the
-    lost updates (``lost`` in total; ``lost_at``: ``(position, worker, row, n)`` for
+    lost updates (``lost`` in total; ``lost_at``: ``(position, rank, row, n)`` for
     each store that overwrote ``n`` stores by others since its load)."""
 
     table: np.ndarray
@@ -80,11 +80,11 @@ class Replay:
 
 def _check_step(pos, step, n, width):
     if not isinstance(step, tuple) or len(step) not in (3, 4):
-        raise InvalidType(f"schedule[{pos}]={step!r} must be a Step(kind, worker, row, "
+        raise InvalidType(f"schedule[{pos}]={step!r} must be a Step(kind, rank, row, "
                           f"value) from hogkit.simulator")
     step = Step(*step)
     check_choice(f"schedule[{pos}].kind", step.kind, STEP_KINDS)
-    check_int(f"schedule[{pos}].worker", step.worker, min_value=0)
+    check_int(f"schedule[{pos}].rank", step.rank, min_value=0)
     check_int(f"schedule[{pos}].row", step.row, min_value=0, max_value=n - 1,
               fix=f"the table has {n} rows")
     if step.kind in ("store", "add"):
@@ -174,7 +174,7 @@ def replay(schedule, initial, *, atomic=False) -> Replay:
             e = starts[r][v + 1] if v + 1 < len(starts[r]) else math.inf
             lo, hi = max(lo, s), min(hi, e)
         vals = np.stack([it[2] for it in items])
-        reads.append(ReadRecord(worker=w, rows=tuple(it[0] for it in items),
+        reads.append(ReadRecord(rank=w, rows=tuple(it[0] for it in items),
                                 versions=tuple(it[1] for it in items),
                                 values=vals[:, 0] if flat else vals,
                                 positions=tuple(it[3] for it in items),
@@ -187,7 +187,7 @@ def replay(schedule, initial, *, atomic=False) -> Replay:
 def interleave(programs, order):
     """Merge per-worker programs into one schedule: ``order`` lists worker ids, each
     occurrence taking that worker's next step. ``programs[w]`` is a list of
-    :class:`Step` of worker w (their ``worker`` field is set to w). ``order`` must use
+    :class:`Step` of worker w (their ``rank`` field is set to w). ``order`` must use
     every step exactly once."""
     progs = [list(p) for p in programs]
     need = [len(p) for p in progs]
@@ -198,7 +198,7 @@ def interleave(programs, order):
         if used[w] >= need[w]:
             raise InvalidArgument(f"order[{pos}]={w}: worker {w} has only {need[w]} steps; "
                                   f"order must name each worker once per step")
-        out.append(Step(*progs[w][used[w]])._replace(worker=w))
+        out.append(Step(*progs[w][used[w]])._replace(rank=w))
         used[w] += 1
     if used != need:
         raise InvalidArgument(f"order uses {used} steps per worker but the programs have "

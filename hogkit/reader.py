@@ -1,6 +1,6 @@
 """Measured staleness: what each worker saw between its read and its apply.
 
-Two measures per update (REFERENCE.md §1):
+Two measures per update (docs/algorithms.md §1):
 
 * **update gap** ``tau`` - updates applied by *other* workers between this worker's read of
   the parameters and its apply: ``tau = (sum(u_now) - u_now[me]) - (sum(u_read) -

@@ -30,12 +30,6 @@ class EventLog:
         self._f.write("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records))
         self._f.flush()
 
-    def write_lines(self, text: str) -> None:
-        """Append pre-formatted JSON lines (the hot path formats in bulk)."""
-        if text:
-            self._f.write(text)
-            self._f.flush()
-
     def close(self) -> None:
         if not self._f.closed:
             self._f.flush()
@@ -105,6 +99,15 @@ def write_summary(run, out_dir) -> str:
     write_json(path, run.summary())
     write_loss_csv(run, os.path.join(out_dir, "loss.csv"))
     return path
+
+
+def write_outputs(run, out_dir) -> None:
+    """What every run writes to its results folder (both front doors):
+    ``summary.json``, ``loss.csv`` and the plots."""
+    os.makedirs(out_dir, exist_ok=True)
+    run.out = os.fspath(out_dir)
+    write_summary(run, out_dir)
+    plot_run(run.summary(), out_dir)
 
 
 def write_loss_csv(run, path) -> None:

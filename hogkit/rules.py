@@ -11,7 +11,7 @@ Protocol (docs/contracts.md)::
 
     rule.needs_read -> bool          DC-ASGD and Gap-Aware need Grad.read
     rule.init(params) -> state       dict of arrays, keys "<slot>/<param name>"
-    rule.apply(params, grads, state, *, staleness=0, worker=0) -> None   in place
+    rule.apply(params, grads, state, *, staleness=0, rank=0) -> None   in place
 
 Parameters of any ndim >= 1 are accepted. A dense ``Grad`` is applied to the flat
 view of its parameter; a sparse ``Grad`` indexes the first axis and the parameter is
@@ -30,22 +30,17 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Mapping, Optional, Sequence
+from typing import Mapping, Optional
 
 import numpy as np
 
 from hogkit.errors import InvalidArgument, InvalidType
-from hogkit.grads import Grad
 from hogkit.validation import (FLOAT_DTYPES, check_array, check_float, check_grads,
                                check_indices, check_int)
-from hogkit.kernels import delayed as _delayed
-from hogkit.kernels import dense as _dense
 from hogkit.kernels import guard as _guard
 from hogkit.kernels import rule as _rule
-from hogkit.kernels import sparse as _sparse
 
-__all__ = ["SGD", "StalenessAware", "DelayCompensated", "GapAware", "grads_finite",
-           "warmup"]
+__all__ = ["SGD", "StalenessAware", "DelayCompensated", "GapAware"]
 
 _INT64 = np.dtype(np.int64)
 
@@ -204,10 +199,10 @@ class _Kernel:
         out.update({f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
         return out
 
-    def apply(self, params, grads, state, *, staleness=0, worker=0):
+    def apply(self, params, grads, state, *, staleness=0, rank=0):
         """Apply ``grads`` to ``params`` in place at ``staleness`` (updates applied by
-        others since the gradient's read); ``worker`` is accepted for symmetry and
-        unused. Nothing is written unless every gradient passes its checks."""
+        others since the gradient's read); ``rank`` (the worker's id) is accepted for
+        symmetry and unused. Nothing is written unless every gradient passes its checks."""
         tau = _check_staleness(staleness)
         items = _prepare(self, params, grads, needs_read=self.needs_read)
         s1n, s2n, has_k = self.slots
@@ -413,70 +408,3 @@ class GapAware(_Kernel):
         if self.momentum:
             state.update(_zeros_like(params, "m"))
         return state
-
-
-# --- the guard and the compile step ---------------------------------------------------
-
-def grads_finite(grads: Sequence[Grad]) -> bool:
-    """True when every ``Grad.values`` is free of NaN and inf (``kernels.guard``).
-
-    The runtime calls it before density or rule touch anything, so a non-finite
-    gradient never reaches shared parameters.
-    """
-    for grad in grads:
-        v = grad.values
-        if isinstance(v, np.ndarray) and v.dtype in FLOAT_DTYPES and v.flags.c_contiguous:
-            if not _guard.all_finite(v.reshape(-1)):
-                return False
-        elif not np.isfinite(np.asarray(v)).all():
-            return False
-    return True
-
-
-def warmup(dtypes=(np.float32, np.float64)):
-    """Compile every kernel the rules, the density filter and the guard call, for
-    each dtype, with the argument types they pass (C-contiguous arrays, int64 rows,
-    Python float and int scalars). Call it in the parent before spawning workers:
-    with ``cache=True`` the workers then load the machine code from the cache
-    instead of compiling it each. Returns the number of kernel calls made.
-    """
-    from hogkit.kernels import density as _density
-    calls = 0
-    for dt in dtypes:
-        dt = np.dtype(dt)
-        if dt not in FLOAT_DTYPES:
-            raise InvalidType(f"warmup dtype {dt} is not float32 or float64")
-        w, m, v, g, b = (np.zeros(2, dt) for _ in range(5))
-        W, M, V, G, B = (np.zeros((2, 2), dt) for _ in range(5))
-        rows = np.zeros(2, np.int64)
-        mask = np.zeros(4, np.bool_)
-        todo = [
-            (_dense.sgd_flat, (w, g, 0.1)),
-            (_dense.momentum_flat, (w, m, g, 0.1, 0.9)),
-            (_sparse.sgd_rows, (W, rows, G, 0.1)),
-            (_sparse.momentum_rows, (W, M, rows, G, 0.1, 0.9)),
-            (_delayed.staleness_aware_flat, (w, g, 0.1, 1)),
-            (_delayed.staleness_aware_rows, (W, rows, G, 0.1, 1)),
-            (_delayed.staleness_aware_momentum_flat, (w, m, g, 0.1, 0.9, 1)),
-            (_delayed.staleness_aware_momentum_rows, (W, M, rows, G, 0.1, 0.9, 1)),
-            (_delayed.dc_flat, (w, g, b, 0.1, 0.04)),
-            (_delayed.dc_rows, (W, rows, G, B, 0.1, 0.04)),
-            (_delayed.dc_adaptive_flat, (w, m, g, b, 0.1, 2.0, 0.95, 1e-7)),
-            (_delayed.dc_adaptive_rows, (W, M, rows, G, B, 0.1, 2.0, 0.95, 1e-7)),
-            (_delayed.gap_aware_flat, (w, m, v, g, b, 0.1, 0.9, 0.999, 0.1, 1)),
-            (_delayed.gap_aware_rows, (W, M, V, rows, G, B, 0.1, 0.9, 0.999, 0.1, 1)),
-            (_guard.all_finite, (g,)),
-            (_density.fold_flat, (g, v, w)),
-            (_density.fold_rows, (G, rows, V, W)),
-            (_density.accumulate_rows, (V, rows, G)),
-            (_density.topk_mask, (W.reshape(-1), 2, mask)),
-            (_density.threshold_mask, (W.reshape(-1), 0.5, mask)),
-            (_density.random_mask, (4, 2, 1, mask)),
-            (_density.drop_flat, (W.reshape(-1), mask)),
-            (_density.split_flat, (W.reshape(-1), mask, V.reshape(-1))),
-            (_density.split_rows, (W, rows, mask, V)),
-        ]
-        for kernel, args in todo:
-            kernel(*args)
-            calls += 1
-    return calls

@@ -42,9 +42,8 @@ class Run:
             "updates_per_s": round(self.updates_per_s, 1),
             "initial_loss": _num(self.initial_loss),
             "final_loss": _num(self.final_loss),
-            # The update gap (tau) is "the" staleness; the clock lag sits beside it.
-            "staleness": {**gap, "update_gap": gap, "clock_lag": self.staleness["clock_lag"]},
-            "clock_lag": self.staleness["clock_lag"],
+            # the same shape as Run.staleness: {"update_gap": {...}, "clock_lag": {...}}
+            "staleness": {"update_gap": gap, "clock_lag": self.staleness["clock_lag"]},
             "wait_fraction": [w.get("wait_fraction", 0.0) for w in self.per_worker],
             "per_worker": self.per_worker,
             "loss_curve": self.loss_curve,

@@ -18,6 +18,7 @@ SIGKILLed the multiprocessing resource tracker unlinks the segments it created.
 from __future__ import annotations
 
 import contextlib
+import math
 import multiprocessing as mp
 import multiprocessing.connection
 import os
@@ -31,42 +32,17 @@ import numpy as np
 
 from hogkit import _worker
 from hogkit.clocks import DONE, FAILED, RUNNING, Clocks
-from hogkit.errors import Interrupted, InvalidArgument, InvalidType, WorkerFailed
-from hogkit.knobs import (check_budget, check_knob, config_of, resolve_workload,
-                          split_steps)
-from hogkit.reader import Reader, StalenessLog
-from hogkit.report import EventLog, environment, plot_run, write_summary
+from hogkit.errors import Interrupted, InvalidArgument, WorkerFailed
+from hogkit.kernels import step as _ks
+from hogkit.plan import eval_interval, make_plan
+from hogkit.reader import StalenessLog
+from hogkit.report import EventLog, environment, write_outputs
 from hogkit.run import Run
 from hogkit.store import ParamStore, sweep_dead_segments
-from hogkit.kernels import step as _ks
-from hogkit.validation import check_choice, check_float, check_int
+from hogkit.validation import check_choice, check_float
 from hogkit.worker_loop import WorkerSpec, runtime_specs, warm
 
 ENGINES = ("auto", "compiled", "python")
-
-
-def _resolve_batch(batch, wl, workers):
-    """``(batch, global_batch, epoch_steps)``: an int batch is per worker and fixed
-    (global_batch 0); a hogkit.batching object sizes each worker's share per iteration."""
-    if batch is None:
-        return wl.default_batch, 0, 0
-    if isinstance(batch, (int, np.integer)) and not isinstance(batch, bool):
-        return check_int("batch", batch, min_value=1), 0, 0
-    if not all(hasattr(batch, a) for a in ("sizes", "observe", "speed", "global_batch")):
-        raise InvalidType(f"batch={batch!r} must be an int (samples per worker per "
-                          f"step) or a hogkit.batching object (FixedBatch, AdaptiveBatch, "
-                          f"EpochBalancedBatch)")
-    if getattr(batch, "min_batch", 1) < 1:
-        raise InvalidArgument(f"{batch!r} has min_batch={batch.min_batch}: a worker could "
-                              f"get an empty batch; use min_batch >= 1 with the runtime")
-    B = int(batch.global_batch(workers))
-    if B < workers:
-        raise InvalidArgument(f"global batch B={B} is smaller than workers={workers}; "
-                              f"every worker needs at least one sample per step")
-    n = int(getattr(wl, "n_samples", 0) or 0)
-    return batch, B, max(1, n // B) if n else 100
-
-
 
 
 @contextlib.contextmanager
@@ -267,7 +243,7 @@ def _per_worker(clocks, log, control, workers):
 
 def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, batch=None,
           steps=None, seconds=None, seed=0, nonfinite="raise", stragglers=None,
-          eval_every=0.5, out=None, progress=None, wait_timeout=60.0, grace=2.0,
+          eval_every="auto", out=None, progress=None, wait_timeout=60.0, grace=2.0,
           workload_options=None, keep_params=True, shards=1, engine="auto") -> Run:
     """Train ``workload`` with ``workers`` processes sharing one parameter store.
 
@@ -288,12 +264,12 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
         ``"skip"`` (the update is dropped and counted). Either way, nothing
         non-finite reaches the shared parameters.
     stragglers : ``{rank: delay model}`` from :mod:`hogkit.delays`.
-    eval_every : seconds between loss evaluations on the live parameters (None: only
-        at start and end).
+    eval_every : seconds between loss evaluations on the live parameters; "auto"
+        (every 0.5 s), or None (only at the start and the end).
     out : folder for ``summary.json``, ``events.jsonl``, ``loss.csv``, plots and
         ``checkpoint.npz``; None writes nothing.
     progress : show a tqdm bar (None: only when stderr is a terminal).
-    shards : per-shard staleness (REFERENCE §1). With S > 1, each parameter's rows
+    shards : per-shard staleness (docs/algorithms.md §1). With S > 1, each parameter's rows
         are cut into S contiguous ranges and clocks count updates per shard; the gap
         recorded for a sparse update counts only updates by others that touched one
         of its shards (the largest such count over its shards), so rows nobody else
@@ -310,174 +286,176 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
     and traceback), Interrupted on SIGINT/SIGTERM. In every case the workers are
     stopped and no shared-memory segment is left behind.
     """
-    from hogkit.policy import Async
-    from hogkit.rules import SGD
-
-    wl = resolve_workload(workload, workload_options)
-    workers = check_int("workers", workers, min_value=1, max_value=4096,
-                        fix="use workers=1 for a sequential baseline")
-    steps, seconds = check_budget(steps, seconds, workers)
-    seed = check_int("seed", seed, min_value=0)
-    shards = check_int("shards", shards, min_value=1, max_value=1 << 16,
-                       fix="use shards=1 for one global update counter")
-    check_choice("nonfinite", nonfinite, ("raise", "skip"))
-    batch, global_batch, epoch_steps = _resolve_batch(batch, wl, workers)
-    policy = Async() if policy is None else policy
-    rule = SGD(lr=wl.default_lr) if rule is None else rule
-    check_knob("policy", policy, ("wait",), "hogkit.policy (SSP, BSP(), Async(), DSSP, "
-                "LocalSGD) or parse_policy('ssp:3')")
-    check_knob("rule", rule, ("init", "apply"), "hogkit.rules (SGD, StalenessAware, ...)")
-    if density is not None:
-        check_knob("density", density, ("init", "filter"), "hogkit.density.Density")
     wait_timeout = check_float("wait_timeout", wait_timeout, min_value=0.0, exclude_min=True)
     grace = check_float("grace", grace, min_value=0.0)
-    stragglers = dict(stragglers or {})
-    for r, model in stragglers.items():
-        check_int("straggler rank", r, min_value=0, max_value=workers - 1)
-        check_knob(f"stragglers[{r}]", model, ("start",), "hogkit.delays (Slowdown, "
-                    "Pauses, Load)")
-    if eval_every is not None:
-        eval_every = check_float("eval_every", eval_every, min_value=0.0, exclude_min=True)
-    engine = choose_engine(engine, wl, rule=rule, density=density, batch=batch,
-                           shards=shards, policy=policy, stragglers=stragglers)
+    plan = make_plan(workload, workers=workers, policy=policy, rule=rule, density=density,
+                     batch=batch, steps=steps, seconds=seconds, seed=seed,
+                     nonfinite=nonfinite, stragglers=stragglers, eval_every=eval_every,
+                     shards=shards, out=out, workload_options=workload_options,
+                     keep_params=keep_params)
+    engine = choose_engine(engine, plan.workload, rule=plan.rule, density=plan.density,
+                           batch=plan.batch, shards=plan.shards, policy=plan.policy,
+                           stragglers=plan.stragglers)
+    return _Live(plan, engine, wait_timeout=wait_timeout, grace=grace).run(progress)
 
-    config = {"workload": wl.name, "workload_config": config_of(wl), "workers": workers,
-              "policy": config_of(policy), "rule": config_of(rule),
-              "density": config_of(density), "batch": config_of(batch) if global_batch else batch,
-              "steps": steps,
-              "seconds": seconds, "seed": seed, "nonfinite": nonfinite, "shards": shards,
-              "stragglers": {str(r): config_of(m) for r, m in stragglers.items()},
-              "engine": engine, "environment": environment()}
 
-    sweep_dead_segments()
-    params0, data0 = wl.build(seed)
-    n_params = len(params0)
-    warm(wl, rule, density, params0, data0, seed,
-                 batch if not global_batch else max(1, global_batch // workers), engine)
-    initial_loss = float(wl.loss(params0, data0))
+class _Live:
+    """One live run of a plan: build and share, supervise, collect."""
 
-    if out is not None:
-        os.makedirs(out, exist_ok=True)
-    events = EventLog(os.path.join(out, "events.jsonl")) if out is not None else None
-    sup = _Supervisor(workers, grace)
-    clocks = None
-    with contextlib.ExitStack() as stack:
-        if events is not None:
-            stack.callback(events.close)
-        errdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="hogkit-err-"))
-        pstore = stack.enter_context(ParamStore.create(params0, tag="params"))
-        dstore = stack.enter_context(ParamStore.create(data0, tag="data"))
-        del params0
-        cstore = stack.enter_context(ParamStore.create(
-            {**Clocks.specs(workers, shards * n_params if shards > 1 else 1),
-             **StalenessLog.specs(workers),
-             **runtime_specs(workers)},
-            tag="ctl"))
-        control = cstore.views()
-        clocks, log = Clocks(control), StalenessLog(control)
-        params, data = pstore.views(), dstore.views()
-        specs = [WorkerSpec(rank=r, workers=workers, seed=seed, steps=n, workload=wl,
-                            rule=rule, policy=policy, density=density, batch=batch,
-                            global_batch=global_batch, epoch_steps=epoch_steps,
-                            params=pstore.handle, data=dstore.handle, control=cstore.handle,
-                            nonfinite=nonfinite, wait_timeout=wait_timeout, shards=shards,
-                            delay=stragglers.get(r), parent_pid=os.getpid(), engine=engine)
-                 for r, n in enumerate(split_steps(steps, workers))]
-        if events is not None:
-            events.write([{"type": "start", "t": 0.0, "config": config,
-                           "initial_loss": initial_loss}])
-        curve = [{"t": 0.0, "updates": 0, "loss": initial_loss}]
-        cursors = np.zeros(workers, dtype=np.int64)
-        dropped = 0
-        bar = _progress_bar(progress, steps, seconds)
+    def __init__(self, plan, engine, *, wait_timeout, grace):
+        self.plan, self.engine = plan, engine
+        self.wait_timeout, self.grace = wait_timeout, grace
+        self.config = plan.config(engine=engine, environment=environment())
+        self.curve = []
+        self.dropped = 0
+        self.events = None
+
+    def run(self, progress) -> Run:
+        p = self.plan
+        wl = p.workload
+        sweep_dead_segments()
+        params0, data0 = wl.build(p.seed)
+        n_params = len(params0)
+        warm(wl, p.rule, p.density, params0, data0, p.seed, p.worker_batch(), self.engine)
+        initial_loss = float(wl.loss(params0, data0))
+        self.curve = [{"t": 0.0, "updates": 0, "loss": initial_loss}]
+        if p.out is not None:
+            os.makedirs(p.out, exist_ok=True)
+            self.events = EventLog(os.path.join(p.out, "events.jsonl"))
+        with contextlib.ExitStack() as stack:
+            if self.events is not None:
+                stack.callback(self.events.close)
+            errdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="hogkit-err-"))
+            self.pstore = stack.enter_context(ParamStore.create(params0, tag="params"))
+            self.dstore = stack.enter_context(ParamStore.create(data0, tag="data"))
+            del params0
+            shards = p.shards * n_params if p.shards > 1 else 1
+            self.cstore = stack.enter_context(ParamStore.create(
+                {**Clocks.specs(p.workers, shards), **StalenessLog.specs(p.workers),
+                 **runtime_specs(p.workers)}, tag="ctl"))
+            self.control = self.cstore.views()
+            self.clocks, self.log = Clocks(self.control), StalenessLog(self.control)
+            self.params, self.data = self.pstore.views(), self.dstore.views()
+            self._event({"type": "start", "t": 0.0, "config": self.config,
+                         "initial_loss": initial_loss})
+            wall = self._supervise(errdir, progress)
+            return self._collect(initial_loss, wall)
+
+    def _specs(self):
+        p = self.plan
+        return [WorkerSpec(rank=r, plan=p, steps=n, params=self.pstore.handle,
+                           data=self.dstore.handle, control=self.cstore.handle,
+                           engine=self.engine, wait_timeout=self.wait_timeout,
+                           parent_pid=os.getpid())
+                for r, n in enumerate(p.quotas())]
+
+    def _event(self, record):
+        if self.events is not None:
+            self.events.write([record])
+
+    def _supervise(self, errdir, progress) -> float:
+        """Spawn the workers and watch them until they are done; returns the training
+        time (first worker out of the start barrier to the last one done: spawning and
+        imports excluded, so rates compare across workloads). Every exit path shuts
+        the workers down in order."""
+        p, clocks = self.plan, self.clocks
+        sup = _Supervisor(p.workers, self.grace)
+        cursors = np.zeros(p.workers, dtype=np.int64)
+        bar = _progress_bar(progress, p.steps, p.seconds)
+        rt = self.control["rt"]
+        t0_ns = rt[:, _ks.RT_T0]
+        every, _ = eval_interval(p, live=True)
+        started = None                # when the first worker left the start barrier
         try:
             with _parent_signals():
-                sup.start(specs, errdir)
-                rt = control["rt"]
-                t0_ns = rt[:, _ks.RT_T0]
-                started = None        # when the first worker left the start barrier
-                next_beat_check = time.monotonic() + wait_timeout
-                next_eval = float("inf")
+                sup.start(self._specs(), errdir)
+                next_beat_check = time.monotonic() + self.wait_timeout
+                next_eval = math.inf
                 stop_sent = False
                 try:
                     while not sup.done:
                         sup.poll(clocks, clocks.step, 0.05)
                         now = time.monotonic()
                         if now >= next_beat_check:
-                            sup.check_heartbeats(clocks, clocks.step, wait_timeout)
+                            sup.check_heartbeats(clocks, clocks.step, self.wait_timeout)
                             next_beat_check = now + 1.0
                         if started is None:
                             if not t0_ns.all():
                                 continue          # still starting up: nothing to time
                             started = t0_ns.min() * 1e-9
-                            if eval_every:
-                                next_eval = started + eval_every
-                        if seconds is not None and not stop_sent and now - started >= seconds:
+                            next_eval = started + every
+                        if (p.seconds is not None and not stop_sent
+                                and now - started >= p.seconds):
                             clocks.request_stop()
                             stop_sent = True
                         if now >= next_eval:
-                            loss = float(wl.loss(params, data))
-                            curve.append({"t": round(now - started, 4),
-                                          "updates": int(clocks.updates.sum()), "loss": loss})
-                            next_eval = now + eval_every
-                            if events is not None:
-                                events.write([{"type": "eval", **curve[-1]}])
-                        if events is not None:
-                            cursors, n_lost = _drain(log, cursors, events)
-                            dropped += n_lost
+                            self._evaluate(round(now - started, 4))
+                            next_eval = now + every
+                        cursors = self._drain(cursors)
                         if bar is not None:
-                            bar.n = (int(clocks.iterations.sum()) if steps is not None
-                                     else round(min(now - started, seconds), 1))
+                            bar.n = (int(clocks.iterations.sum()) if p.steps is not None
+                                     else round(min(now - started, p.seconds), 1))
                             bar.refresh()
                 except WorkerFailed as failure:
                     with _signals_ignored():
                         sup.shutdown(clocks)
-                    if events is not None:
-                        t_fail = time.monotonic() - started if started is not None else 0.0
-                        events.write([{"type": "failure", "t": round(t_fail, 4),
-                                       "rank": failure.rank, "signal": failure.signal,
-                                       "exitcode": failure.exitcode}])
+                    t_fail = time.monotonic() - started if started is not None else 0.0
+                    self._event({"type": "failure", "t": round(t_fail, 4),
+                                 "rank": failure.rank, "signal": failure.signal,
+                                 "exitcode": failure.exitcode})
                     raise
-                # training time: first worker out of the start barrier to last one done
-                # (spawning and imports excluded, so rates compare across workloads)
                 wall = (rt[:, _ks.RT_T1].max() - t0_ns.min()) * 1e-9
         finally:
             with _signals_ignored():
                 if bar is not None:
                     bar.close()
                 sup.shutdown(clocks)
-        if events is not None:
-            cursors, n_lost = _drain(log, cursors, events)
-            dropped += n_lost
-        final_loss = float(wl.loss(params, data))
-        curve.append({"t": round(wall, 4), "updates": int(clocks.updates.sum()),
-                      "loss": final_loss})
+        self._drain(cursors)
+        return float(wall)
+
+    def _evaluate(self, t, *, event=True):
+        loss = float(self.plan.workload.loss(self.params, self.data))
+        self.curve.append({"t": t, "updates": int(self.clocks.updates.sum()), "loss": loss})
+        if event:
+            self._event({"type": "eval", **self.curve[-1]})
+        return loss
+
+    def _drain(self, cursors):
+        if self.events is not None:
+            cursors, n_lost = _drain(self.log, cursors, self.events)
+            self.dropped += n_lost
+        return cursors
+
+    def _collect(self, initial_loss, wall) -> Run:
+        """The run's result from the quiesced stores; written to ``out`` when given."""
+        p, clocks, log, rt = self.plan, self.clocks, self.log, self.control["rt"]
+        final_loss = self._evaluate(round(wall, 4), event=False)   # the end event has it
         summary = log.summary()
-        run = Run(config=config, workers=workers, updates=int(clocks.updates.sum()),
+        run = Run(config=self.config, workers=p.workers, updates=int(clocks.updates.sum()),
                   wall_s=wall, initial_loss=initial_loss, final_loss=final_loss,
                   staleness={"update_gap": summary["gap"], "clock_lag": summary["lag"]},
-                  per_worker=_per_worker(clocks, log, control, workers),
-                  loss_curve=curve, params=pstore.snapshot() if keep_params else None,
-                  out=os.fspath(out) if out is not None else None,
-                  extra={"events_dropped": int(dropped),
-                         "nonfinite_skipped": int(control["rt"][:, _ks.RT_NONFINITE].sum()),
-                         "samples": int(control["rt"][:, _ks.RT_SAMPLES].sum()),
-                         "engine": engine,
+                  per_worker=_per_worker(clocks, log, self.control, p.workers),
+                  loss_curve=self.curve,
+                  params=self.pstore.snapshot() if p.keep_params else None,
+                  out=p.out,
+                  extra={"events_dropped": int(self.dropped),
+                         "nonfinite_skipped": int(rt[:, _ks.RT_NONFINITE].sum()),
+                         "samples": int(rt[:, _ks.RT_SAMPLES].sum()),
+                         "engine": self.engine,
                          "events_recorded": int(log.cursor.sum()),
-                         "events_stride": int(max(1, control["rt"][:, _ks.RT_STRIDE].max()))})
-        if hasattr(policy, "grants"):
-            g = control["rt_grants"].sum(axis=0)
+                         "events_stride": int(max(1, rt[:, _ks.RT_STRIDE].max()))})
+        if hasattr(p.policy, "grants"):
+            g = self.control["rt_grants"].sum(axis=0)
             run.extra["dssp_grants"] = {str(r): int(n) for r, n in enumerate(g) if n}
-        if out is not None:
-            events.write([{"type": "end", "t": round(wall, 4), "updates": run.updates,
-                           "final_loss": final_loss}])
-            write_summary(run, out)
-            plot_run(run.summary(), out)
-            pstore.save(os.path.join(out, "checkpoint.npz"),
-                        meta={"consistency": "quiesced", "updates": run.updates,
-                              "version_vector": clocks.updates.tolist(), "seed": seed,
-                              "config": config})
-    return run
+        if p.out is not None:
+            self._event({"type": "end", "t": round(wall, 4), "updates": run.updates,
+                         "final_loss": final_loss})
+            write_outputs(run, p.out)
+            self.pstore.save(os.path.join(p.out, "checkpoint.npz"),
+                             meta={"consistency": "quiesced", "updates": run.updates,
+                                   "version_vector": clocks.updates.tolist(),
+                                   "seed": p.seed, "config": self.config})
+        return run
 
 
 def choose_engine(engine, wl, *, rule, density, batch, shards=1, policy=None,

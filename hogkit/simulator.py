@@ -57,14 +57,16 @@ import numpy as np
 
 from hogkit.clocks import RUNNING, Clocks
 from hogkit.delays import CHUNK, StepTimes, step_times
-from hogkit.errors import InvalidArgument, InvalidType, NonFiniteGradient
+from hogkit.errors import InvalidArgument, NonFiniteGradient
 from hogkit.kernels import clock as _kc
 from hogkit.kernels import sim as K
-from hogkit.knobs import check_budget, config_of, resolve_workload, split_steps
-from hogkit.policy import DSSP, SSP, LocalSGD, local_delta, merge
+from hogkit.local_sgd import local_delta, merge
+from hogkit.plan import eval_interval, make_plan
+from hogkit.policy import DSSP, SSP, LocalSGD
 from hogkit.reader import Reader, StalenessLog
+from hogkit.report import write_outputs
 from hogkit.run import Run
-from hogkit.validation import check_choice, check_float, check_int
+from hogkit.validation import check_choice
 
 __all__ = ["simulate", "strip_wall", "fused_supported"]
 
@@ -121,97 +123,78 @@ class _Setup:
     curve: list = field(default_factory=list)
 
 
-def simulate(workload="mf", *, workers=8, policy=None, rule=None, density=None, batch=None,
+def simulate(workload="mf", *, workers=2, policy=None, rule=None, density=None, batch=None,
              delays=None, stragglers=None, steps=None, seconds=None, seed=0,
-             nonfinite="raise", eval_every=None, evals=20, engine="auto", out=None,
-             workload_options=None, keep_params=True) -> Run:
+             nonfinite="raise", eval_every="auto", evals=20, engine="auto", out=None,
+             workload_options=None, keep_params=True, shards=1) -> Run:
     """Simulate a Hogwild! run of ``workers`` virtual workers; returns a :class:`Run`.
 
-    Arguments as :func:`hogkit.train` (``workload``, ``policy``, ``rule``,
-    ``density``, ``batch`` (an int), ``steps`` = total iterations split evenly over
-    the workers, ``seed``, ``nonfinite``, ``stragglers``, ``out``), plus:
+    Arguments as :func:`hogkit.train`, with the same defaults (``workload``,
+    ``workers``, ``policy``, ``rule``, ``density``, ``batch`` (an int), ``steps`` =
+    total iterations split evenly over the workers, ``seed``, ``nonfinite``,
+    ``stragglers``, ``out``, ``keep_params``, ``shards`` (1 only)), plus:
 
     delays : compute-time model: ``None`` (``Constant(1e-3)``), a string for
         :func:`parse_delays` (``"lognormal:1e-3:0.5,straggler:3:4"``), or a
         ``Constant``/``LogNormal``/``StepTimes`` from :mod:`hogkit.delays`.
     seconds : a budget in **virtual** seconds: no worker starts an iteration at or
         after it. ``steps`` and/or ``seconds`` must be given.
-    eval_every : virtual seconds between loss evaluations; default: ``evals`` points
-        evenly spaced in applied updates (or in time when only ``seconds`` is given).
+    eval_every : virtual seconds between loss evaluations; "auto": ``evals`` points
+        evenly spaced in applied updates (in time when only ``seconds`` is given);
+        None: only at the start and the end.
     engine : ``"auto"`` | ``"fused"`` | ``"python"`` (see the module docstring).
 
-    The result has ``simulated=True``; ``wall_s`` is the real time the simulation
-    took, ``extra["virtual_time_s"]`` the simulated span, and ``loss_curve`` times are
-    virtual. Everything except ``wall_s``/``updates_per_s`` is a function of the
-    arguments (:func:`strip_wall`), and ``run.checksum()`` of the final parameters.
+    What the simulator cannot model (adaptive batches, per-shard staleness, a policy
+    of your own, overlapped local-SGD merges) is refused by
+    :meth:`hogkit.plan.RunPlan.simulable`. The result has ``simulated=True``;
+    ``wall_s`` is the real time the simulation took, ``extra["virtual_time_s"]`` the
+    simulated span, and ``loss_curve`` times are virtual. Everything except
+    ``wall_s``/``updates_per_s`` is a function of the arguments (:func:`strip_wall`),
+    and ``run.checksum()`` of the final parameters.
     """
-    from hogkit.policy import Async
-    from hogkit.rules import SGD
-
     t_wall = time.perf_counter()
-    wl = resolve_workload(workload, workload_options)
-    W = check_int("workers", workers, min_value=1, max_value=1 << 20,
-                  fix="use workers=1 for a sequential baseline")
-    steps, seconds = check_budget(steps, seconds, W, time_unit="virtual seconds")
-    seed = check_int("seed", seed, min_value=0)
-    check_choice("nonfinite", nonfinite, ("raise", "skip"))
+    plan = make_plan(workload, workers=workers, policy=policy, rule=rule, density=density,
+                     batch=batch, steps=steps, seconds=seconds, seed=seed,
+                     nonfinite=nonfinite, stragglers=stragglers, eval_every=eval_every,
+                     out=out, workload_options=workload_options, keep_params=keep_params,
+                     shards=shards, time_unit="virtual seconds", max_workers=1 << 20)
+    plan.simulable()
     check_choice("engine", engine, ("auto", "fused", "python"))
-    if batch is None:
-        batch = wl.default_batch
-    elif isinstance(batch, bool) or not isinstance(batch, (int, np.integer)):
-        raise InvalidType(f"batch={batch!r} must be an int (samples per worker per step); "
-                          f"the simulator does not model adaptive batch sizing")
-    batch = check_int("batch", batch, min_value=1)
-    policy = Async() if policy is None else policy
-    if not isinstance(policy, (SSP, DSSP, LocalSGD)):
-        raise InvalidType(f"policy={policy!r} must be Async(), BSP(), SSP(s), DSSP(lo, hi) "
-                          f"or LocalSGD(h) from hogkit.policy")
-    if isinstance(policy, LocalSGD) and policy.overlap:
-        raise InvalidArgument(f"{policy!r}: the simulator does not model overlapped merges; "
-                              f"use LocalSGD({policy.h}) (overlap=False)")
-    rule = SGD(lr=wl.default_lr) if rule is None else rule
-    times = step_times(delays, stragglers)
-    times.arrays(W)          # checks straggler ranks against W
-    if eval_every is not None:
-        eval_every = check_float("eval_every", eval_every, min_value=0.0, exclude_min=True,
-                                 fix="virtual seconds between loss evaluations")
-    evals = check_int("evals", evals, min_value=1)
-
-    why = fused_supported(wl, rule, policy, density, batch)
+    times = step_times(delays, plan.stragglers)
+    times.arrays(plan.workers)          # checks straggler ranks against W
+    every, every_updates = eval_interval(plan, live=False, evals=evals)
+    why = fused_supported(plan.workload, plan.rule, plan.policy, plan.density, plan.batch)
     if engine == "fused" and why is not None:
         raise InvalidArgument(f"engine='fused' cannot run {why}; use engine='python' or "
                               f"'auto'")
     use_fused = engine == "fused" or (engine == "auto" and why is None)
+    config = plan.config(stragglers={}, delays=times.config(), environment=_environment())
 
-    config = {"workload": wl.name, "workload_config": config_of(wl), "workers": W,
-              "policy": config_of(policy), "rule": config_of(rule),
-              "density": config_of(density), "batch": batch, "steps": steps,
-              "seconds": seconds, "seed": seed, "nonfinite": nonfinite,
-              "stragglers": {}, "delays": times.config(), "environment": _environment()}
-
-    params, data = wl.build(seed)
+    wl = plan.workload
+    params, data = wl.build(plan.seed)
     initial_loss = float(wl.loss(params, data))
-    quotas = split_steps(steps, W) if steps is not None else [1 << 62] * W
+    W = plan.workers
+    quotas = plan.quotas() if plan.steps is not None else [1 << 62] * W
     log = StalenessLog({k: np.zeros(shape, dt) for k, (shape, dt)
                         in StalenessLog.specs(W, ring=1).items()})
-    if eval_every is None:
-        if steps is not None:
-            eval_updates = max(1, math.ceil(steps / evals))
-        else:
-            eval_every = seconds / evals
-            eval_updates = math.inf
-    else:
-        eval_updates = math.inf
-    S = _Setup(wl=wl, W=W, params=params, data=data, rule=rule, policy=policy,
-               density=density, batch=batch, quotas=quotas,
-               t_stop=seconds if seconds is not None else math.inf, times=times, seed=seed,
-               nonfinite=nonfinite, log=log, eval_every=eval_every,
-               eval_updates=eval_updates,
+    S = _Setup(wl=wl, W=W, params=params, data=data, rule=plan.rule, policy=plan.policy,
+               density=plan.density, batch=plan.batch, quotas=quotas,
+               t_stop=plan.seconds if plan.seconds is not None else math.inf, times=times,
+               seed=plan.seed, nonfinite=plan.nonfinite, log=log,
+               eval_every=None if every == math.inf else every, eval_updates=every_updates,
                curve=[{"t": 0.0, "updates": 0, "loss": initial_loss}])
     t_loop = time.perf_counter()
     res = _run_fused(S) if use_fused else _run_python(S)
     loop_s = time.perf_counter() - t_loop
-    final_loss = float(wl.loss(params, data))
+    return _collect(plan, S, res, config, initial_loss, use_fused, loop_s,
+                    time.perf_counter() - t_wall)
+
+
+def _collect(plan, S, res, config, initial_loss, use_fused, loop_s, wall) -> Run:
+    """The simulated run's result (the same shape as a live run's); written to
+    ``plan.out`` when given."""
+    W, log = plan.workers, S.log
+    final_loss = float(S.wl.loss(S.params, S.data))
     total = int(res["updates"].sum())
     t_end = float(res["t_end"])
     S.curve.append({"t": t_end, "updates": total, "loss": final_loss})
@@ -222,35 +205,30 @@ def simulate(workload="mf", *, workers=8, policy=None, rule=None, density=None, 
         per_worker.append({
             "rank": r, "updates": int(res["updates"][r]),
             "iterations": int(res["iterations"][r]),
+            "samples": int(res["iterations"][r]) * plan.batch,
             "wait_fraction": round(float(res["wait"][r]) / last, 4) if last > 0 else 0.0,
             "nonfinite_skipped": int(res["skipped"][r]),
             "held_back": int(res["held"][r]),
             "staleness": {"update_gap": st["gap"], "clock_lag": st["lag"]}})
     summ = log.summary()
     iterations = int(res["iterations"].sum())
-    wall = time.perf_counter() - t_wall
     run = Run(config=config, workers=W, updates=total, wall_s=wall,
               initial_loss=initial_loss, final_loss=final_loss,
               staleness={"update_gap": summ["gap"], "clock_lag": summ["lag"]},
               per_worker=per_worker, loss_curve=S.curve,
-              params=params if keep_params else None, simulated=True,
+              params=S.params if plan.keep_params else None, simulated=True,
               extra={"events_dropped": 0,
                      "nonfinite_skipped": int(res["skipped"].sum()),
-                     "samples": iterations * batch,
+                     "samples": iterations * plan.batch,
                      "virtual_time_s": t_end,
                      "virtual_updates_per_s": total / t_end if t_end > 0 else 0.0,
                      "engine": "fused" if use_fused else "python",
                      "engine_wall_s": round(loop_s, 4),
                      "engine_updates_per_s": round(total / loop_s, 1) if loop_s > 0 else 0.0})
-    if isinstance(policy, DSSP):
+    if isinstance(plan.policy, DSSP):
         run.extra["dssp_grants"] = {str(r): int(n) for r, n in sorted(res["grants"].items())}
-    if out is not None:
-        import os
-        from hogkit.report import plot_run, write_summary
-        os.makedirs(out, exist_ok=True)
-        run.out = os.fspath(out)
-        write_summary(run, out)
-        plot_run(run.summary(), out)
+    if plan.out is not None:
+        write_outputs(run, plan.out)
     return run
 
 

@@ -279,12 +279,12 @@ class PythonStep:
                 return -1
         if local:
             self.rule.apply(self.params, grads, self.rule_state, staleness=0,
-                            worker=self.rank)
+                            rank=self.rank)
             return 0
         touched = self.shard_of(grads) if self.shard_of is not None else None
         gap = self.reader.gap(touched) if touched is not None else self.reader.gap()
         self.rule.apply(self.params, grads, self.rule_state, staleness=gap,
-                        worker=self.rank)
+                        rank=self.rank)
         self.clocks.tick_update(self.rank, touched)
         self.reader.commit(step, gap, t_ns=t_ns)
         return gap
@@ -338,5 +338,5 @@ def _lane(workload, ctx, rule, rule_state, reader, params):
 
 
 def _finite(grads):
-    from hogkit.rules import grads_finite
+    from hogkit.validation import grads_finite
     return grads_finite(grads)

@@ -5,7 +5,7 @@ The segment starts with a small self-describing header (magic, JSON layout), the
 array at a 64-byte aligned offset (a cache line, so two arrays never share a line).
 Dtypes: float32/float64 (parameters) and int32/int64 (data, clocks, logs).
 
-Lifecycle (REFERENCE.md §4, "one owner per segment"):
+Lifecycle (docs/algorithms.md §4, "one owner per segment"):
 
 * :meth:`ParamStore.create` / :meth:`ParamStore.from_module` make the **owner**. The owner
   reserves the pages with ``os.posix_fallocate`` (a full /dev/shm is a clear
@@ -49,7 +49,6 @@ import os
 import re
 import secrets
 import struct
-import tempfile
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -77,7 +76,6 @@ PREFIX = "hogkit_"
 _MAGIC = b"HOGKIT1\0"
 _HDR = struct.Struct("<8sQ")  # magic, length of the JSON layout that follows
 _FORMAT = "hogkit.store/1"
-_META_KEY = "__hogkit_meta__"
 _TAG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,31}$")
 _SEGMENT_RE = re.compile(r"^hogkit_(\d+)_")
 
@@ -525,97 +523,25 @@ class ParamStore:
         return {nm: v.copy() for nm, v in self.views().items()}
 
     def save(self, path, *, meta=None):
-        """Write every array and ``meta`` (a JSON-able dict) to ``path``, atomically.
-
-        Format: an uncompressed ``.npz`` (numpy zip) with one entry per array plus a
-        ``__hogkit_meta__`` uint8 entry holding UTF-8 JSON ``{"format", "meta"}``.
-        Written to a temporary file in the same directory, flushed, fsynced, then
-        ``os.replace``-d over ``path`` and the directory fsynced: a crash at any point
-        leaves either the old file or the new one, never a torn one. Values are copied
-        from live memory (see :meth:`snapshot` on consistency).
-        """
-        if meta is None:
-            meta = {}
-        if not isinstance(meta, dict):
-            raise InvalidType(f"meta must be a JSON-able dict, got {type(meta).__name__}")
-        try:
-            blob = json.dumps({"format": _FORMAT, "meta": meta}).encode()
-        except (TypeError, ValueError) as e:
-            raise InvalidType(f"meta is not JSON-able ({e}); keep to dict/list/str/"
-                              f"int/float/bool/None") from None
-        arrays = self.snapshot()
-        arrays[_META_KEY] = np.frombuffer(blob, dtype=np.uint8)
-        path = os.fspath(path)
-        d = os.path.dirname(os.path.abspath(path))
-        fd, tmp = tempfile.mkstemp(dir=d, prefix="." + os.path.basename(path) + ".",
-                                   suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                _write_npz(f, arrays)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
-        dfd = os.open(d, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        """Write every array and ``meta`` (a JSON-able dict) to ``path``, atomically
+        (:func:`hogkit.checkpoint.save`: tmp → fsync → ``os.replace``). Values are
+        copied from live memory (see :meth:`snapshot` on consistency)."""
+        from hogkit import checkpoint
+        checkpoint.save(path, self.snapshot(), meta=meta)
 
     @staticmethod
     def read_file(path):
-        """Read a file :meth:`save` wrote: returns ``(arrays, meta)``.
-
-        A plain ``.npz`` without hogkit metadata reads with ``meta == {}``.
-        """
-        path = os.fspath(path)
-        try:
-            with np.load(path, allow_pickle=False) as z:
-                arrays = {k: z[k] for k in z.files}
-        except FileNotFoundError:
-            raise
-        except Exception as e:
-            raise InvalidArgument(f"{path!r} is not a readable hogkit checkpoint (.npz): "
-                                  f"{type(e).__name__}: {e}") from None
-        blob = arrays.pop(_META_KEY, None)
-        meta = {}
-        if blob is not None:
-            try:
-                meta = json.loads(blob.tobytes().decode())["meta"]
-            except Exception as e:
-                raise InvalidArgument(f"{path!r}: metadata entry is corrupt ({e})") from None
-        return arrays, meta
+        """Read a file :meth:`save` wrote: ``(arrays, meta)``
+        (:func:`hogkit.checkpoint.read`)."""
+        from hogkit import checkpoint
+        return checkpoint.read(path)
 
     def load(self, path) -> dict:
-        """Write the arrays of ``path`` into this store; returns the file's meta.
-
-        The file must hold exactly this store's names, shapes and dtypes; everything is
-        checked before anything is written.
-        """
-        arrays, meta = self.read_file(path)
-        views = self.views()
-        missing = sorted(set(views) - set(arrays))
-        extra = sorted(set(arrays) - set(views))
-        if missing or extra:
-            raise InvalidArgument(f"{path!r} does not match store {self.name!r}: missing "
-                                  f"{missing}, unexpected {extra}; load a checkpoint saved "
-                                  f"from a store with the same arrays")
-        for nm, v in views.items():
-            a = arrays[nm]
-            if a.shape != v.shape:
-                raise InvalidArgument(f"{path!r}: array {nm!r} has shape {a.shape}, the "
-                                      f"store holds {v.shape}")
-            if a.dtype != v.dtype:
-                raise InvalidType(f"{path!r}: array {nm!r} has dtype {a.dtype}, the store "
-                                  f"holds {v.dtype}")
-        for nm, v in views.items():
-            np.copyto(v, arrays[nm])
-        return meta
+        """Write the arrays of ``path`` into this store; returns the file's meta. The
+        file must hold exactly this store's names, shapes and dtypes; everything is
+        checked before anything is written (:func:`hogkit.checkpoint.load_into`)."""
+        from hogkit import checkpoint
+        return checkpoint.load_into(self.views(), path, what=f"store {self.name!r}")
 
     # ------------------------------------------------------------------ closing
 
@@ -648,20 +574,6 @@ class ParamStore:
         state = ", closed" if self._closed else ""
         return (f"ParamStore({self.name!r}, {role}, {len(self._handle.layout)} arrays, "
                 f"{self.nbytes} bytes{state})")
-
-
-def _write_npz(f, arrays):
-    """The one write of save(); a seam tests replace to simulate a crash mid-write.
-
-    Writes the .npz layout (an uncompressed zip of ``<name>.npy`` members) directly:
-    ``np.savez(f, **arrays)`` breaks on arrays named ``file`` or ``allow_pickle``
-    (its own parameters), which are valid store names.
-    """
-    import zipfile
-    with zipfile.ZipFile(f, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
-        for name, a in arrays.items():
-            with zf.open(f"{name}.npy", "w", force_zip64=True) as member:
-                np.lib.format.write_array(member, np.asanyarray(a), allow_pickle=False)
 
 
 def _torch():

@@ -137,3 +137,19 @@ def check_grads(grads):
             raise InvalidType(f"grads must hold hogkit.Grad objects, got "
                               f"{type(grad).__name__}")
     return grads
+
+
+def grads_finite(grads) -> bool:
+    """The non-finite guard: True when every ``Grad.values`` is free of NaN and inf
+    (``kernels.guard`` on contiguous float arrays). The Python step calls it before
+    density or rule touch anything, so a non-finite gradient never reaches shared
+    parameters (the compiled core runs the same kernel)."""
+    from hogkit.kernels import guard as _guard
+    for grad in grads:
+        v = grad.values
+        if isinstance(v, np.ndarray) and v.dtype in FLOAT_DTYPES and v.flags.c_contiguous:
+            if not _guard.all_finite(v.reshape(-1)):
+                return False
+        elif not np.isfinite(np.asarray(v)).all():
+            return False
+    return True

@@ -38,7 +38,8 @@ import numpy as np
 from hogkit.clocks import DONE, FAILED, IDLE, RUNNING, Clocks
 from hogkit.errors import NonFiniteGradient
 from hogkit.kernels import step as _ks
-from hogkit.policy import DSSP, SSP, LocalSGD, local_delta, merge
+from hogkit.local_sgd import local_delta, merge
+from hogkit.policy import DSSP, SSP, LocalSGD
 from hogkit.reader import Reader, StalenessLog
 from hogkit.store import ParamStore
 
@@ -62,27 +63,22 @@ def runtime_specs(workers: int) -> dict:
 
 @dataclass
 class WorkerSpec:
-    """Everything one worker needs; pickled by the parent, loaded in the child."""
+    """Everything one worker needs; pickled by the parent, loaded in the child: the
+    run's :class:`~hogkit.plan.RunPlan` and this worker's part of it."""
     rank: int
-    workers: int
-    seed: int
+    plan: Any                       # hogkit.plan.RunPlan (workload, knobs, seed...)
     steps: Optional[int]            # this worker's share of the steps, None = until stop
-    workload: Any
-    rule: Any
-    policy: Any
-    density: Any
-    batch: Any                      # int (fixed per worker) or a hogkit.batching object
     params: Any                     # StoreHandle
     data: Any                       # StoreHandle
     control: Any                    # StoreHandle
     engine: str = "python"          # "compiled" | "python" (decided by the parent)
-    nonfinite: str = "raise"
-    global_batch: int = 0           # B of a batching object (0 for an int batch)
-    epoch_steps: int = 0            # iterations per epoch, for EpochBalancedBatch
-    shards: int = 1
     wait_timeout: float = 60.0
-    delay: Any = None               # a hogkit.delays model or None
     parent_pid: int = 0
+
+    @property
+    def delay(self):
+        """This worker's straggler model, or None."""
+        return self.plan.stragglers.get(self.rank)
 
 
 class _Worker:
@@ -97,43 +93,43 @@ class _Worker:
         self.clocks = Clocks(control)
         self.log = StalenessLog(control)
         self.rt = control["rt"][spec.rank]
-        self.shards = spec.shards
+        self.shards = spec.plan.shards
         self.param_index = {name: i for i, name in enumerate(sorted(params))}
-        self.reader = Reader(self.clocks, self.log, spec.rank, shards=spec.shards > 1)
-        self.local = _LocalPhase(spec, params) if isinstance(spec.policy, LocalSGD) else None
+        self.reader = Reader(self.clocks, self.log, spec.rank, shards=spec.plan.shards > 1)
+        self.local = _LocalPhase(spec, params) if isinstance(spec.plan.policy, LocalSGD) else None
         # Under LocalSGD the gradient reads, and the rule writes, a private replica.
         self.params = self.local.replica if self.local is not None else params
-        self.ctx = spec.workload.setup(self.params, data, rank=spec.rank, seed=spec.seed)
-        self.rule_state = spec.rule.init(self.params)
-        self.density_state = (spec.density.init(self.params)
-                              if spec.density is not None else None)
-        self.rng = np.random.default_rng([spec.seed, spec.rank])
-        self.delay = spec.delay.start(spec.seed, spec.rank) if spec.delay is not None else None
-        self.sizer = None if isinstance(spec.batch, (int, np.integer)) else spec.batch
-        self.mean_reduced = getattr(spec.workload, "grad_reduction", "mean") == "mean"
-        self.timing = isinstance(spec.policy, DSSP)
-        self.step = PythonStep(spec.workload, self.ctx, rank=spec.rank, rule=spec.rule,
-                               rule_state=self.rule_state, density=spec.density,
+        self.ctx = spec.plan.workload.setup(self.params, data, rank=spec.rank, seed=spec.plan.seed)
+        self.rule_state = spec.plan.rule.init(self.params)
+        self.density_state = (spec.plan.density.init(self.params)
+                              if spec.plan.density is not None else None)
+        self.rng = np.random.default_rng([spec.plan.seed, spec.rank])
+        self.delay = spec.delay.start(spec.plan.seed, spec.rank) if spec.delay is not None else None
+        self.sizer = None if isinstance(spec.plan.batch, (int, np.integer)) else spec.plan.batch
+        self.mean_reduced = getattr(spec.plan.workload, "grad_reduction", "mean") == "mean"
+        self.timing = isinstance(spec.plan.policy, DSSP)
+        self.step = PythonStep(spec.plan.workload, self.ctx, rank=spec.rank, rule=spec.plan.rule,
+                               rule_state=self.rule_state, density=spec.plan.density,
                                density_state=self.density_state, reader=self.reader,
                                clocks=self.clocks, params=self.params,
-                               nonfinite=spec.nonfinite,
+                               nonfinite=spec.plan.nonfinite,
                                shard_of=self._shards_of if self.shards > 1 else None)
 
     # ------------------------------------------------------------------ Python engine
     def _batch(self, k: int):
         """This iteration's batch size and gradient weight (1.0 for a fixed batch)."""
         if self.sizer is None:
-            return int(self.spec.batch), 1.0
+            return int(self.spec.plan.batch), 1.0
         speeds = self.control["rt_speed"][(k - 1) % 2]
         b = int(self.sizer.sizes(speeds)[self.rank])
         if not self.mean_reduced:      # summed gradients already grow with b
             return b, 1.0
-        return b, self.spec.workers * b / self.spec.global_batch
+        return b, self.spec.plan.workers * b / self.spec.plan.global_batch
 
     def _observe(self, k, b, compute_ns):
         sizer = self.sizer
         sizer.observe(self.rank, b, max(compute_ns, 1) * 1e-9)
-        if self.spec.epoch_steps and (k + 1) % self.spec.epoch_steps == 0:
+        if self.spec.plan.epoch_steps and (k + 1) % self.spec.plan.epoch_steps == 0:
             sizer.end_epoch(self.rank)
         self.control["rt_speed"][k % 2, self.rank] = sizer.speed(self.rank)
 
@@ -158,7 +154,7 @@ class _Worker:
         spec, rank, clocks, rt = self.spec, self.rank, self.clocks, self.rt
         t0 = time.perf_counter_ns()
         clocks.step[rank] = k
-        spec.policy.wait(clocks, rank, timeout=spec.wait_timeout)
+        spec.plan.policy.wait(clocks, rank, timeout=spec.wait_timeout)
         t1 = time.perf_counter_ns()
         rt[_ks.RT_WAIT] += t1 - t0
         if clocks.stopping():
@@ -168,7 +164,7 @@ class _Worker:
         grads, finite = self.step.compute(self.rng, b, read=self.local is None)
         rt[_ks.RT_SAMPLES] += b
         if not finite:
-            if spec.nonfinite == "raise":
+            if spec.plan.nonfinite == "raise":
                 raise NonFiniteGradient.at(f"worker {rank}", k)
             rt[_ks.RT_NONFINITE] += 1
         elif self.step.apply(grads, k, local=self.local is not None, weight=weight) < 0:
@@ -177,7 +173,7 @@ class _Worker:
             self.delay.pause(time.perf_counter_ns() - t1)
         if self.sizer is not None:     # the speed a straggler shows includes its pause
             self._observe(k, b, time.perf_counter_ns() - t1)
-        if self.local is not None and spec.policy.merges_after(k):
+        if self.local is not None and spec.plan.policy.merges_after(k):
             self.merge(k)
         clocks.tick_iteration(rank, beat=True)
         rt[_ks.RT_BUSY] += time.perf_counter_ns() - t0
@@ -190,27 +186,27 @@ class _Worker:
         count as training time nor skew the first steps' staleness."""
         from hogkit.step import CompiledStep, encode_pacer
         spec, rank, clocks = self.spec, self.rank, self.clocks
-        policy = spec.policy
+        policy = spec.plan.policy
         bound = -1
         if isinstance(policy, SSP) and policy.s != math.inf:
             bound = int(policy.s)
         self.core = CompiledStep(
-            self.ctx, rank=rank, batch=int(spec.batch), rule=spec.rule,
-            rule_state=self.rule_state, density=spec.density,
+            self.ctx, rank=rank, batch=int(spec.plan.batch), rule=spec.plan.rule,
+            rule_state=self.rule_state, density=spec.plan.density,
             density_state=self.density_state, slots=clocks.slots, rt=self.control["rt"],
             stop=clocks.stop, log=self.log.arrays(), rng=self.rng, policy_bound=bound,
             dssp=(policy.s_lo, policy.s_hi) if isinstance(policy, DSSP) else None,
             grants=self.control["rt_grants"][rank],
             local_h=policy.h if self.local is not None else 0,
-            quota=-1 if spec.steps is None else spec.steps, nonfinite=spec.nonfinite,
-            pacer=encode_pacer(spec.delay, spec.seed, rank))
+            quota=-1 if spec.steps is None else spec.steps, nonfinite=spec.plan.nonfinite,
+            pacer=encode_pacer(spec.delay, spec.plan.seed, rank))
         self.core.run(0)
 
     def compiled_loop(self) -> int:
         """Run this worker's steps on the compiled engine (on the local-SGD replica
         when there is one: ``ctx`` was set up on it); returns the steps run."""
         spec, rank, clocks, rt = self.spec, self.rank, self.clocks, self.rt
-        policy, core = spec.policy, self.core
+        policy, core = spec.plan.policy, self.core
         core.pacer[3] = time.monotonic_ns()          # a Load pacer's t = 0: the start
         rt[_ks.RT_ENGINE] = _ks.ENGINE_COMPILED
         rt[_ks.RT_STRIDE] = 1
@@ -266,7 +262,7 @@ class _Worker:
             if self.local.pending():
                 self.merge(k)
             self.local.close()
-        grants = getattr(self.spec.policy, "grants", None)
+        grants = getattr(self.spec.plan.policy, "grants", None)
         if grants is not None:
             row = self.control["rt_grants"][self.rank]
             for r, n in grants(self.rank).items():
@@ -312,8 +308,8 @@ class _LocalPhase:
 
     def __init__(self, spec, shared):
         self.shared = shared
-        self.workers = spec.workers
-        self.overlap = spec.policy.overlap
+        self.workers = spec.plan.workers
+        self.overlap = spec.plan.policy.overlap
         self.replica = {k: v.copy() for k, v in shared.items()}
         self.base = {k: v.copy() for k, v in shared.items()}
         self.thread = None
@@ -418,16 +414,16 @@ def run_worker(spec: WorkerSpec) -> None:
     stores = [ParamStore.attach(h) for h in (spec.params, spec.data, spec.control)]
     try:
         params, data, control = (s.views() for s in stores)
-        if spec.workload.needs_torch:
+        if spec.plan.workload.needs_torch:
             import torch
             torch.set_num_threads(1)
         worker = _Worker(spec, params, data, control)
         if spec.engine == "compiled":
             worker.prepare_compiled()
-            batch = int(spec.batch)
+            batch = int(spec.plan.batch)
         else:
-            batch = int(spec.batch) if isinstance(spec.batch, (int, np.integer)) else 1
-        warm(spec.workload, spec.rule, spec.density, params, data, spec.seed, batch,
+            batch = int(spec.plan.batch) if isinstance(spec.plan.batch, (int, np.integer)) else 1
+        warm(spec.plan.workload, spec.plan.rule, spec.plan.density, params, data, spec.plan.seed, batch,
              "python" if spec.engine != "compiled" else "reader")
         clocks = worker.clocks
         clocks.set_state(spec.rank, RUNNING)

@@ -1,7 +1,6 @@
 """The non-finite guard and the index-range scan: read-only checks run on every update
 before anything of it is written."""
 
-import numpy as np
 from numba import njit
 
 

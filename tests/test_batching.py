@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from hogkit.batching import (AdaptiveBatch, EpochBalancedBatch, FixedBatch, parse_batch,
-                             shares, weights)
+from hogkit.batching import AdaptiveBatch, EpochBalancedBatch, FixedBatch, shares, weights
+from hogkit.cli import parse_batch
 from hogkit.errors import InvalidArgument, InvalidType
 
 speeds_st = st.lists(st.floats(0.01, 1e4, allow_nan=False), min_size=1, max_size=16)
@@ -68,9 +68,10 @@ def test_weighted_round_equals_one_batch_B_step(seed, W, extra):
 
 
 def test_fixed_batch_is_the_equal_speed_case():
-    f = FixedBatch(8)
+    f = FixedBatch(24)
     assert f.sizes(np.array([5.0, 1.0, 2.0])).tolist() == [8, 8, 8]
     assert f.global_batch(3) == 24 and f.weight(8, workers=3) == pytest.approx(1 / 3)
+    assert FixedBatch(10).sizes(np.ones(3)).tolist() == [4, 3, 3]     # remainder: rank 0
     a = AdaptiveBatch(24)
     assert a.sizes([7.0, 7.0, 7.0]).tolist() == [8, 8, 8]
     assert a.weight(8, workers=3) == f.weight(8, workers=3)
@@ -165,8 +166,8 @@ def test_config_and_pickle():
 # --------------------------------------------------------------------------- CLI
 
 @pytest.mark.parametrize("text, config", [
-    ("fixed", {"name": "fixed", "b": 16}),
-    ("fixed:8", {"name": "fixed", "b": 8}),
+    ("fixed", {"name": "fixed", "global_batch": 64, "min_batch": 1}),
+    ("fixed:8", {"name": "fixed", "global_batch": 8, "min_batch": 1}),
     ("adaptive", {"name": "adaptive", "global_batch": 64, "predictor": "last",
                   "min_batch": 1}),
     ("Adaptive:128:narx", {"name": "adaptive", "global_batch": 128, "predictor": "narx",
@@ -178,7 +179,7 @@ def test_parse_batch(text, config):
 
 
 @pytest.mark.parametrize("text, match", [
-    ("dynamic", "unknown batch"), ("fixed:x", "not an int"), ("fixed:0", "b=0"),
+    ("dynamic", "unknown batch"), ("fixed:x", "not an int"), ("fixed:0", "global_batch=0"),
     ("epoch:8:1", "too many"), ("adaptive:64:arima", "predictor"),
 ])
 def test_parse_batch_errors(text, match):

@@ -16,7 +16,9 @@ from hypothesis import given, strategies as st
 from hogkit.clocks import DONE, FAILED, IDLE, RUNNING, Clocks
 from hogkit.errors import InvalidArgument, InvalidType, PolicyTimeout, WorkerFailed
 from hogkit.policy import (DSSP, SSP, Async, BSP, LocalSGD, clock_lag, dssp_extra,
-                           local_delta, may_proceed, merge, parse_policy)
+                           may_proceed)
+from hogkit.local_sgd import local_delta, merge
+from hogkit.cli import parse_policy
 
 
 def make_clocks(workers, shards=1):
@@ -68,6 +70,17 @@ def test_bsp_is_ssp0_and_async_is_ssp_inf(cs):
     assert Async().may_proceed(it, state, rank) is True
     assert SSP(math.inf).may_proceed(it, state, rank) is True
     assert may_proceed(it, state, rank, 0) == (naive_lag(it, state, rank) == 0)
+
+
+def test_policies_are_classes_users_can_isinstance():
+    assert isinstance(BSP(), SSP) and isinstance(Async(), SSP)
+    assert isinstance(SSP(0), BSP) and isinstance(SSP(math.inf), Async)
+    assert not isinstance(SSP(3), (BSP, Async))
+    for p in (BSP(), Async(), SSP(2)):
+        q = pickle.loads(pickle.dumps(p))
+        assert type(q) is type(p) and q == p
+    with pytest.raises(InvalidArgument, match=r"BSP is SSP\(0\); got s=2: use SSP\(2\)"):
+        BSP(2)
 
 
 @given(clock_states(), st.integers(0, 4), st.integers(0, 50))

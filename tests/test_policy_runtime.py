@@ -59,7 +59,7 @@ def test_local_sgd_merges_and_converges(overlap):
 def test_adaptive_batch_gives_the_straggler_a_smaller_share():
     kw = dict(workers=2, steps=400, policy=BSP(), stragglers={1: Slowdown(2.5)},
               progress=False, eval_every=None)
-    fixed = train("mlp", batch=FixedBatch(512), **kw)
+    fixed = train("mlp", batch=FixedBatch(1024), **kw)
     adaptive = train("mlp", batch=AdaptiveBatch(1024), **kw)
     assert fixed.summary()["samples"] == adaptive.summary()["samples"] == 400 * 512
     assert adaptive.final_loss < adaptive.initial_loss

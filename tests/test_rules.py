@@ -14,8 +14,8 @@ from hypothesis import given, strategies as st
 import naive
 from hogkit.errors import InvalidArgument, InvalidType
 from hogkit.grads import Grad
-from hogkit.rules import (SGD, DelayCompensated, GapAware, StalenessAware, grads_finite,
-                          warmup)
+from hogkit.rules import SGD, DelayCompensated, GapAware, StalenessAware
+from hogkit.validation import grads_finite
 
 RULES = {
     "sgd": lambda: SGD(0.1),
@@ -74,7 +74,7 @@ def test_rule_matches_reference(key, dtype):
     for step in range(3):
         grads = make_grads(params, rng)
         want_p, want_s = naive.apply_rule(rule, params, grads, state, staleness=step * 2)
-        rule.apply(params, grads, state, staleness=step * 2, worker=0)
+        rule.apply(params, grads, state, staleness=step * 2, rank=0)
         close(params, want_p, dtype)
         close(state, want_s, dtype)
         assert all(p.dtype == dtype for p in params.values())
@@ -145,19 +145,19 @@ def test_shared_state_vs_private_state():
 
     one = copy.deepcopy(params0)
     s = rule.init(one)
-    rule.apply(one, g1, s, worker=0)
-    rule.apply(one, g2, s, worker=0)
+    rule.apply(one, g1, s, rank=0)
+    rule.apply(one, g2, s, rank=0)
 
     shared = copy.deepcopy(params0)
     buf = rule.init(shared)
     s0, s1 = dict(buf), dict(buf)            # two workers, the same arrays
-    rule.apply(shared, g1, s0, worker=0)
-    rule.apply(shared, g2, s1, worker=1)
+    rule.apply(shared, g1, s0, rank=0)
+    rule.apply(shared, g2, s1, rank=1)
 
     private = copy.deepcopy(params0)
     p0, p1 = rule.init(private), rule.init(private)
-    rule.apply(private, g1, p0, worker=0)
-    rule.apply(private, g2, p1, worker=1)
+    rule.apply(private, g1, p0, rank=0)
+    rule.apply(private, g2, p1, rank=1)
 
     for k in one:
         np.testing.assert_array_equal(shared[k], one[k])
@@ -295,7 +295,7 @@ def test_error_messages_name_value_and_fix():
     assert "3" in str(e.value) and "[0, 3)" in str(e.value)
 
 
-# --- guard and warmup ----------------------------------------------------------------
+# --- the guard ----------------------------------------------------------------
 
 def test_grads_finite():
     g = [Grad("a", np.ones((3, 4), np.float32)), Grad("b", np.ones(5), np.arange(5))]
@@ -308,9 +308,3 @@ def test_grads_finite():
     assert grads_finite(t)
     t[1].values[0, 0] = np.nan                 # the transposed (non-contiguous) one
     assert not grads_finite(t)
-
-
-def test_warmup_compiles_every_kernel():
-    assert warmup(dtypes=(np.float64,)) > 20
-    with pytest.raises(InvalidType):
-        warmup(dtypes=(np.int32,))

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hogkit import workloads
+from hogkit.batching import AdaptiveBatch
 from hogkit.delays import (Constant, Load, LogNormal, Pauses, Slowdown, StepTimes,
                            parse_delays)
 from hogkit.errors import InvalidArgument, InvalidType, NonFiniteGradient
@@ -55,14 +56,14 @@ def test_summary_has_the_live_keys_plus_virtual_time(tmp_path):
     run = simulate(MF, workers=3, steps=60, batch=16, seed=0, out=tmp_path)
     s = run.summary()
     for key in ("config", "workers", "updates", "wall_s", "updates_per_s", "initial_loss",
-                "final_loss", "staleness", "clock_lag", "wait_fraction", "per_worker",
+                "final_loss", "staleness", "wait_fraction", "per_worker",
                 "loss_curve", "simulated", "virtual_time_s", "events_dropped",
                 "nonfinite_skipped", "samples"):
         assert key in s, key
     for part in ("update_gap", "clock_lag"):
         assert set(s["staleness"][part]) == {"count", "mean", "p50", "p99", "max",
                                              "overflow", "histogram"}
-    assert s["updates"] == 60 and s["staleness"]["count"] == 60
+    assert s["updates"] == 60 and s["staleness"]["update_gap"]["count"] == 60
     assert s["virtual_time_s"] == pytest.approx(s["loss_curve"][-1]["t"])
     ts = [p["t"] for p in s["loss_curve"]]
     assert ts == sorted(ts) and len(ts) > 3
@@ -155,7 +156,7 @@ def _sequential(wl, rule, *, workers, rounds, batch, seed):
     for _ in range(rounds):
         for w in range(workers):
             grads = wl.gradient(ctxs[w], rngs[w], batch, keep_read=rule.needs_read)
-            rule.apply(params, grads, states[w], staleness=0, worker=w)
+            rule.apply(params, grads, states[w], staleness=0, rank=w)
     return params
 
 
@@ -207,18 +208,40 @@ def test_nonfinite_raise_and_skip_on_both_engines():
     _same(a, b)
 
 
+class _OwnPolicy:
+    """A policy train() runs (it has wait) but the simulator cannot model."""
+
+    def wait(self, clocks, rank, *, timeout=60.0):
+        return 0.0
+
+
 @pytest.mark.parametrize("kwargs,exc,match", [
     (dict(workers=0, steps=5), InvalidArgument, "workers=0"),
     (dict(workers=2), InvalidArgument, "steps="),
     (dict(workers=4, steps=2), InvalidArgument, "at least 4"),
     (dict(workers=2, steps=4, batch=1.5), InvalidType, "batch"),
     (dict(workers=2, steps=4, delays="gamma:1"), InvalidArgument, "unknown kind"),
-    (dict(workers=2, steps=4, stragglers={5: Slowdown(2.0)}), InvalidArgument, "rank 5"),
+    (dict(workers=2, steps=4, stragglers={5: Slowdown(2.0)}), InvalidArgument,
+     "rank=5 must be <= 1; ranks run from 0 to workers-1 = 1"),
     (dict(workers=2, steps=4, engine="gpu"), InvalidArgument, "engine"),
+    # what the simulator cannot model: refused in one place (RunPlan.simulable)
+    (dict(workers=2, steps=4, batch=AdaptiveBatch(8)), InvalidType, "adaptive batch"),
+    (dict(workers=2, steps=4, shards=4), InvalidArgument, "per-shard staleness"),
+    (dict(workers=2, steps=4, policy=_OwnPolicy()), InvalidType, "simulator models"),
 ])
 def test_bad_arguments_are_named(kwargs, exc, match):
     with pytest.raises(exc, match=match):
         simulate(LOGREG, **kwargs)
+
+
+def test_both_front_doors_take_the_same_knobs_with_the_same_defaults():
+    import inspect
+    from hogkit.runtime import train
+    t, s = (inspect.signature(f).parameters for f in (train, simulate))
+    shared = set(t) & set(s)
+    assert {"workers", "policy", "rule", "batch", "steps", "eval_every", "shards",
+            "stragglers", "keep_params"} <= shared
+    assert {n: t[n].default for n in shared} == {n: s[n].default for n in shared}
 
 
 def test_parse_delays():
@@ -267,7 +290,7 @@ def test_simulated_gaps_agree_with_a_real_two_worker_run(tmp_path):
     res = agreement(real, wl, batch=16, events=tmp_path / "events.jsonl")
     assert res["simulated"]["updates"] == real.updates
     assert 1 / 4 < res["mean_ratio"] < 4, {k: res[k] for k in ("tv", "mean_a", "mean_b")}
-    assert res["simulated"]["staleness"]["p50"] <= 1
+    assert res["simulated"]["staleness"]["update_gap"]["p50"] <= 1
     assert real.staleness["update_gap"]["p50"] <= 1
 
 

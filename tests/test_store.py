@@ -13,6 +13,7 @@ import pytest
 from hogkit.errors import InvalidArgument, InvalidType, ShmCapacityError
 from hogkit.store import ALIGN, ParamStore, StoreHandle, sweep_dead_segments
 import hogkit.store as store_mod
+from hogkit import checkpoint
 from helpers import store_procs
 
 SPAWN = mp.get_context("spawn")
@@ -234,7 +235,7 @@ def test_crash_mid_save_leaves_old_file_intact(store, tmp_path, monkeypatch):
     def torn_write(f, arrays):
         f.write(b"PK\x03\x04 half a zip")
         raise OSError(errno.EIO, "disk went away")
-    monkeypatch.setattr(store_mod, "_write_npz", torn_write)
+    monkeypatch.setattr(checkpoint, "_write_npz", torn_write)
     store["w"][:] = 9
     with pytest.raises(OSError, match="disk went away"):
         store.save(path, meta={"v": 2})

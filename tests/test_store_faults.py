@@ -1,4 +1,4 @@
-"""Store lifecycle under faults, with real outside processes (REFERENCE.md §4).
+"""Store lifecycle under faults, with real outside processes (docs/algorithms.md §4).
 
 * an outside process attaching by name and exiting (without close, via os._exit) leaves
   the segment alone;

@@ -66,7 +66,7 @@ def test_replay_rejects_bad_schedules():
 
 @given(schedules(min_workers=2, max_workers=3, max_steps=3, rows=3))
 def test_generated_schedules_are_valid_and_atomic_replay_is_the_sum(s):
-    workers = {step.worker for step in s}
+    workers = {step.rank for step in s}
     assert 1 <= len(workers) <= 3
     r = replay(s, ZEROS, atomic=True)
     total = np.zeros(3)
@@ -179,7 +179,7 @@ def test_non_atomic_update_race_is_found_and_shrunk_to_four_steps():
                  settings=settings(max_examples=500, database=None, derandomize=True))
     # minimal is load/load/store/store by two workers; shrinking is a search, so
     # allow one spare update
-    assert len(small) <= 6 and len({x.worker for x in small}) == 2
+    assert len(small) <= 6 and len({x.rank for x in small}) == 2
     assert replay(small, ZEROS).lost >= 1
 
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 import numpy as np
 
 from hogkit.errors import InvalidArgument
-from hogkit.grads import Grad
 from hogkit.kernels.logreg import LogRegArrays, csr_matvec, logreg_loss
 from hogkit.validation import check_array, check_choice, check_float, check_indices, check_int
 from hogkit.workloads.base import (CompiledParts, KernelCtx, Workload, check_bool,

@@ -34,7 +34,6 @@ from __future__ import annotations
 import numpy as np
 
 from hogkit.errors import InvalidArgument
-from hogkit.grads import Grad
 from hogkit.kernels.mf import MFArrays, mf_predict, mf_scratch, mf_sse
 from hogkit.validation import check_array, check_choice, check_float, check_int, check_indices
 from hogkit.workloads.base import (CompiledParts, KernelCtx, Workload, check_dtype,

@@ -1,0 +1,234 @@
+"""The run plan: one validated, picklable description of a run, built once.
+
+Both front doors start here. ``train`` (live processes) is *plan → supervise →
+collect*; ``simulate`` (virtual time) is *plan → simulate → collect*; the command line
+builds its knobs and calls one of them. :func:`make_plan` checks every knob the two
+share, with the same defaults and the same messages, and :meth:`RunPlan.simulable`
+refuses, in one place, what the simulator cannot model. :meth:`RunPlan.config` is how
+a run describes itself in ``summary.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from hogkit.errors import InvalidArgument, InvalidType
+from hogkit.validation import check_choice, check_float, check_int
+
+__all__ = ["RunPlan", "make_plan", "resolve_workload", "config_of", "split_steps",
+           "EVAL_EVERY_LIVE_S"]
+
+#: ``eval_every="auto"`` on a live run: a loss evaluation every this many wall seconds
+#: (the simulator's "auto" is ``evals`` points evenly spaced in updates)
+EVAL_EVERY_LIVE_S = 0.5
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What to run (see :func:`make_plan`; every field is checked there)."""
+
+    workload: object            # a Workload object (resolved from its name)
+    workers: int
+    policy: object              # default Async()
+    rule: object                # default SGD(workload.default_lr)
+    density: object             # None or a Density
+    batch: object               # int (per worker, fixed) or a hogkit.batching object
+    global_batch: int           # B of a batching object; 0 for an int batch
+    epoch_steps: int            # iterations per epoch (EpochBalancedBatch); 0 for an int
+    steps: Optional[int]        # total iterations over all workers, or None
+    seconds: Optional[float]    # budget (wall or virtual seconds), or None
+    seed: int
+    nonfinite: str              # "raise" | "skip"
+    stragglers: dict            # {rank: delay model}
+    eval_every: object          # "auto" | None (start and end only) | seconds
+    shards: int
+    out: Optional[str]
+    keep_params: bool
+
+    def quotas(self) -> list:
+        """Each worker's share of ``steps`` (None shares without a step budget)."""
+        return split_steps(self.steps, self.workers)
+
+    def worker_batch(self) -> int:
+        """A typical per-worker batch (the int, or an even share of B)."""
+        return self.batch if not self.global_batch else max(1, self.global_batch //
+                                                            self.workers)
+
+    def simulable(self) -> None:
+        """Raise, naming the knob and the fix, if the simulator cannot model this run."""
+        from hogkit.policy import DSSP, SSP, LocalSGD
+        if self.global_batch:
+            raise InvalidType(f"batch={self.batch!r}: the simulator does not model adaptive "
+                              f"batch sizing; pass an int batch (samples per worker per step)")
+        if self.shards != 1:
+            raise InvalidArgument(f"shards={self.shards}: the simulator does not model "
+                                  f"per-shard staleness; use shards=1")
+        if not isinstance(self.policy, (SSP, DSSP, LocalSGD)):
+            raise InvalidType(f"policy={self.policy!r}: the simulator models Async(), BSP(), "
+                              f"SSP(s), DSSP(lo, hi) and LocalSGD(h) from hogkit.policy")
+        if isinstance(self.policy, LocalSGD) and self.policy.overlap:
+            raise InvalidArgument(f"{self.policy!r}: the simulator does not model overlapped "
+                                  f"merges; use LocalSGD({self.policy.h}) (overlap=False)")
+
+    def config(self, **extra) -> dict:
+        """JSON-able description of the run, for ``summary.json`` (``extra`` appended)."""
+        batch = config_of(self.batch) if self.global_batch else self.batch
+        return {"workload": self.workload.name, "workload_config": config_of(self.workload),
+                "workers": self.workers, "policy": config_of(self.policy),
+                "rule": config_of(self.rule), "density": config_of(self.density),
+                "batch": batch, "steps": self.steps, "seconds": self.seconds,
+                "seed": self.seed, "nonfinite": self.nonfinite, "shards": self.shards,
+                "stragglers": {str(r): config_of(m) for r, m in self.stragglers.items()},
+                **extra}
+
+
+def make_plan(workload="mf", *, workers=2, policy=None, rule=None, density=None,
+              batch=None, steps=None, seconds=None, seed=0, nonfinite="raise",
+              stragglers=None, eval_every="auto", shards=1, out=None,
+              workload_options=None, keep_params=True, time_unit="wall time",
+              max_workers=4096) -> RunPlan:
+    """Check and resolve the knobs ``train`` and ``simulate`` share (their docstrings
+    describe them); nothing is built or spawned. ``time_unit`` names what ``seconds``
+    and ``eval_every`` count in messages."""
+    from hogkit.policy import Async
+    from hogkit.rules import SGD
+
+    wl = resolve_workload(workload, workload_options)
+    workers = check_int("workers", workers, min_value=1, max_value=max_workers,
+                        fix="use workers=1 for a sequential baseline")
+    steps, seconds = _check_budget(steps, seconds, workers, time_unit)
+    seed = check_int("seed", seed, min_value=0)
+    shards = check_int("shards", shards, min_value=1, max_value=1 << 16,
+                       fix="use shards=1 for one global update counter")
+    check_choice("nonfinite", nonfinite, ("raise", "skip"))
+    batch, global_batch, epoch_steps = _resolve_batch(batch, wl, workers)
+    policy = Async() if policy is None else policy
+    rule = SGD(lr=wl.default_lr) if rule is None else rule
+    _check_knob("policy", policy, ("wait",), "hogkit.policy (SSP, BSP(), Async(), DSSP, "
+                "LocalSGD)")
+    _check_knob("rule", rule, ("init", "apply"), "hogkit.rules (SGD, StalenessAware, ...)")
+    if density is not None:
+        _check_knob("density", density, ("init", "filter"), "hogkit.density.Density")
+    if stragglers is not None and not isinstance(stragglers, Mapping):
+        raise InvalidType(f"stragglers={stragglers!r} must be a dict {{rank: delay model}}")
+    stragglers = dict(stragglers or {})
+    for r, model in stragglers.items():
+        check_int("straggler rank", r, min_value=0, max_value=workers - 1,
+                  fix=f"ranks run from 0 to workers-1 = {workers - 1}")
+        _check_knob(f"stragglers[{r}]", model, ("start",), "hogkit.delays (Slowdown, "
+                    "Pauses, Load)")
+    if eval_every is not None and eval_every != "auto":
+        eval_every = check_float("eval_every", eval_every, min_value=0.0, exclude_min=True,
+                                 fix=f'{time_unit} between loss evaluations, "auto" or None')
+    if not isinstance(keep_params, bool):
+        raise InvalidType(f"keep_params={keep_params!r} must be a bool")
+    return RunPlan(workload=wl, workers=workers, policy=policy, rule=rule, density=density,
+                   batch=batch, global_batch=global_batch, epoch_steps=epoch_steps,
+                   steps=steps, seconds=seconds, seed=seed, nonfinite=nonfinite,
+                   stragglers=stragglers, eval_every=eval_every, shards=shards,
+                   out=None if out is None else str(out), keep_params=keep_params)
+
+
+# --------------------------------------------------------------------------- pieces
+
+def resolve_workload(workload, options):
+    """A workload object from a registry name (with ``options``) or an object that
+    follows the Workload contract."""
+    from hogkit import workloads
+    if isinstance(workload, str):
+        return workloads.get(workload, **(options or {}))
+    if options:
+        raise InvalidArgument("workload_options only apply when workload is given by name")
+    for attr in ("build", "setup", "gradient", "loss"):
+        if not hasattr(workload, attr):
+            raise InvalidArgument(
+                f"workload {workload!r} has no {attr}(); pass a name from "
+                f"{workloads.NAMES} or an object following hogkit.workloads.base.Workload")
+    return workload
+
+
+def _check_knob(name, obj, methods, where):
+    """``obj`` has the callable ``methods`` of its kind (policy, rule, density...)."""
+    missing = [m for m in methods if not callable(getattr(obj, m, None))]
+    if missing:
+        raise InvalidType(f"{name}={obj!r} has no {', '.join(m + '()' for m in missing)}; "
+                          f"pass an object from {where}")
+
+
+def _check_budget(steps, seconds, workers, time_unit):
+    """``(steps, seconds)`` checked: at least one given, steps a total over all workers."""
+    if steps is None and seconds is None:
+        raise InvalidArgument(f"give steps= (total iterations) or seconds= ({time_unit}), "
+                              f"or both; the run stops at whichever comes first")
+    if steps is not None:
+        steps = check_int("steps", steps, min_value=workers,
+                          fix=f"steps is the total over all workers; give at least {workers}")
+    if seconds is not None:
+        seconds = check_float("seconds", seconds, min_value=0.0, exclude_min=True,
+                              fix=f"a budget in {time_unit}")
+    return steps, seconds
+
+
+def _resolve_batch(batch, wl, workers):
+    """``(batch, global_batch, epoch_steps)``: an int batch is per worker and fixed
+    (global_batch 0); a hogkit.batching object sizes each worker's share per iteration."""
+    if batch is None:
+        return wl.default_batch, 0, 0
+    if isinstance(batch, (int, np.integer)) and not isinstance(batch, bool):
+        return check_int("batch", batch, min_value=1), 0, 0
+    if not all(hasattr(batch, a) for a in ("sizes", "observe", "speed", "global_batch")):
+        raise InvalidType(f"batch={batch!r} must be an int (samples per worker per "
+                          f"step) or a hogkit.batching object (FixedBatch, AdaptiveBatch, "
+                          f"EpochBalancedBatch)")
+    if getattr(batch, "min_batch", 1) < 1:
+        raise InvalidArgument(f"{batch!r} has min_batch={batch.min_batch}: a worker could "
+                              f"get an empty batch; use min_batch >= 1 with the runtime")
+    B = int(batch.global_batch(workers))
+    if B < workers:
+        raise InvalidArgument(f"global batch B={B} is smaller than workers={workers}; "
+                              f"every worker needs at least one sample per step")
+    n = int(getattr(wl, "n_samples", 0) or 0)
+    return batch, B, max(1, n // B) if n else 100
+
+
+def split_steps(steps, workers):
+    """Each worker's share of ``steps`` (the first ``steps % workers`` get one more);
+    ``None`` shares when there is no step budget."""
+    if steps is None:
+        return [None] * workers
+    return [steps // workers + (1 if r < steps % workers else 0) for r in range(workers)]
+
+
+def config_of(obj):
+    """JSON-able settings of a knob: its ``config()``, its dataclass fields, or repr."""
+    if obj is None:
+        return None
+    if hasattr(obj, "config"):
+        return obj.config()
+    if dataclasses.is_dataclass(obj):
+        return {"name": type(obj).__name__, **dataclasses.asdict(obj)}
+    return repr(obj)
+
+
+def eval_interval(plan, *, live, evals=20):
+    """``(every_seconds, every_updates)`` for ``plan.eval_every``: a number is seconds;
+    None evaluates only at the start and the end; "auto" is
+    :data:`EVAL_EVERY_LIVE_S` live, and ``evals`` points evenly spaced in updates
+    (in time with only a ``seconds`` budget) in the simulator."""
+    e = plan.eval_every
+    if e is None:
+        return math.inf, math.inf
+    if e != "auto":
+        return float(e), math.inf
+    if live:
+        return EVAL_EVERY_LIVE_S, math.inf
+    evals = check_int("evals", evals, min_value=1)
+    if plan.steps is not None:
+        return math.inf, max(1, math.ceil(plan.steps / evals))
+    return plan.seconds / evals, math.inf
