@@ -30,6 +30,7 @@ _EXPORTS = {
     "simulate": "hogkit.simulator", "replay": "hogkit.races",
     "SGD": "hogkit.rules", "StalenessAware": "hogkit.rules",
     "DelayCompensated": "hogkit.rules", "GapAware": "hogkit.rules",
+    "chain": "hogkit.compose",
     "Density": "hogkit.density",
     "train": "hogkit.runtime", "Run": "hogkit.run",
 }

@@ -166,22 +166,25 @@ def replay(schedule, initial, *, atomic=False) -> Replay:
             starts[r].append(pos)
     for w in list(open_reads):
         close(w)
-    reads = []
-    for w, items in done_reads:
-        lo, hi = -2, math.inf
-        for r, v, _, _ in items:
-            s = starts[r][v]
-            e = starts[r][v + 1] if v + 1 < len(starts[r]) else math.inf
-            lo, hi = max(lo, s), min(hi, e)
-        vals = np.stack([it[2] for it in items])
-        reads.append(ReadRecord(rank=w, rows=tuple(it[0] for it in items),
-                                versions=tuple(it[1] for it in items),
-                                values=vals[:, 0] if flat else vals,
-                                positions=tuple(it[3] for it in items),
-                                torn=not lo < hi))
-    reads.sort(key=lambda rec: rec.positions[0])
+    reads = sorted((_read_record(w, items, starts, flat) for w, items in done_reads),
+                   key=lambda rec: rec.positions[0])
     return Replay(table=table.reshape(init.shape), reads=reads, versions=version,
                   lost=lost, lost_at=lost_at)
+
+
+def _read_record(w, items, starts, flat):
+    """One vector read's record: torn when no instant had every row at the version
+    read (the versions' lifetimes ``[start, next start)`` do not overlap)."""
+    lo, hi = -2, math.inf
+    for r, v, _, _ in items:
+        s = starts[r][v]
+        e = starts[r][v + 1] if v + 1 < len(starts[r]) else math.inf
+        lo, hi = max(lo, s), min(hi, e)
+    vals = np.stack([it[2] for it in items])
+    return ReadRecord(rank=w, rows=tuple(it[0] for it in items),
+                      versions=tuple(it[1] for it in items),
+                      values=vals[:, 0] if flat else vals,
+                      positions=tuple(it[3] for it in items), torn=not lo < hi)
 
 
 def interleave(programs, order):

@@ -236,23 +236,13 @@ def _empty(item):
 # --- the rules -----------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class SGD(_Kernel):
-    """Plain SGD, optionally with heavy-ball momentum.
-
-    ``w ← w − lr·g``; with momentum ``mu > 0``: ``m ← mu·m + g``, ``w ← w − lr·m``.
-    On sparse rows the momentum is lazy: only the touched rows of ``m`` move (rows not
-    in the batch do not decay), one step per occurrence of a row.
-
-    State: ``{"m/<name>": zeros like the parameter}`` when ``momentum > 0``, else
-    ``{}``; per worker and private unless the runtime passes shared arrays (see the
-    module docstring). ``staleness`` is accepted and ignored.
-    """
+class _Momentum(_Kernel):
+    """What SGD and StalenessAware share: ``lr``, optional heavy-ball ``momentum``."""
 
     lr: float
     momentum: float = 0.0
 
     needs_read = False
-    kind = _rule.SGD
 
     def __post_init__(self):
         object.__setattr__(self, "lr", _lr(self.lr))
@@ -268,7 +258,23 @@ class SGD(_Kernel):
 
 
 @dataclass(frozen=True)
-class StalenessAware(_Kernel):
+class SGD(_Momentum):
+    """Plain SGD, optionally with heavy-ball momentum.
+
+    ``w ← w − lr·g``; with momentum ``mu > 0``: ``m ← mu·m + g``, ``w ← w − lr·m``.
+    On sparse rows the momentum is lazy: only the touched rows of ``m`` move (rows not
+    in the batch do not decay), one step per occurrence of a row.
+
+    State: ``{"m/<name>": zeros like the parameter}`` when ``momentum > 0``, else
+    ``{}``; per worker and private unless the runtime passes shared arrays (see the
+    module docstring). ``staleness`` is accepted and ignored.
+    """
+
+    kind = _rule.SGD
+
+
+@dataclass(frozen=True)
+class StalenessAware(_Momentum):
     """Staleness-aware SGD (Zhang, Gupta, Lian, Liu, "Staleness-aware Async-SGD for
     distributed deep learning", IJCAI 2016): the learning rate is divided by the
     gradient's staleness τ,
@@ -283,23 +289,7 @@ class StalenessAware(_Kernel):
     State as :class:`SGD` (``"m/<name>"`` when ``momentum > 0``), per worker, private.
     """
 
-    lr: float
-    momentum: float = 0.0
-
-    needs_read = False
     kind = _rule.STALENESS_AWARE
-
-    def __post_init__(self):
-        object.__setattr__(self, "lr", _lr(self.lr))
-        object.__setattr__(self, "momentum", _unit(
-            "momentum", self.momentum, fix="use 0.0 for plain SGD, 0.9 is common"))
-
-    @property
-    def slots(self):
-        return ("m" if self.momentum else None, None, False)
-
-    def init(self, params):
-        return _zeros_like(params, "m") if self.momentum else {}
 
 
 @dataclass(frozen=True)
