@@ -43,6 +43,7 @@ accepts as well as the objects (the one string form the Python API takes).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -77,27 +78,35 @@ def wait_ns(ns: float) -> None:
         pass
 
 
+class _Straggler:
+    """What the live straggler models share: ``pacer()`` is the model's compiled row
+    ``[kind, a, b, t0]`` (``hogkit.kernels.step.pace_ns``); :meth:`start` makes a
+    worker's Python pacer from it; :meth:`config` is its fields."""
+
+    def start(self, seed, rank):
+        return _Pacer(self.pacer(), seed, rank)
+
+    def config(self):
+        return {"kind": self.kind, **dataclasses.asdict(self)}
+
+
 @dataclass(frozen=True)
-class Slowdown:
+class Slowdown(_Straggler):
+    kind = "slowdown"
     factor: float
 
     def __post_init__(self):
         check_float("factor", self.factor, min_value=1.0,
                     fix="a straggler runs factor times slower; use 1.0 for none")
 
-    def start(self, seed, rank):
-        return _Pacer(self.pacer(), seed, rank)
-
     def pacer(self):
         """The compiled pacer row ``[kind, a, b, t0]`` (``hogkit.kernels.step.pace_ns``)."""
         return (_PACE_SLOWDOWN, self.factor, 0.0, 0.0)
 
-    def config(self):
-        return {"kind": "slowdown", "factor": self.factor}
-
 
 @dataclass(frozen=True)
-class Pauses:
+class Pauses(_Straggler):
+    kind = "pauses"
     prob: float
     seconds: float
 
@@ -105,18 +114,13 @@ class Pauses:
         check_float("prob", self.prob, min_value=0.0, max_value=1.0)
         check_float("seconds", self.seconds, min_value=0.0)
 
-    def start(self, seed, rank):
-        return _Pacer(self.pacer(), seed, rank)
-
     def pacer(self):
         return (_PACE_PAUSES, self.prob, self.seconds, 0.0)
 
-    def config(self):
-        return {"kind": "pauses", "prob": self.prob, "seconds": self.seconds}
-
 
 @dataclass(frozen=True)
-class Load:
+class Load(_Straggler):
+    kind = "load"
     amplitude: float
     period: float = 5.0
 
@@ -127,14 +131,8 @@ class Load:
     def factor_at(self, t: float) -> float:
         return 1.0 + self.amplitude * 0.5 * (1.0 + math.sin(2 * math.pi * t / self.period))
 
-    def start(self, seed, rank):
-        return _Pacer(self.pacer(), seed, rank)
-
     def pacer(self):
         return (_PACE_LOAD, self.amplitude, self.period, 0.0)
-
-    def config(self):
-        return {"kind": "load", "amplitude": self.amplitude, "period": self.period}
 
 
 class _Pacer:

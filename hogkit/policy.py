@@ -182,7 +182,39 @@ def _timeout_error(policy, clocks, rank, bound, blockers, waited, timeout, stale
 
 # --------------------------------------------------------------------------- SSP family
 
-class SSP:
+class _Value:
+    """A policy's identity is its settings (``_key``): equality, hashing and
+    pickling go through them; anything else an instance holds (DSSP's per-episode
+    state) is per process and not shipped."""
+
+    __slots__ = ()
+    _key = ()                       # the attributes that are the settings
+
+    def _values(self):
+        return tuple(getattr(self, k) for k in self._key)
+
+    def __eq__(self, other):
+        return isinstance(other, self._family()) and other._values() == self._values()
+
+    def __hash__(self):
+        return hash((self._family().__name__,) + self._values())
+
+    def __getstate__(self):
+        return self._values()
+
+    def __setstate__(self, values):
+        for k, v in zip(self._key, values):
+            setattr(self, k, v)
+        self._fresh()
+
+    def _family(self):
+        return type(self)
+
+    def _fresh(self):
+        """Reset per-process state after unpickling (none by default)."""
+
+
+class SSP(_Value):
     """Stale Synchronous Parallel (Ho et al., NIPS 2013): worker p at clock c proceeds
     only while ``c − min_q c_q ≤ s``.
 
@@ -193,6 +225,7 @@ class SSP:
     """
 
     __slots__ = ("s",)
+    _key = ("s",)
 
     def __new__(cls, *args, **kwargs):
         if cls is SSP:
@@ -239,17 +272,8 @@ class SSP:
     def __repr__(self):
         return {"async": "Async()", "bsp": "BSP()"}.get(self.name, f"SSP({self.s})")
 
-    def __eq__(self, other):
-        return isinstance(other, SSP) and other.s == self.s
-
-    def __hash__(self):
-        return hash(("SSP", self.s))
-
-    def __getstate__(self):
-        return self.s
-
-    def __setstate__(self, s):
-        self.s = s
+    def _family(self):
+        return SSP                  # BSP() == SSP(0): one family
 
 
 class BSP(SSP):
@@ -288,7 +312,7 @@ def dssp_extra(last_f, interval_f, last_s, interval_s, r_max) -> int:
                       int(r_max)))
 
 
-class DSSP:
+class DSSP(_Value):
     """Dynamic SSP (Zhao et al., ICDCS 2019): the bound is chosen at run time in
     [s_lo, s_hi].
 
@@ -316,6 +340,8 @@ class DSSP:
     Per-rank episode state (the grant in force) lives in this object, so each spawned
     worker holds its own copy. :meth:`grants` gives the histogram of r* decisions.
     """
+
+    _key = ("s_lo", "s_hi")
 
     def __init__(self, s_lo, s_hi):
         self.s_lo = _check_bound("s_lo", s_lo, "DSSP lower bound")
@@ -390,23 +416,13 @@ class DSSP:
     def __repr__(self):
         return f"DSSP({self.s_lo}, {self.s_hi})"
 
-    def __eq__(self, other):
-        return isinstance(other, DSSP) and (other.s_lo, other.s_hi) == (self.s_lo, self.s_hi)
-
-    def __hash__(self):
-        return hash(("DSSP", self.s_lo, self.s_hi))
-
-    def __getstate__(self):
-        return {"s_lo": self.s_lo, "s_hi": self.s_hi}   # episode state is not shipped
-
-    def __setstate__(self, d):
-        self.s_lo, self.s_hi = d["s_lo"], d["s_hi"]
-        self._extra, self._grants = {}, {}
+    def _fresh(self):
+        self._extra, self._grants = {}, {}          # episode state is not shipped
 
 
 # --------------------------------------------------------------------------- LocalSGD
 
-class LocalSGD:
+class LocalSGD(_Value):
     """Local SGD with h local steps between merges (HLSGD, Zhou et al. 2020).
 
     Each worker takes ``h`` steps on a private replica starting from ``base`` (the shared
@@ -424,6 +440,7 @@ class LocalSGD:
     """
 
     __slots__ = ("h", "overlap")
+    _key = ("h", "overlap")
 
     def __init__(self, h, overlap=False):
         self.h = check_int("local steps h", h, min_value=1,
@@ -450,14 +467,3 @@ class LocalSGD:
     def __repr__(self):
         return f"LocalSGD({self.h}{', overlap=True' if self.overlap else ''})"
 
-    def __eq__(self, other):
-        return isinstance(other, LocalSGD) and (other.h, other.overlap) == (self.h, self.overlap)
-
-    def __hash__(self):
-        return hash(("LocalSGD", self.h, self.overlap))
-
-    def __getstate__(self):
-        return (self.h, self.overlap)
-
-    def __setstate__(self, s):
-        self.h, self.overlap = s
