@@ -128,9 +128,6 @@ class Load(_Straggler):
         check_float("amplitude", self.amplitude, min_value=0.0)
         check_float("period", self.period, min_value=0.0, exclude_min=True)
 
-    def factor_at(self, t: float) -> float:
-        return 1.0 + self.amplitude * 0.5 * (1.0 + math.sin(2 * math.pi * t / self.period))
-
     def pacer(self):
         return (_PACE_LOAD, self.amplitude, self.period, 0.0)
 

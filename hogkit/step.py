@@ -30,7 +30,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from hogkit.errors import InvalidArgument, NonFiniteGradient
+from hogkit.errors import InvalidArgument
 from hogkit.kernels import density as _kd
 from hogkit.kernels import rule as _kr
 from hogkit.kernels import step as _ks
@@ -288,9 +288,6 @@ class PythonStep:
         self.clocks.tick_update(self.rank, touched)
         self.reader.commit(step, gap, t_ns=t_ns)
         return gap
-
-    def nonfinite_error(self, step, where=""):
-        return NonFiniteGradient.at(f"worker {self.rank}", step, where)
 
 
 class _Lane:

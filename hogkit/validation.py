@@ -118,14 +118,6 @@ def check_indices(name, idx, n_rows):
     return idx
 
 
-def check_finite(name, a):
-    """Every element of ``a`` is finite (no NaN, no inf)."""
-    if not np.isfinite(a).all():
-        bad = int(np.size(a) - np.count_nonzero(np.isfinite(a)))
-        raise InvalidArgument(f"{name} holds {bad} non-finite value(s) (NaN or inf)")
-    return a
-
-
 def check_grads(grads):
     """``grads`` is a sequence of :class:`~hogkit.grads.Grad`; returns it."""
     from hogkit.grads import Grad

@@ -257,6 +257,15 @@ def dc_adaptive_rows(W, MS, rows, G, B, lr, lam0, m, eps, n=-1):
 
 # --- Gap-Aware (Barkai, Hakimi, Schuster; ICLR 2020) ---------------------------------
 
+@njit(cache=True, nogil=True, inline="always")
+def _ga_constants(w, lr, mu, gamma, lr_max, k):
+    """Gap-Aware's scalars in the parameter's dtype: ``lr, mu, gamma, 1 - gamma``, the
+    bias correction ``1 / (1 - gamma^k)``, ``lr_max``, ``1e-8`` and ``1``."""
+    T = w.dtype.type
+    return (T(lr), T(mu), T(gamma), T(1.0 - gamma), T(1.0 / (1.0 - gamma ** k)), T(lr_max),
+            T(1e-8), T(1.0))
+
+
 @njit(cache=True, nogil=True, error_model="numpy")
 def gap_aware_flat(w, mom, v, g, w_read, lr, mu, gamma, lr_max, k):
     """Gap-Aware step ``k`` (k >= 1, counted per parameter, this one included)::
@@ -268,14 +277,7 @@ def gap_aware_flat(w, mom, v, g, w_read, lr, mu, gamma, lr_max, k):
         G     = 1 + |w - w_read| / C           (exactly 1 when w == w_read)
         mom   = mu * mom + g / G ;  w -= lr * mom     (w -= lr * g / G when mu == 0)
     """
-    a = w.dtype.type(lr)
-    b = w.dtype.type(mu)
-    gm = w.dtype.type(gamma)
-    g1 = w.dtype.type(1.0 - gamma)
-    bc = w.dtype.type(1.0 / (1.0 - gamma ** k))
-    cm = w.dtype.type(lr_max)
-    tiny = w.dtype.type(1e-8)
-    one = w.dtype.type(1.0)
+    a, b, gm, g1, bc, cm, tiny, one = _ga_constants(w, lr, mu, gamma, lr_max, k)
     if mu != 0.0:
         for i in range(w.shape[0]):
             gi = g[i]
@@ -311,14 +313,7 @@ def gap_aware_rows(W, M, V, rows, G, R, lr, mu, gamma, lr_max, k, n=-1):
     The gap is taken from the row's value when the call starts (one pass; repeated
     rows' start values are saved at their first occurrence).
     """
-    a = W.dtype.type(lr)
-    b = W.dtype.type(mu)
-    gm = W.dtype.type(gamma)
-    g1 = W.dtype.type(1.0 - gamma)
-    bc = W.dtype.type(1.0 / (1.0 - gamma ** k))
-    cm = W.dtype.type(lr_max)
-    tiny = W.dtype.type(1e-8)
-    one = W.dtype.type(1.0)
+    a, b, gm, g1, bc, cm, tiny, one = _ga_constants(W, lr, mu, gamma, lr_max, k)
     n = rows.shape[0] if n < 0 else n
     d = W.shape[1]
     mom = mu != 0.0
