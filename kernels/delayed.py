@@ -215,6 +215,15 @@ def dc_adaptive_flat(w, ms, g, w_bak, lr, lam0, m, eps):
         w[i] = wi - a * (gi + ((lam_t * (wi - w_bak[i])) * gi) * gi)
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _prefetch_state(W, A, B, with_b, r):
+    """Prefetch row ``r`` of the parameter and of the state it updates with it."""
+    prefetch_row(W, r)
+    prefetch_row(A, r)
+    if with_b:
+        prefetch_row(B, r)
+
+
 @njit(cache=True, nogil=True, error_model="numpy")
 def dc_adaptive_rows(W, MS, rows, G, B, lr, lam0, m, eps, n=-1):
     """Sparse-row adaptive DC-ASGD (``MS`` moves on touched rows only)."""
@@ -226,14 +235,12 @@ def dc_adaptive_rows(W, MS, rows, G, B, lr, lam0, m, eps, n=-1):
     n = rows.shape[0] if n < 0 else n
     d = W.shape[1]
     for i in range(min(_AHEAD2, n)):
-        prefetch_row(W, rows[i])
-        prefetch_row(MS, rows[i])
+        _prefetch_state(W, MS, MS, False, rows[i])
     code, ns = _repeats(rows, n)
     S = np.empty((ns, d), W.dtype)
     for i in range(n):
         if i + _AHEAD2 < n:
-            prefetch_row(W, rows[i + _AHEAD2])
-            prefetch_row(MS, rows[i + _AHEAD2])
+            _prefetch_state(W, MS, MS, False, rows[i + _AHEAD2])
         r = rows[i]
         k = code[i]
         if k < 0 or (k & 1) == 0:
@@ -318,18 +325,12 @@ def gap_aware_rows(W, M, V, rows, G, R, lr, mu, gamma, lr_max, k, n=-1):
     d = W.shape[1]
     mom = mu != 0.0
     for i in range(min(_AHEAD2, n)):
-        prefetch_row(W, rows[i])
-        prefetch_row(V, rows[i])
-        if mom:
-            prefetch_row(M, rows[i])
+        _prefetch_state(W, V, M, mom, rows[i])
     code, ns = _repeats(rows, n)
     S = np.empty((ns, d), W.dtype)
     for i in range(n):
         if i + _AHEAD2 < n:
-            prefetch_row(W, rows[i + _AHEAD2])
-            prefetch_row(V, rows[i + _AHEAD2])
-            if mom:
-                prefetch_row(M, rows[i + _AHEAD2])
+            _prefetch_state(W, V, M, mom, rows[i + _AHEAD2])
         r = rows[i]
         c = code[i]
         if c < 0 or (c & 1) == 0:             # W[r] still holds its start value

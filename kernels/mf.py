@@ -99,6 +99,17 @@ def _dot(P, Q, uu, ii):
     return float(pred), float(norm)
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _rating(u, i, idx, b, RP, RQ):
+    """The ``b``-th sampled rating: its id and its rows of P and Q, recorded in RP/RQ."""
+    t = idx[b]
+    uu = u[t]
+    ii = i[t]
+    RP[b] = uu
+    RQ[b] = ii
+    return t, uu, ii
+
+
 @njit(cache=True, nogil=True, fastmath=_FM, inline="always")
 def _mf_rows(wl, P, Q, idx, nb, GP, GQ, RP, RQ, DP, DQ, copy):
     u, i, r = wl.u, wl.i, wl.r
@@ -106,11 +117,7 @@ def _mf_rows(wl, P, Q, idx, nb, GP, GQ, RP, RQ, DP, DQ, copy):
     reg = T(wl.reg)
     K = P.shape[1]
     for b in range(nb):
-        t = idx[b]
-        uu = u[t]
-        ii = i[t]
-        RP[b] = uu
-        RQ[b] = ii
+        t, uu, ii = _rating(u, i, idx, b, RP, RQ)
         if copy:                        # w_read: the rows as read, used for everything
             for k in range(K):
                 DP[b, k] = P[uu, k]
@@ -124,6 +131,21 @@ def _mf_rows(wl, P, Q, idx, nb, GP, GQ, RP, RQ, DP, DQ, copy):
             for k in range(K):
                 GP[b, k] = ne * Q[ii, k] + reg * P[uu, k]
                 GQ[b, k] = ne * P[uu, k] + reg * Q[ii, k]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _later_use(saved, side, slot, S, W, row):
+    """A repeated row (``slot > 0``): at its first use in the step save its start value
+    into ``S[slot]`` and return False; at a later use return True (its gradient then
+    comes from the save). A row seen once (``slot == 0``): False."""
+    if slot == 0:
+        return False
+    if saved[side, slot] == 0:
+        saved[side, slot] = 1
+        for k in range(W.shape[1]):
+            S[slot, k] = W[row, k]
+        return False
+    return True
 
 
 @njit(cache=True, nogil=True, fastmath=_FM)
@@ -161,11 +183,7 @@ def mf_sgd(wl, params, idx, nb, lr, G, R, RD, cnt, scratch):
     chk = 0.0
     worst = 0.0                             # the largest bound on (|g_k| / guard)^2
     for b in range(nb):
-        t = idx[b]
-        uu = u[t]
-        ii = i[t]
-        RP[b] = uu
-        RQ[b] = ii
+        t, uu, ii = _rating(u, i, idx, b, RP, RQ)
         x = stP[uu]
         if (x >> 20) != sid:
             stP[uu] = tag                   # first occurrence in this step
@@ -198,22 +216,8 @@ def mf_sgd(wl, params, idx, nb, lr, G, R, RD, cnt, scratch):
         ne = E[b, 0]
         sp = stP[uu] & 0xFFFFF
         sq = stQ[ii] & 0xFFFFF
-        later_p = False
-        later_q = False
-        if sp > 0:                          # a repeated row: save it, or read the save
-            if saved[0, sp] == 0:
-                saved[0, sp] = 1
-                for k in range(K):
-                    SP[sp, k] = P[uu, k]
-            else:
-                later_p = True
-        if sq > 0:
-            if saved[1, sq] == 0:
-                saved[1, sq] = 1
-                for k in range(K):
-                    SQ[sq, k] = Q[ii, k]
-            else:
-                later_q = True
+        later_p = _later_use(saved, 0, sp, SP, P, uu)
+        later_q = _later_use(saved, 1, sq, SQ, Q, ii)
         if not (later_p or later_q):        # both rows hold their start values
             for k in range(K):
                 pk = P[uu, k]
@@ -243,18 +247,21 @@ def mf_scratch(n_rows, n_cols):
     return scratch
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _dot64(U, V, uu, ii):
+    """``U[uu] . V[ii]`` accumulated in float64 (the loss's precision, not the step's)."""
+    s = 0.0
+    for k in range(U.shape[1]):
+        s += float(U[uu, k]) * float(V[ii, k])
+    return s
+
+
 @njit(cache=True, nogil=True)
 def mf_sse(P, Q, u, i, r):
     """Sum over all ratings n of (r[n] - P[u[n]] . Q[i[n]])^2, accumulated in float64."""
-    K = P.shape[1]
     total = 0.0
     for n in range(r.shape[0]):
-        uu = u[n]
-        ii = i[n]
-        pred = 0.0
-        for k in range(K):
-            pred += float(P[uu, k]) * float(Q[ii, k])
-        e = float(r[n]) - pred
+        e = float(r[n]) - _dot64(P, Q, u[n], i[n])
         total += e * e
     return total
 
@@ -262,14 +269,8 @@ def mf_sse(P, Q, u, i, r):
 @njit(cache=True, nogil=True)
 def mf_predict(U, V, u, i, out):
     """out[n] = U[u[n]] . V[i[n]] (accumulated in float64, stored in out's dtype)."""
-    K = U.shape[1]
     for n in range(out.shape[0]):
-        uu = u[n]
-        ii = i[n]
-        s = 0.0
-        for k in range(K):
-            s += float(U[uu, k]) * float(V[ii, k])
-        out[n] = s
+        out[n] = _dot64(U, V, u[n], i[n])
 
 
 _step.register(MFArrays, sample_kernel=mf_sample, gradient_kernel=mf_gradient,
