@@ -174,6 +174,19 @@ class _Kernel:
     #: state slots: (S1 name, S2 name, has a step count "k")
     slots = (None, None, False)
 
+    def init(self, params):
+        """Fresh state for ``params``: zeros like each parameter for every slot the
+        rule uses (``"<slot>/<name>"``), and an int64 ``(1,)`` step count ``"k/<name>"``
+        when it counts steps."""
+        s1, s2, has_k = self.slots
+        state = {}
+        for slot in (s1, s2):
+            if slot:
+                state.update(_zeros_like(params, slot))
+        if has_k:
+            state.update({f"k/{k}": np.zeros(1, np.int64) for k in params})
+        return state
+
     def cfg(self) -> np.ndarray:
         """The float64 hyper-parameter vector of ``hogkit.kernels.rule`` (built once,
         read-only: rules are frozen)."""
@@ -252,9 +265,6 @@ class _Momentum(_Kernel):
     @property
     def slots(self):
         return ("m" if self.momentum else None, None, False)
-
-    def init(self, params):
-        return _zeros_like(params, "m") if self.momentum else {}
 
 
 @dataclass(frozen=True)
@@ -339,9 +349,6 @@ class DelayCompensated(_Kernel):
     def slots(self):
         return ("ms" if self.adaptive else None, None, False)
 
-    def init(self, params):
-        return _zeros_like(params, "ms") if self.adaptive else {}
-
 
 @dataclass(frozen=True)
 class GapAware(_Kernel):
@@ -391,10 +398,3 @@ class GapAware(_Kernel):
     @property
     def slots(self):
         return ("v", "m" if self.momentum else None, True)
-
-    def init(self, params):
-        state = _zeros_like(params, "v")
-        state.update({f"k/{k}": np.zeros(1, np.int64) for k in params})
-        if self.momentum:
-            state.update(_zeros_like(params, "m"))
-        return state

@@ -224,6 +224,32 @@ def _prefetch_state(W, A, B, with_b, r):
         prefetch_row(B, r)
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _one_pass_start(W, A, B, with_b, rows, n):
+    """The start of a one-pass delayed kernel: prefetch the first rows, find the
+    repeated rows (``code``, see :func:`_repeats`) and make room for their start
+    values (``S``)."""
+    for i in range(min(_AHEAD2, n)):
+        _prefetch_state(W, A, B, with_b, rows[i])
+    code, ns = _repeats(rows, n)
+    return code, np.empty((ns, W.shape[1]), W.dtype)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _next_row(W, A, B, with_b, rows, code, S, i, n):
+    """Row ``i`` of a one-pass delayed kernel: prefetch ahead, and ``(r, code, fresh)``
+    with ``fresh`` when ``W[r]`` still holds its start value (then saved into ``S``
+    if the row repeats later)."""
+    if i + _AHEAD2 < n:
+        _prefetch_state(W, A, B, with_b, rows[i + _AHEAD2])
+    r = rows[i]
+    c = code[i]
+    fresh = c < 0 or (c & 1) == 0
+    if fresh:
+        _keep_start(S, W, r, c)
+    return r, c, fresh
+
+
 @njit(cache=True, nogil=True, error_model="numpy")
 def dc_adaptive_rows(W, MS, rows, G, B, lr, lam0, m, eps, n=-1):
     """Sparse-row adaptive DC-ASGD (``MS`` moves on touched rows only)."""
@@ -234,17 +260,10 @@ def dc_adaptive_rows(W, MS, rows, G, B, lr, lam0, m, eps, n=-1):
     e = W.dtype.type(eps)
     n = rows.shape[0] if n < 0 else n
     d = W.shape[1]
-    for i in range(min(_AHEAD2, n)):
-        _prefetch_state(W, MS, MS, False, rows[i])
-    code, ns = _repeats(rows, n)
-    S = np.empty((ns, d), W.dtype)
+    code, S = _one_pass_start(W, MS, MS, False, rows, n)
     for i in range(n):
-        if i + _AHEAD2 < n:
-            _prefetch_state(W, MS, MS, False, rows[i + _AHEAD2])
-        r = rows[i]
-        k = code[i]
-        if k < 0 or (k & 1) == 0:
-            _keep_start(S, W, r, k)
+        r, k, fresh = _next_row(W, MS, MS, False, rows, code, S, i, n)
+        if fresh:
             for j in range(d):
                 gi = G[i, j]
                 wi = W[r, j]
@@ -324,17 +343,10 @@ def gap_aware_rows(W, M, V, rows, G, R, lr, mu, gamma, lr_max, k, n=-1):
     n = rows.shape[0] if n < 0 else n
     d = W.shape[1]
     mom = mu != 0.0
-    for i in range(min(_AHEAD2, n)):
-        _prefetch_state(W, V, M, mom, rows[i])
-    code, ns = _repeats(rows, n)
-    S = np.empty((ns, d), W.dtype)
+    code, S = _one_pass_start(W, V, M, mom, rows, n)
     for i in range(n):
-        if i + _AHEAD2 < n:
-            _prefetch_state(W, V, M, mom, rows[i + _AHEAD2])
-        r = rows[i]
-        c = code[i]
-        if c < 0 or (c & 1) == 0:             # W[r] still holds its start value
-            _keep_start(S, W, r, c)
+        r, c, fresh = _next_row(W, V, M, mom, rows, code, S, i, n)
+        if fresh:                             # W[r] still holds its start value
             if mom:
                 for j in range(d):
                     gi = G[i, j]
