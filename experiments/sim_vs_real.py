@@ -21,7 +21,7 @@ import tempfile
 
 import _common
 
-CONFIG = {"workload": "mf", "seconds": 4.0, "repeats": 2, "seed": 0,
+CONFIG = {"workload": "mf", "seconds": 4.0, "repeats": 3, "seed": 0,
           "cases": {"even": {}, "straggler 1:3": {"1": 3.0}}}
 QUICK = {**CONFIG, "seconds": 1.0, "repeats": 1}
 
