@@ -210,7 +210,6 @@ def _make_rule(name, lr, momentum, workload):
         return rules.StalenessAware(lr=lr, momentum=momentum)
     if name == "dc-asgd":
         if momentum:
-            from hogkit.errors import InvalidArgument
             raise InvalidArgument(f"--momentum {momentum} with --rule dc-asgd: DC-ASGD has no "
                                   f"momentum term; drop --momentum or pick sgd, "
                                   f"staleness-aware or gap-aware")

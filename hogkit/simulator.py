@@ -62,7 +62,7 @@ from hogkit.kernels import clock as _kc
 from hogkit.kernels import sim as K
 from hogkit.local_sgd import local_delta, merge
 from hogkit.plan import eval_interval, make_plan
-from hogkit.policy import DSSP, SSP, LocalSGD
+from hogkit.policy import DSSP, LocalSGD
 from hogkit.reader import Reader, StalenessLog
 from hogkit.report import write_outputs
 from hogkit.run import Run
@@ -94,9 +94,7 @@ def fused_supported(workload, rule, policy, density, batch=None) -> Optional[str
     from hogkit.step import compiled_support
     if isinstance(policy, LocalSGD):
         return f"policy {policy!r} (local SGD runs on the Python engine)"
-    if not isinstance(policy, (SSP, DSSP)):
-        return f"policy {policy!r} (fused: Async, BSP, SSP, DSSP)"
-    return compiled_support(workload, rule=rule, density=density,
+    return compiled_support(workload, rule=rule, density=density, policy=policy,
                             batch=workload.default_batch if batch is None else batch)
 
 

@@ -61,6 +61,10 @@ def compiled_support(workload, *, rule, density, batch, shards=1, policy=None,
         return f"rule {rule!r} is not one of hogkit's kernel rules"
     if density is not None and not hasattr(density, "code"):
         return f"density {density!r} is not a hogkit.Density"
+    if policy is not None:
+        from hogkit.policy import DSSP, SSP, LocalSGD
+        if not isinstance(policy, (SSP, DSSP, LocalSGD)):
+            return f"policy {policy!r} is not one of hogkit's (its wait() runs in Python)"
     for r, model in (stragglers or {}).items():
         if getattr(model, "pacer", None) is None:
             return f"straggler model {model!r} has no compiled pacer"

@@ -43,7 +43,6 @@ from hogkit.policy import DSSP, SSP, LocalSGD
 from hogkit.reader import Reader, StalenessLog
 from hogkit.store import ParamStore
 
-GRANT_BINS = 64
 #: the compiled loop returns to Python about this often (stop flag, heartbeat)
 CHUNK_NS = 1_000_000
 #: ring events per second per worker the compiled loop aims at (a sample of the
@@ -58,7 +57,7 @@ def runtime_specs(workers: int) -> dict:
     DSSP's histogram of granted extra iterations, written when the worker finishes."""
     return {"rt": ((workers, _ks.RT), np.int64),
             "rt_speed": ((2, workers), np.float64),
-            "rt_grants": ((workers, GRANT_BINS), np.int64)}
+            "rt_grants": ((workers, _ks.GRANT_BINS), np.int64)}
 
 
 @dataclass
@@ -208,7 +207,6 @@ class _Worker:
         spec, rank, clocks, rt = self.spec, self.rank, self.clocks, self.rt
         policy, core = spec.plan.policy, self.core
         core.pacer[3] = time.monotonic_ns()          # a Load pacer's t = 0: the start
-        rt[_ks.RT_ENGINE] = _ks.ENGINE_COMPILED
         rt[_ks.RT_STRIDE] = 1
         parent = spec.parent_pid
         chunk, steps = 8, 0
@@ -266,7 +264,7 @@ class _Worker:
         if grants is not None:
             row = self.control["rt_grants"][self.rank]
             for r, n in grants(self.rank).items():
-                row[min(int(r), GRANT_BINS - 1)] += n
+                row[min(int(r), _ks.GRANT_BINS - 1)] += n
         if self.delay is not None:
             self.rt[_ks.RT_COMPUTE] += self.delay.compute_ns
             self.rt[_ks.RT_PAUSED] += self.delay.paused_ns
@@ -437,7 +435,6 @@ def run_worker(spec: WorkerSpec) -> None:
         if spec.engine == "compiled":
             k = worker.compiled_loop()
         else:
-            worker.rt[_ks.RT_ENGINE] = _ks.ENGINE_PYTHON
             k = _python_loop(worker, spec)
         worker.finish(k)
         worker.rt[_ks.RT_T1] = time.monotonic_ns()
@@ -448,7 +445,9 @@ def run_worker(spec: WorkerSpec) -> None:
 
 
 def _python_loop(worker, spec):
-    parent = spec.parent_pid
+    if worker.delay is not None:
+        worker.delay.row[3] = time.monotonic_ns()   # a Load pacer's t = 0: the start,
+    parent = spec.parent_pid                        # as on the compiled engine
     k = 0
     while spec.steps is None or k < spec.steps:
         if not worker.python_step(k):

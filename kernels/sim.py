@@ -39,7 +39,7 @@ from numba import njit
 
 from .clock import BEAT, DONE, ITER, STATE, clock_lag, dssp_decide, finish_iteration
 from .rule import FASTMATH
-from .step import begin, end, record
+from .step import GRANT_BINS, begin, end, record
 
 # event kinds
 FINISH, START, NONE = 0, 1, -1
@@ -58,7 +58,6 @@ G_SEQ, G_TOTAL, G_WHO = range(3)
 NC = 10
 # return codes
 R_DONE, R_EVAL_T, R_EVAL_U, R_REFILL, R_NONFINITE, R_BEGIN, R_END, R_RETIRE = range(8)
-GRANT_BINS = 64
 
 
 @njit(cache=True, nogil=True)

@@ -160,11 +160,10 @@ NCFG = 16
 #: ns waiting on the policy and busy in the loop, gradients skipped as non-finite,
 #: samples processed, monotonic ns it left the start barrier / finished, ns of
 #: compute and of straggler pauses (realised slowdown), steps held back by temporal
-#: density, the largest event-ring stride used, the engine (1 compiled, 2 Python)
+#: density, the largest event-ring stride used
 (RT_WAIT, RT_BUSY, RT_NONFINITE, RT_SAMPLES, RT_T0, RT_T1, RT_COMPUTE, RT_PAUSED,
- RT_HELD, RT_STRIDE, RT_ENGINE) = range(11)
+ RT_HELD, RT_STRIDE) = range(10)
 RT = 16
-ENGINE_COMPILED, ENGINE_PYTHON = 1, 2
 #: return codes of run_steps
 CHUNK, STOPPED, QUOTA_DONE, BLOCKED, MERGE, PAUSE, NONFINITE = range(7)
 GRANT_BINS = 64

@@ -198,6 +198,20 @@ def test_unsupported_knobs_are_named():
                             stragglers={1: Slowdown(2.0)}) is None
 
 
+class _CountingPolicy:
+    """A policy of the user's own: the compiled core cannot call its wait()."""
+
+    def wait(self, clocks, rank, *, timeout=60.0):
+        return 0.0
+
+
+def test_a_policy_of_ones_own_is_not_run_as_async_by_the_core():
+    why = compiled_support(MF, rule=SGD(0.1), density=None, batch=8,
+                           policy=_CountingPolicy())
+    assert why is not None and "policy" in why
+    assert compiled_support(MF, rule=SGD(0.1), density=None, batch=8, policy=SSP(2)) is None
+
+
 # --------------------------------------------------------------------------- simulator
 
 DELAYS = StepTimes(base=LogNormal(1e-3, 0.5), stragglers={1: Slowdown(3.0)})
