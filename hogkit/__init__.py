@@ -33,12 +33,20 @@ _EXPORTS = {
     "chain": "hogkit.compose",
     "Density": "hogkit.density",
     "train": "hogkit.runtime", "Run": "hogkit.run",
+    # your own model and loop
+    "Workload": "hogkit.workloads.base", "TorchWorkload": "hogkit.workloads.module",
+    "spawn": "hogkit.spawning", "Worker": "hogkit.spawning", "Stopped": "hogkit.errors",
 }
 
-__all__ = sorted(_EXPORTS) + ["__version__"]
+#: submodules reachable as attributes (``hogkit.optim.SGD``)
+_SUBMODULES = ("optim",)
+
+__all__ = sorted(_EXPORTS) + list(_SUBMODULES) + ["__version__"]
 
 
 def __getattr__(name):
+    if name in _SUBMODULES:
+        return importlib.import_module(f"hogkit.{name}")
     try:
         module = _EXPORTS[name]
     except KeyError:

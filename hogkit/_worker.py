@@ -43,7 +43,9 @@ def _die_with_parent(parent_pid: int) -> None:
 def main(blob: bytes, parent_pid: int, threads: int, error_file: str) -> None:
     """Run one worker.
 
-    ``blob`` is the pickled :class:`hogkit.worker_loop.WorkerSpec`. It arrives as
+    ``blob`` is the pickled spec (:class:`hogkit.worker_loop.WorkerSpec`, or
+    :class:`hogkit.spawn.SpawnSpec`: anything with ``run()``, ``rank`` and the
+    ``control`` store's handle). It arrives as
     bytes so that unpickling it - which imports numpy and the workload - happens only
     after the thread caps are in place.
     """
@@ -54,8 +56,7 @@ def main(blob: bytes, parent_pid: int, threads: int, error_file: str) -> None:
     try:
         import pickle
         spec = pickle.loads(blob)
-        from hogkit.worker_loop import run_worker
-        run_worker(spec)
+        spec.run()
     except BaseException:  # noqa: BLE001 - every failure must reach the parent
         import traceback
         text = traceback.format_exc()

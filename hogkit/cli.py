@@ -46,8 +46,11 @@ def _positive_float(text):
 
 
 def _add_training_options(p):
-    p.add_argument("--workload", default="mf", choices=("mf", "logreg", "mlp"),
+    p.add_argument("--workload", default="mf", choices=_workload_names(),
                    help="training problem (default: mf, generated matrix factorisation)")
+    p.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a workload setting, e.g. -o activation=relu -o hidden=256 for "
+                        "rnn (repeatable; see hogkit.workloads)")
     p.add_argument("--workers", type=_positive_int, default=2, help="worker processes")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--steps", type=_positive_int, default=None,
@@ -75,6 +78,38 @@ def _add_training_options(p):
     p.add_argument("--out", default=None,
                    help="results folder (default: a fresh runs/<timestamp>)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _workload_names():
+    from hogkit.workloads import NAMES
+    return NAMES
+
+
+def parse_options(items) -> dict:
+    """``["KEY=VALUE", ...]`` -> ``{key: value}``: ints, floats, true/false and none
+    are converted, anything else stays a string."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.isidentifier():
+            raise InvalidArgument(f"workload option {item!r} is not KEY=VALUE (e.g. "
+                                  f"-o hidden=256)")
+        out[key] = _option_value(value)
+    return out
+
+
+def _option_value(text):
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low == "none":
+        return None
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
 
 def build_parser():
@@ -249,13 +284,18 @@ def print_summary(summary, out=None):
     print(f"  clock lag    {_fmt_stats(st['clock_lag'])}", file=out)
     wf = ", ".join(f"{w:.3f}" for w in summary.get("wait_fraction", []))
     print(f"  wait frac.   {wf}", file=out)
+    metrics = {k: v for k, v in (summary.get("metrics") or {}).items() if k != "loss"}
+    if metrics:
+        shown = "  ".join(f"{k} {v:.4g}" if v is not None else f"{k} -"
+                          for k, v in metrics.items())
+        print(f"  metrics      {shown}", file=out)
 
 
 def _knobs(args):
     """The workload and the settings ``run`` and ``sim`` share, from parsed options."""
     from hogkit import workloads
 
-    wl = workloads.get(args.workload)
+    wl = workloads.get(args.workload, **parse_options(args.option))
     density = None
     if args.density is not None:
         from hogkit.density import Density

@@ -9,7 +9,9 @@ kind, so ``except ValueError`` in user code keeps working:
     ├── NonFiniteGradient    (also FloatingPointError) a NaN/inf reached the guard
     ├── ShmCapacityError     (also OSError)     /dev/shm cannot hold a segment
     ├── PolicyTimeout        (also TimeoutError) a consistency wait ran out of time
-    └── WorkerFailed                            a worker process died or raised
+    ├── WorkerFailed                            a worker process died or raised
+    └── Stopped                                 the run was asked to stop (inside
+                                                hogkit.spawn: ends the user's loop)
 
 Messages name the offending value, the constraint and the fix.
 """
@@ -46,6 +48,13 @@ class ShmCapacityError(HogkitError, OSError):
 
 class PolicyTimeout(HogkitError, TimeoutError):
     """A consistency policy waited longer than its timeout."""
+
+
+class Stopped(HogkitError):
+    """The run was asked to stop (its time budget ran out, the parent was interrupted,
+    a peer failed). Inside :func:`hogkit.spawn`, a hogkit optimizer's ``step()``
+    raises it so the user's loop ends wherever it is; the worker treats it as a normal
+    end (wrap the loop in ``try/finally`` for clean-up of your own)."""
 
 
 class EngineNotice(UserWarning):

@@ -99,7 +99,8 @@ def make_plan(workload="mf", *, workers=2, policy=None, rule=None, density=None,
     from hogkit.policy import Async
     from hogkit.rules import SGD
 
-    wl = resolve_workload(workload, workload_options)
+    wl = resolve_workload(workload, workload_options, need_lr=rule is None,
+                          need_batch=batch is None)
     workers = check_int("workers", workers, min_value=1, max_value=max_workers,
                         fix="use workers=1 for a sequential baseline")
     steps, seconds = _check_budget(steps, seconds, workers, time_unit)
@@ -137,20 +138,17 @@ def make_plan(workload="mf", *, workers=2, policy=None, rule=None, density=None,
 
 # --------------------------------------------------------------------------- pieces
 
-def resolve_workload(workload, options):
+def resolve_workload(workload, options, *, need_lr=True, need_batch=True):
     """A workload object from a registry name (with ``options``) or an object that
-    follows the Workload contract."""
+    follows the Workload contract (checked: ``need_lr`` / ``need_batch`` when its
+    default lr / batch will be used)."""
     from hogkit import workloads
     if isinstance(workload, str):
         return workloads.get(workload, **(options or {}))
     if options:
         raise InvalidArgument("workload_options only apply when workload is given by name")
-    for attr in ("build", "setup", "gradient", "loss"):
-        if not hasattr(workload, attr):
-            raise InvalidArgument(
-                f"workload {workload!r} has no {attr}(); pass a name from "
-                f"{workloads.NAMES} or an object following hogkit.workloads.base.Workload")
-    return workload
+    from hogkit.workloads.base import check_workload
+    return check_workload(workload, need_lr=need_lr, need_batch=need_batch)
 
 
 def _check_knob(name, obj, methods, where):

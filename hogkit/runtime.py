@@ -34,12 +34,14 @@ from hogkit import _worker
 from hogkit.clocks import DONE, FAILED, RUNNING, Clocks
 from hogkit.errors import Interrupted, InvalidArgument, WorkerFailed
 from hogkit.kernels import step as _ks
+from hogkit.mainguard import check_main_guard
 from hogkit.plan import eval_interval, make_plan
 from hogkit.reader import StalenessLog
 from hogkit.report import EventLog, environment, write_outputs
 from hogkit.run import Run
 from hogkit.store import ParamStore, sweep_dead_segments
 from hogkit.validation import check_choice, check_float
+from hogkit.workloads.base import check_workload, metrics_of
 from hogkit.worker_loop import WorkerSpec, runtime_specs, warm
 
 ENGINES = ("auto", "compiled", "python")
@@ -286,6 +288,7 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
     and traceback), Interrupted on SIGINT/SIGTERM. In every case the workers are
     stopped and no shared-memory segment is left behind.
     """
+    check_main_guard("hogkit.train()")
     wait_timeout = check_float("wait_timeout", wait_timeout, min_value=0.0, exclude_min=True)
     grace = check_float("grace", grace, min_value=0.0)
     plan = make_plan(workload, workers=workers, policy=policy, rule=rule, density=density,
@@ -293,6 +296,7 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
                      nonfinite=nonfinite, stragglers=stragglers, eval_every=eval_every,
                      shards=shards, out=out, workload_options=workload_options,
                      keep_params=keep_params)
+    check_workload(plan.workload, need_lr=False, need_batch=False, spawn=True)
     engine = choose_engine(engine, plan.workload, rule=plan.rule, density=plan.density,
                            batch=plan.batch, shards=plan.shards, policy=plan.policy,
                            stragglers=plan.stragglers)
@@ -300,7 +304,9 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
 
 
 class _Live:
-    """One live run of a plan: build and share, supervise, collect."""
+    """One live run of a plan: share, supervise, collect. :func:`hogkit.spawn.spawn`
+    runs a user's own loop through the same supervision (a subclass that shares a
+    module and spawns the user's function)."""
 
     def __init__(self, plan, engine, *, wait_timeout, grace):
         self.plan, self.engine = plan, engine
@@ -312,34 +318,49 @@ class _Live:
 
     def run(self, progress) -> Run:
         p = self.plan
-        wl = p.workload
         sweep_dead_segments()
-        params0, data0 = wl.build(p.seed)
-        n_params = len(params0)
-        warm(wl, p.rule, p.density, params0, data0, p.seed, p.worker_batch(), self.engine)
-        initial_loss = float(wl.loss(params0, data0))
-        self.curve = [{"t": 0.0, "updates": 0, "loss": initial_loss}]
-        if p.out is not None:
-            os.makedirs(p.out, exist_ok=True)
-            self.events = EventLog(os.path.join(p.out, "events.jsonl"))
         with contextlib.ExitStack() as stack:
-            if self.events is not None:
+            initial_loss = self._share(stack)
+            self.curve = [{"t": 0.0, "updates": 0, "loss": initial_loss}]
+            if p.out is not None:
+                os.makedirs(p.out, exist_ok=True)
+                self.events = EventLog(os.path.join(p.out, "events.jsonl"))
                 stack.callback(self.events.close)
             errdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="hogkit-err-"))
-            self.pstore = stack.enter_context(ParamStore.create(params0, tag="params"))
-            self.dstore = stack.enter_context(ParamStore.create(data0, tag="data"))
-            del params0
-            shards = p.shards * n_params if p.shards > 1 else 1
             self.cstore = stack.enter_context(ParamStore.create(
-                {**Clocks.specs(p.workers, shards), **StalenessLog.specs(p.workers),
+                {**Clocks.specs(p.workers, self._shards()), **StalenessLog.specs(p.workers),
                  **runtime_specs(p.workers)}, tag="ctl"))
             self.control = self.cstore.views()
             self.clocks, self.log = Clocks(self.control), StalenessLog(self.control)
-            self.params, self.data = self.pstore.views(), self.dstore.views()
             self._event({"type": "start", "t": 0.0, "config": self.config,
                          "initial_loss": initial_loss})
             wall = self._supervise(errdir, progress)
             return self._collect(initial_loss, wall)
+
+    def _share(self, stack) -> float:
+        """Build the workload, compile its kernels, put parameters and data in shared
+        memory; returns the initial loss."""
+        p = self.plan
+        wl = p.workload
+        params0, data0 = wl.build(p.seed)
+        warm(wl, p.rule, p.density, params0, data0, p.seed, p.worker_batch(), self.engine)
+        initial_loss = float(wl.loss(params0, data0))
+        self.pstore = stack.enter_context(ParamStore.create(params0, tag="params"))
+        self.dstore = stack.enter_context(ParamStore.create(data0, tag="data"))
+        self.params, self.data = self.pstore.views(), self.dstore.views()
+        return initial_loss
+
+    def _shards(self):
+        p = self.plan
+        return p.shards * len(self.params) if p.shards > 1 else 1
+
+    def _loss(self) -> float:
+        """The loss on the live parameters."""
+        return float(self.plan.workload.loss(self.params, self.data))
+
+    def _metrics(self) -> dict:
+        """The workload's metrics on the final parameters (``loss`` and more)."""
+        return metrics_of(self.plan.workload, self.params, self.data)
 
     def _specs(self):
         p = self.plan
@@ -393,8 +414,9 @@ class _Live:
                             next_eval = now + every
                         cursors = self._drain(cursors)
                         if bar is not None:
-                            bar.n = (int(clocks.iterations.sum()) if p.steps is not None
-                                     else round(min(now - started, p.seconds), 1))
+                            bar.n = (round(min(now - started, p.seconds), 1)
+                                     if p.steps is None and p.seconds is not None
+                                     else int(clocks.iterations.sum()))
                             bar.refresh()
                 except WorkerFailed as failure:
                     with _signals_ignored():
@@ -414,7 +436,7 @@ class _Live:
         return float(wall)
 
     def _evaluate(self, t, *, event=True):
-        loss = float(self.plan.workload.loss(self.params, self.data))
+        loss = self._loss()
         self.curve.append({"t": t, "updates": int(self.clocks.updates.sum()), "loss": loss})
         if event:
             self._event({"type": "eval", **self.curve[-1]})
@@ -444,6 +466,7 @@ class _Live:
                          "engine": self.engine,
                          "events_recorded": int(log.cursor.sum()),
                          "events_stride": int(max(1, rt[:, _ks.RT_STRIDE].max()))})
+        run.extra["metrics"] = self._metrics()
         if hasattr(p.policy, "grants"):
             g = self.control["rt_grants"].sum(axis=0)
             run.extra["dssp_grants"] = {str(r): int(n) for r, n in enumerate(g) if n}
@@ -499,6 +522,6 @@ def _progress_bar(progress, steps, seconds):
     except ImportError:  # pragma: no cover
         return None
     total = steps if steps is not None else seconds
-    unit = "it" if steps is not None else "s"
+    unit = "s" if steps is None and seconds is not None else "it"
     return tqdm(total=total, unit=unit, disable=None if progress is None else not progress,
                 dynamic_ncols=True, leave=False)

@@ -67,6 +67,7 @@ from hogkit.reader import Reader, StalenessLog
 from hogkit.report import write_outputs
 from hogkit.run import Run
 from hogkit.validation import check_choice
+from hogkit.workloads.base import metrics_of
 
 __all__ = ["simulate", "strip_wall", "fused_supported"]
 
@@ -222,7 +223,8 @@ def _collect(plan, S, res, config, initial_loss, use_fused, loop_s, wall) -> Run
                      "virtual_updates_per_s": total / t_end if t_end > 0 else 0.0,
                      "engine": "fused" if use_fused else "python",
                      "engine_wall_s": round(loop_s, 4),
-                     "engine_updates_per_s": round(total / loop_s, 1) if loop_s > 0 else 0.0})
+                     "engine_updates_per_s": round(total / loop_s, 1) if loop_s > 0 else 0.0,
+                     "metrics": metrics_of(S.wl, S.params, S.data)})
     if isinstance(plan.policy, DSSP):
         run.extra["dssp_grants"] = {str(r): int(n) for r, n in sorted(res["grants"].items())}
     if plan.out is not None:

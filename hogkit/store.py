@@ -66,7 +66,7 @@ except ImportError:  # pragma: no cover - other interpreters: Linux maps it to /
     def _shm_unlink(path):
         os.unlink(os.path.join(SHM_DIR, path.lstrip("/")))
 
-__all__ = ["ParamStore", "StoreHandle", "sweep_dead_segments", "SHM_DIR", "ALIGN",
+__all__ = ["ParamStore", "StoreHandle", "bind_module", "sweep_dead_segments", "SHM_DIR", "ALIGN",
            "DTYPES"]
 
 SHM_DIR = "/dev/shm"
@@ -490,31 +490,10 @@ class ParamStore:
         For a worker: ``ParamStore.attach(handle).bind(model)`` makes the worker's own
         copy of the model read and write the shared parameters. Values are *not* copied
         (the store's values win). Every parameter must exist in the store with the same
-        shape and dtype; all are checked before any is rebound.
+        shape and dtype; all are checked before any is rebound (:func:`bind_module`).
         """
-        torch = _torch()
-        if not isinstance(module, torch.nn.Module):
-            raise InvalidType(f"module must be a torch.nn.Module, got "
-                              f"{type(module).__name__}")
-        params = dict(module.named_parameters())
-        missing = [nm for nm in params if nm not in self._views]
-        if missing:
-            raise InvalidArgument(f"parameters {missing} of {type(module).__name__} are not "
-                                  f"in store {self.name!r} (it holds {list(self._views)}); "
-                                  f"build the store with ParamStore.from_module(same "
-                                  f"architecture)")
-        for nm, p in params.items():
-            v = self._view(nm)
-            if tuple(p.shape) != v.shape:
-                raise InvalidArgument(f"parameter {nm!r} has shape {tuple(p.shape)}, the "
-                                      f"store holds {v.shape}")
-            if _torch_dtype_str(p.dtype) != v.dtype.str:
-                raise InvalidType(f"parameter {nm!r} has dtype {p.dtype}, the store holds "
-                                  f"{v.dtype}; convert the module (module.float()/double())")
-        with torch.no_grad():
-            for nm, p in params.items():
-                p.data = self.torch(nm)
-        return module
+        return bind_module(module, self.views(), where=f"store {self.name!r}",
+                           tensor=self.torch)
 
     # ------------------------------------------------------------------ copies, files
 
@@ -574,6 +553,35 @@ class ParamStore:
         state = ", closed" if self._closed else ""
         return (f"ParamStore({self.name!r}, {role}, {len(self._handle.layout)} arrays, "
                 f"{self.nbytes} bytes{state})")
+
+
+def bind_module(module, arrays, *, where="params", tensor=None):
+    """Make ``module``'s parameters zero-copy torch views of ``arrays`` (name -> numpy
+    array, names as ``module.named_parameters()``): ``p.data = from_numpy(arrays[name])``.
+    Every parameter is checked (present, same shape and dtype) before any is rebound.
+    ``tensor(name)`` may supply the view (a store's cached one). Returns ``module``."""
+    torch = _torch()
+    if not isinstance(module, torch.nn.Module):
+        raise InvalidType(f"module must be a torch.nn.Module, got "
+                          f"{type(module).__name__}")
+    params = dict(module.named_parameters())
+    missing = [nm for nm in params if nm not in arrays]
+    if missing:
+        raise InvalidArgument(f"parameters {missing} of {type(module).__name__} are not "
+                              f"in {where} (it holds {sorted(arrays)}); build it from "
+                              f"the same architecture (ParamStore.from_module)")
+    for nm, p in params.items():
+        v = arrays[nm]
+        if tuple(p.shape) != v.shape:
+            raise InvalidArgument(f"parameter {nm!r} has shape {tuple(p.shape)}, {where} "
+                                  f"holds {v.shape}")
+        if _torch_dtype_str(p.dtype) != v.dtype.str:
+            raise InvalidType(f"parameter {nm!r} has dtype {p.dtype}, {where} holds "
+                              f"{v.dtype}; convert the module (module.float()/double())")
+    with torch.no_grad():
+        for nm, p in params.items():
+            p.data = tensor(nm) if tensor is not None else torch.from_numpy(arrays[nm])
+    return module
 
 
 def _torch():

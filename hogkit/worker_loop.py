@@ -79,6 +79,10 @@ class WorkerSpec:
         """This worker's straggler model, or None."""
         return self.plan.stragglers.get(self.rank)
 
+    def run(self) -> None:
+        """The process body (:func:`run_worker`)."""
+        run_worker(self)
+
 
 class _Worker:
     """State of one worker (private to its process)."""
@@ -426,7 +430,7 @@ def run_worker(spec: WorkerSpec) -> None:
         clocks = worker.clocks
         clocks.set_state(spec.rank, RUNNING)
         clocks.beat(spec.rank)
-        _start_barrier(clocks, spec.wait_timeout)
+        start_barrier(clocks, spec.wait_timeout)
         worker.rt[_ks.RT_T0] = time.monotonic_ns()
         clocks.beat(spec.rank)     # the first iteration's time is counted from here
         if worker.local is not None:
@@ -458,7 +462,7 @@ def _python_loop(worker, spec):
     return k
 
 
-def _start_barrier(clocks, timeout):
+def start_barrier(clocks, timeout):
     """Wait until every worker has attached and set up (state ≠ IDLE), so that no
     worker runs hundreds of steps while another is still importing: the staleness
     measured is that of the training, not of process start-up. A worker that fails

@@ -6,7 +6,12 @@ name        class                        what
 ``mf``      ``MatrixFactorization``      low-rank ratings, Zipf rows/columns, sparse rows
 ``logreg``  ``SparseLogReg``             sparse logistic regression, Zipf features
 ``mlp``     ``DigitsMLP``                MLP on scikit-learn digits, dense, torch
+``rnn``     ``CharRNNWorkload``          character-level RNN language model, torch
 ==========  ===========================  ==============================================
+
+Your own model: :class:`~hogkit.workloads.module.TorchWorkload` (any ``nn.Module``)
+or a :class:`~hogkit.workloads.base.Workload` subclass (a numba workload: see
+``examples/own_workload.py``).
 
 ``get(name, **kwargs)`` builds one by name. Modules load on first use, so asking for
 ``mf`` never imports torch.
@@ -20,16 +25,18 @@ import inspect
 from hogkit.errors import InvalidArgument, InvalidType
 from hogkit.workloads.base import Workload
 
-NAMES = ("mf", "logreg", "mlp")
+NAMES = ("mf", "logreg", "mlp", "rnn")
 
 _CLASSES = {
     "mf": ("hogkit.workloads.mf", "MatrixFactorization"),
     "logreg": ("hogkit.workloads.logreg", "SparseLogReg"),
     "mlp": ("hogkit.workloads.mlp", "DigitsMLP"),
+    "rnn": ("hogkit.workloads.rnn", "CharRNNWorkload"),
 }
 
 __all__ = ["NAMES", "Workload", "get", "workload_class",
-           "MatrixFactorization", "SparseLogReg", "DigitsMLP"]
+           "MatrixFactorization", "SparseLogReg", "DigitsMLP", "CharRNNWorkload",
+           "TorchWorkload"]
 
 
 def workload_class(name):
@@ -66,6 +73,9 @@ def get(name, **kwargs) -> Workload:
 
 
 def __getattr__(attr):
+    if attr == "TorchWorkload":
+        from hogkit.workloads.module import TorchWorkload
+        return TorchWorkload
     for name, (_, cls) in _CLASSES.items():
         if attr == cls:
             value = workload_class(name)

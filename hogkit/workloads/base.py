@@ -120,6 +120,80 @@ class Workload:
         return hash((type(self).__name__,) + tuple(repr(getattr(self, f)) for f in self._fields))
 
 
+# --- the contract, checked up front --------------------------------------------------
+
+#: what every workload provides: (attribute, what it is, how to fix it)
+_REQUIRED_METHODS = (
+    ("build", "build(seed) -> (params, data), run once in the parent"),
+    ("setup", "setup(params, data, *, rank, seed) -> ctx, run once in each worker"),
+    ("gradient", "gradient(ctx, rng, batch, *, keep_read) -> list[Grad], every step"),
+    ("loss", "loss(params, data) -> float, for the loss curve"),
+)
+
+
+def check_workload(wl, *, need_lr=True, need_batch=True, spawn=False):
+    """Raise, naming the missing piece and the fix, unless ``wl`` follows the workload
+    contract (the table in the module docstring). Runs in the parent before anything
+    is built or spawned. ``need_lr`` / ``need_batch``: the caller did not give a rule /
+    a batch, so the workload's defaults are used; ``spawn``: ``wl`` is sent to worker
+    processes, so it must pickle. Returns ``wl``."""
+    what = f"workload {wl!r}"
+    if not isinstance(getattr(wl, "name", None), str) or not wl.name:
+        raise InvalidArgument(f"{what} has no name; give its class a non-empty str "
+                              f"attribute `name` (used in summaries and plots), or "
+                              f"subclass hogkit.Workload")
+    what = f"workload {wl.name!r}"
+    for attr, role in _REQUIRED_METHODS:
+        if not callable(getattr(wl, attr, None)):
+            raise InvalidArgument(f"{what} has no {attr}(); a workload needs {role} "
+                                  f"(see hogkit.Workload, or use hogkit.TorchWorkload for "
+                                  f"an nn.Module)")
+    needs_torch = getattr(wl, "needs_torch", None)
+    if not isinstance(needs_torch, (bool, np.bool_)):
+        raise InvalidArgument(f"{what} has needs_torch={needs_torch!r}; set the class "
+                              f"attribute needs_torch = True when its gradient uses torch, "
+                              f"else False (workers cap torch's threads when it is True)")
+    if need_lr:
+        lr = getattr(wl, "default_lr", None)
+        if isinstance(lr, bool) or not isinstance(lr, (int, float, np.floating)) \
+                or not lr > 0:
+            raise InvalidArgument(f"{what} has default_lr={lr!r}; give rule=SGD(lr=...) "
+                                  f"or set a positive class attribute default_lr")
+    if need_batch:
+        b = getattr(wl, "default_batch", None)
+        if isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 1:
+            raise InvalidArgument(f"{what} has default_batch={b!r}; give batch=... or set "
+                                  f"an int class attribute default_batch >= 1")
+    red = getattr(wl, "grad_reduction", "mean")
+    if red not in ("mean", "sum"):
+        raise InvalidArgument(f"{what} has grad_reduction={red!r}; use 'mean' (the "
+                              f"gradient is averaged over the batch) or 'sum'")
+    if spawn:
+        import pickle
+        try:
+            pickle.dumps(wl)
+        except Exception as e:  # noqa: BLE001 - any pickling failure, named
+            raise InvalidArgument(
+                f"{what} cannot be sent to worker processes: pickling it failed with "
+                f"{type(e).__name__}: {e}. Workers are started with 'spawn', so the "
+                f"workload and every function it holds must be importable: define them "
+                f"at the top level of a module (no lambdas or nested functions)") from None
+    return wl
+
+
+def metrics_of(wl, params, data) -> dict:
+    """``wl.metrics(params, data)`` (``{"loss": ...}`` for a workload without
+    ``metrics``) with plain floats, non-finite values as None (JSON has no NaN): what
+    a run's summary reports under ``"metrics"``."""
+    import math
+    fn = getattr(wl, "metrics", None)
+    out = fn(params, data) if callable(fn) else {"loss": wl.loss(params, data)}
+    if not isinstance(out, Mapping):
+        raise InvalidType(f"metrics() of workload {wl.name!r} must return a dict "
+                          f"name -> number, got {type(out).__name__}")
+    return {str(k): (float(v) if math.isfinite(float(v)) else None) for k, v in out.items()}
+
+
 # --- shared checks used by the workloads ----------------------------------------------
 
 def check_seed(seed, name="seed"):

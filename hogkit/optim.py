@@ -1,0 +1,301 @@
+"""``torch.optim``-style optimizers over hogkit's update rules, for your own loop.
+
+Each class subclasses ``torch.optim.Optimizer`` (param groups, ``zero_grad``,
+``state_dict`` / ``load_state_dict``, ``torch.optim.lr_scheduler``) and applies its
+rule with hogkit's kernels, in place, to the (shared) parameters::
+
+    opt = hogkit.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    opt = hogkit.optim.StalenessAware(model.parameters(), lr=0.05)
+    opt = hogkit.optim.DelayCompensated(model.parameters(), lr=0.05, lam=0.04)
+    opt = hogkit.optim.GapAware(model.parameters(), lr=0.05, momentum=0.9)
+
+Inside :func:`hogkit.spawn`, ``step()`` is a whole hogkit step after your backward:
+guard (a non-finite gradient is refused, or skipped and counted with
+``nonfinite="skip"``), optional :class:`~hogkit.density.Density`, the update gap τ
+(updates by other workers since this worker's read), the rule at τ, the clock tick,
+the staleness record, then the policy's wait before the next iteration, which is also
+where the next read is marked. It is :class:`hogkit.step.PythonStep`'s ``apply``:
+the same code ``hogkit.train`` runs. Outside ``spawn`` it is an ordinary
+single-process optimizer (τ = 0, no waiting).
+
+Rules that need the values a gradient was computed from (DC-ASGD, Gap-Aware) keep a
+private copy of the parameters taken at each read: one parameter-sized copy a step.
+
+Sparse gradients (``nn.Embedding(..., sparse=True)``) are applied as sparse rows:
+only the rows in the batch are written (the Hogwild! case).
+
+State: per parameter, the rule's slots as tensors in ``optimizer.state[p]``
+(``"m"`` momentum, ``"v"`` Gap-Aware's second moment, ``"ms"`` DC-ASGD-adaptive's
+mean square, ``"step"`` Gap-Aware's step count, ``"r"`` a density residual); they are
+private to each worker, like the rule state of ``hogkit.train``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import torch
+
+from hogkit import rules as _rules
+from hogkit.errors import InvalidArgument, InvalidType, NonFiniteGradient
+from hogkit.grads import Grad
+from hogkit.kernels.step import RT_HELD as _RT_HELD
+from hogkit.kernels.step import RT_NONFINITE as _RT_NONFINITE
+from hogkit.validation import check_choice, grads_finite
+
+__all__ = ["Optimizer", "SGD", "StalenessAware", "DelayCompensated", "GapAware"]
+
+#: hogkit's "k" slot is torch's "step" (load_state_dict keeps "step" as it is)
+_TORCH_SLOT = {"k": "step"}
+_HOGKIT_SLOT = {v: k for k, v in _TORCH_SLOT.items()}
+
+
+class Optimizer(torch.optim.Optimizer):
+    """Base of hogkit's optimizers: ``rule_class`` (a :mod:`hogkit.rules` class)
+    built per param group from the group's hyper-parameters (rebuilt when a
+    scheduler or the user changes them). ``density``: an optional
+    :class:`~hogkit.density.Density` applied to every update before the rule;
+    ``nonfinite``: "raise" (default) or "skip"; ``worker``: the
+    :class:`~hogkit.spawn.Worker` to drive (default: this process's inside
+    :func:`hogkit.spawn`, else a private one)."""
+
+    rule_class = None
+
+    def __init__(self, params, defaults, *, density=None, nonfinite="raise", worker=None):
+        self._rules = {}
+        self._step = None
+        super().__init__(params, defaults)
+        self.nonfinite = check_choice("nonfinite", nonfinite, ("raise", "skip"))
+        if density is not None and not callable(getattr(density, "filter", None)):
+            raise InvalidType(f"density={density!r} must be a hogkit.Density or None")
+        self.density = density
+        for group in self.param_groups:
+            self._rule_for(group)                 # bad hyper-parameters fail here
+        if worker is None:
+            from hogkit.spawning import Worker, current_worker
+            worker = current_worker() or Worker.solo()
+        self.worker = worker
+        self.skipped = 0
+        self._names = None
+        self._read = None
+
+    # --- rules per group ------------------------------------------------------------
+    def _rule_for(self, group):
+        """The rule for ``group``'s hyper-parameters now (cached while they hold)."""
+        fields = [f.name for f in dataclasses.fields(self.rule_class)]
+        key = tuple(group.get(f) for f in fields)
+        cached = self._rules.get(id(group))
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        rule = self.rule_class(**{f: v for f, v in zip(fields, key) if f in group})
+        self._rules[id(group)] = (key, rule)      # (checks lr, momentum, ...)
+        return rule
+
+    # --- the step -----------------------------------------------------------------
+    @torch.no_grad()
+    def step(self, closure=None):
+        """Apply one update from the parameters' ``.grad`` (see the module doc);
+        returns ``closure()``'s loss when a closure is given."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        step = self._prepare()
+        grads = self._grads()
+        worker = self.worker
+        k = worker.iterations
+        if grads:
+            if not grads_finite(grads):
+                if self.nonfinite == "raise":
+                    raise NonFiniteGradient.at(f"worker {worker.rank}", k)
+                self.skipped += 1
+                worker.rt[_RT_NONFINITE] += 1
+            elif step.apply(grads, k) < 0:
+                worker.rt[_RT_HELD] += 1
+        worker.end_iteration()
+        if self._read is not None:
+            self._snapshot()
+        return loss
+
+    def _prepare(self):
+        """The PythonStep for the current groups, hyper-parameters and state (built on
+        first use and whenever one of them changed)."""
+        rules = tuple(self._rule_for(g) for g in self.param_groups)
+        ptrs = tuple(p.data_ptr() for g in self.param_groups for p in g["params"])
+        if self._step is not None and self._step_key == (rules, ptrs):
+            return self._step
+        from hogkit.step import PythonStep
+        self._names = {}
+        params, members = {}, []
+        for gi, g in enumerate(self.param_groups):
+            names = []
+            for p in g["params"]:
+                name = str(len(self._names))
+                self._names[p] = name
+                params[name] = _array(p, name)
+                names.append(name)
+            members.append((rules[gi], names))
+        rule = _Groups(members)
+        state = self._state(members, params)
+        dstate = (self._slots(self.density.init(params), params)
+                  if self.density is not None else None)
+        self._params = params
+        self._step = PythonStep(None, None, rank=self.worker.rank, rule=rule,
+                                rule_state=state, density=self.density,
+                                density_state=dstate, reader=self.worker.reader,
+                                clocks=self.worker.clocks, params=params,
+                                nonfinite=self.nonfinite)
+        self._step_key = (rules, ptrs)
+        if rule.needs_read and self._read is None:
+            self._read = {}
+            self._snapshot()
+        elif not rule.needs_read:
+            self._read = None
+        return self._step
+
+    def _state(self, members, params):
+        """The rules' state as one ``"<slot>/<name>"`` dict of numpy views of the
+        tensors in ``self.state[p]`` (created, or taken from a loaded state dict)."""
+        out = {}
+        for rule, names in members:
+            out.update(self._slots(rule.init({n: params[n] for n in names}), params))
+        return out
+
+    def _slots(self, fresh, params):
+        """For every ``"<slot>/<name>"`` array of a fresh ``init``: the tensor in
+        ``self.state[p][slot]`` when it exists (loaded or from earlier steps; its
+        values converted to the fresh array's dtype and shape), else the fresh one."""
+        by_name = {n: p for p, n in self._names.items()}
+        out = {}
+        for key, arr in fresh.items():
+            slot, name = key.split("/", 1)
+            p = by_name[name]
+            tslot = _TORCH_SLOT.get(slot, slot)
+            st = self.state[p]
+            t = st.get(tslot)
+            if t is not None:
+                t = torch.as_tensor(t)
+                if t.numel() != arr.size:
+                    raise InvalidArgument(
+                        f"optimizer state {tslot!r} of parameter {name} has "
+                        f"{t.numel()} values, the parameter needs {arr.size}; load a "
+                        f"state_dict saved for the same model")
+                np.copyto(arr, t.detach().cpu().numpy().reshape(arr.shape),
+                          casting="unsafe")
+            st[tslot] = torch.from_numpy(arr)
+            out[key] = arr
+        return out
+
+    def _grads(self):
+        grads = []
+        read = self._read
+        for g in self.param_groups:
+            for p in g["params"]:
+                if p.grad is None:
+                    continue
+                name = self._names[p]
+                r = read.get(name) if read is not None else None
+                gt = p.grad
+                if gt.is_sparse:
+                    gt = gt.coalesce()
+                    rows = gt.indices()[0].numpy()
+                    grads.append(Grad(name, np.ascontiguousarray(gt.values().numpy()),
+                                      rows=rows, read=None if r is None else r[rows]))
+                else:
+                    grads.append(Grad(name, _array(gt, name, what="gradient"), read=r))
+        return grads
+
+    def _snapshot(self):
+        """The values the next gradient will be computed from (DC-ASGD, Gap-Aware)."""
+        for name, a in self._params.items():
+            r = self._read.get(name)
+            if r is None:
+                self._read[name] = a.copy()
+            else:
+                np.copyto(r, a)
+
+    # --- torch.optim plumbing -------------------------------------------------------
+    def load_state_dict(self, state_dict):
+        super().load_state_dict(state_dict)
+        self._step = None             # re-derive the numpy views from the loaded tensors
+
+    def add_param_group(self, param_group):
+        super().add_param_group(param_group)
+        self._step = None
+
+
+def _array(t, name, what="parameter"):
+    """A C-contiguous CPU float32/float64 tensor's numpy view (no copy)."""
+    if t.device.type != "cpu":
+        raise InvalidArgument(f"{what} {name} is on {t.device}; hogkit's optimizers run "
+                              f"on CPU tensors")
+    if t.dtype not in (torch.float32, torch.float64):
+        raise InvalidType(f"{what} {name} is {t.dtype}; use float32 or float64")
+    if not t.is_contiguous():
+        t = t.contiguous()
+    return t.detach().numpy()
+
+
+class _Groups:
+    """One rule per param group, applied as one (the PythonStep's ``rule``)."""
+
+    def __init__(self, members):
+        self.members = members              # [(rule, [names])]
+        self.group_of = {n: i for i, (_, names) in enumerate(members) for n in names}
+        self.needs_read = any(r.needs_read for r, _ in members)
+
+    def apply(self, params, grads, state, *, staleness=0, rank=0):
+        parts = [[] for _ in self.members]
+        for g in grads:
+            parts[self.group_of[g.name]].append(g)
+        for (rule, _), part in zip(self.members, parts):
+            if part:
+                rule.apply(params, part, state, staleness=staleness, rank=rank)
+
+
+class SGD(Optimizer):
+    """SGD with optional heavy-ball momentum (:class:`hogkit.rules.SGD`)."""
+
+    rule_class = _rules.SGD
+
+    def __init__(self, params, lr, momentum=0.0, **kw):
+        super().__init__(params, dict(lr=lr, momentum=momentum), **kw)
+
+
+class StalenessAware(Optimizer):
+    """lr / max(τ, 1) (:class:`hogkit.rules.StalenessAware`, Zhang et al. 2016)."""
+
+    rule_class = _rules.StalenessAware
+
+    def __init__(self, params, lr, momentum=0.0, **kw):
+        super().__init__(params, dict(lr=lr, momentum=momentum), **kw)
+
+
+class DelayCompensated(Optimizer):
+    """DC-ASGD (:class:`hogkit.rules.DelayCompensated`, Zheng et al. 2017)."""
+
+    rule_class = _rules.DelayCompensated
+
+    def __init__(self, params, lr, lam=0.04, adaptive=False, lam0=2.0, m=0.95, eps=1e-7,
+                 **kw):
+        super().__init__(params, dict(lr=lr, lam=lam, adaptive=adaptive, lam0=lam0, m=m,
+                                      eps=eps), **kw)
+
+
+class GapAware(Optimizer):
+    """Gap-Aware (:class:`hogkit.rules.GapAware`, Barkai et al. 2020)."""
+
+    rule_class = _rules.GapAware
+
+    def __init__(self, params, lr, momentum=0.0, gamma=0.999, lr_max=None, **kw):
+        super().__init__(params, dict(lr=lr, momentum=momentum, gamma=gamma,
+                                      lr_max=lr_max), **kw)
+
+    def add_param_group(self, param_group):
+        """``lr_max`` defaults to the group's lr as given (the schedule's largest), so
+        a scheduler that lowers ``lr`` does not move the gap's unit."""
+        super().add_param_group(param_group)
+        g = self.param_groups[-1]
+        if g.get("lr_max") is None:
+            g["lr_max"] = g["lr"]
