@@ -22,7 +22,8 @@ from hogkit.errors import InvalidArgument, InvalidType
 EXIT_OK, EXIT_WORKER_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 RULES = ("sgd", "staleness-aware", "dc-asgd", "gap-aware")
-BENCH_SCENARIOS = ("kernels", "peers", "scaling", "instrumentation", "policies", "simulate")
+BENCH_SCENARIOS = ("kernels", "peers", "scaling", "instrumentation", "policies", "simulate",
+                   "own_loop")
 
 
 def _positive_int(text):

@@ -40,12 +40,14 @@ import torch
 from hogkit import rules as _rules
 from hogkit.errors import InvalidArgument, InvalidType, NonFiniteGradient
 from hogkit.grads import Grad
+from hogkit.kernels import step as _ks
 from hogkit.kernels.step import RT_HELD as _RT_HELD
 from hogkit.kernels.step import RT_NONFINITE as _RT_NONFINITE
 from hogkit.validation import check_choice, grads_finite
 
 __all__ = ["Optimizer", "SGD", "StalenessAware", "DelayCompensated", "GapAware"]
 
+_FLOATS = (torch.float32, torch.float64)
 #: hogkit's "k" slot is torch's "step" (load_state_dict keeps "step" as it is)
 _TORCH_SLOT = {"k": "step"}
 _HOGKIT_SLOT = {v: k for k, v in _TORCH_SLOT.items()}
@@ -65,6 +67,7 @@ class Optimizer(torch.optim.Optimizer):
     def __init__(self, params, defaults, *, density=None, nonfinite="raise", worker=None):
         self._rules = {}
         self._step = None
+        self._lane = None
         super().__init__(params, defaults)
         self.nonfinite = check_choice("nonfinite", nonfinite, ("raise", "skip"))
         if density is not None and not callable(getattr(density, "filter", None)):
@@ -83,8 +86,8 @@ class Optimizer(torch.optim.Optimizer):
     # --- rules per group ------------------------------------------------------------
     def _rule_for(self, group):
         """The rule for ``group``'s hyper-parameters now (cached while they hold)."""
-        fields = [f.name for f in dataclasses.fields(self.rule_class)]
-        key = tuple(group.get(f) for f in fields)
+        fields = _fields(self.rule_class)
+        key = tuple([group.get(f) for f in fields])
         cached = self._rules.get(id(group))
         if cached is not None and cached[0] == key:
             return cached[1]
@@ -93,7 +96,6 @@ class Optimizer(torch.optim.Optimizer):
         return rule
 
     # --- the step -----------------------------------------------------------------
-    @torch.no_grad()
     def step(self, closure=None):
         """Apply one update from the parameters' ``.grad`` (see the module doc);
         returns ``closure()``'s loss when a closure is given."""
@@ -102,41 +104,61 @@ class Optimizer(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         step = self._prepare()
-        grads = self._grads()
         worker = self.worker
         k = worker.iterations
-        if grads:
-            if not grads_finite(grads):
-                if self.nonfinite == "raise":
-                    raise NonFiniteGradient.at(f"worker {worker.rank}", k)
-                self.skipped += 1
-                worker.rt[_RT_NONFINITE] += 1
-            elif step.apply(grads, k) < 0:
+        lane = self._lane
+        G = lane.grads(self._order) if lane is not None else None
+        if G is not None:                      # one compiled call: guard .. record
+            r = worker.reader
+            finite = _ks.dense_end(lane.params, G, lane.RD, lane.kinds, lane.cfgs,
+                                   lane.S1, lane.S2, lane.K, lane.slots, worker.rank,
+                                   r.others_read(), r.lag, *lane.log, k, -1) >= 0
+        else:
+            grads = self._grads()
+            finite = grads_finite(grads) if grads else True
+            if finite and grads and step.apply(grads, k) < 0:
                 worker.rt[_RT_HELD] += 1
+        if not finite:
+            if self.nonfinite == "raise":
+                raise NonFiniteGradient.at(f"worker {worker.rank}", k)
+            self.skipped += 1
+            worker.rt[_RT_NONFINITE] += 1
         worker.end_iteration()
         if self._read is not None:
             self._snapshot()
         return loss
 
     def _prepare(self):
-        """The PythonStep for the current groups, hyper-parameters and state (built on
-        first use and whenever one of them changed)."""
+        """The PythonStep (and its one-call lane) for the current groups, rules and
+        state: rebuilt when the parameters or the rules' state layout change; a
+        scheduler's new ``lr`` only swaps the rules' hyper-parameters."""
         rules = tuple(self._rule_for(g) for g in self.param_groups)
-        ptrs = tuple(p.data_ptr() for g in self.param_groups for p in g["params"])
-        if self._step is not None and self._step_key == (rules, ptrs):
-            return self._step
+        if self._step is not None:
+            if all(a is b for a, b in zip(rules, self._rules_now)):
+                return self._step
+            layout = tuple((type(r), r.slots) for r in rules)
+            ptrs = tuple(p.data_ptr() for p in self._order)
+            if (layout, ptrs) == self._layout:
+                self._step.rule.members = [(r, n) for r, (_, n) in
+                                           zip(rules, self._step.rule.members)]
+                if self._lane is not None:
+                    self._lane.set_rules(rules, self._step.rule)
+                self._rules_now = rules
+                return self._step
         from hogkit.step import PythonStep
-        self._names = {}
+        self._names, self._order = {}, []
         params, members = {}, []
         for gi, g in enumerate(self.param_groups):
             names = []
             for p in g["params"]:
                 name = str(len(self._names))
                 self._names[p] = name
+                self._order.append(p)
                 params[name] = _array(p, name)
                 names.append(name)
             members.append((rules[gi], names))
         rule = _Groups(members)
+        self._K = np.zeros(len(params), np.int64)   # Gap-Aware's step counts, one home
         state = self._state(members, params)
         dstate = (self._slots(self.density.init(params), params)
                   if self.density is not None else None)
@@ -146,12 +168,15 @@ class Optimizer(torch.optim.Optimizer):
                                 density_state=dstate, reader=self.worker.reader,
                                 clocks=self.worker.clocks, params=params,
                                 nonfinite=self.nonfinite)
-        self._step_key = (rules, ptrs)
+        self._rules_now = rules
+        self._layout = (tuple((type(r), r.slots) for r in rules),
+                        tuple(p.data_ptr() for p in self._order))
         if rule.needs_read and self._read is None:
             self._read = {}
             self._snapshot()
         elif not rule.needs_read:
             self._read = None
+        self._lane = _Lane.build(self, rule, state, params)
         return self._step
 
     def _state(self, members, params):
@@ -170,6 +195,8 @@ class Optimizer(torch.optim.Optimizer):
         out = {}
         for key, arr in fresh.items():
             slot, name = key.split("/", 1)
+            if slot == "k":                    # a view of the lane's step counts
+                arr = self._K[int(name):int(name) + 1]
             p = by_name[name]
             tslot = _TORCH_SLOT.get(slot, slot)
             st = self.state[p]
@@ -225,8 +252,24 @@ class Optimizer(torch.optim.Optimizer):
         self._step = None
 
 
+_FIELDS = {}
+
+
+def _fields(cls):
+    """A rule class's hyper-parameter names (cached: looked up every step)."""
+    f = _FIELDS.get(cls)
+    if f is None:
+        f = _FIELDS[cls] = tuple(x.name for x in dataclasses.fields(cls))
+    return f
+
+
 def _array(t, name, what="parameter"):
     """A C-contiguous CPU float32/float64 tensor's numpy view (no copy)."""
+    if t.dtype in _FLOATS and t.is_contiguous():
+        try:
+            return t.numpy()                  # the common case: a plain CPU tensor
+        except (RuntimeError, TypeError):
+            pass
     if t.device.type != "cpu":
         raise InvalidArgument(f"{what} {name} is on {t.device}; hogkit's optimizers run "
                               f"on CPU tensors")
@@ -235,6 +278,62 @@ def _array(t, name, what="parameter"):
     if not t.is_contiguous():
         t = t.contiguous()
     return t.detach().numpy()
+
+
+class _Lane:
+    """The one-call step (``kernels.step.dense_end``) for dense gradients of one
+    dtype with kernel rules and no density: every array encoded once, flat."""
+
+    @classmethod
+    def build(cls, opt, rule, state, params):
+        arrays = list(params.values())
+        dtypes = {a.dtype for a in arrays}
+        reader = opt.worker.reader
+        if (opt.density is not None or len(dtypes) != 1 or reader.log is None
+                or reader.per_shard
+                or not all(isinstance(getattr(r, "kind", None), (int, np.integer))
+                           for r, _ in rule.members)):
+            return None
+        return cls(opt, rule, state, params, dtypes.pop())
+
+    def __init__(self, opt, rule, state, params, dtype):
+        self.torch_dtype = torch.float32 if dtype == np.float32 else torch.float64
+        names = list(params)
+        self.params = tuple(params[n].reshape(-1) for n in names)
+        empty = np.empty(0, dtype)
+
+        def slot(i, n, which):
+            s = self.rule_of[i].slots[which]
+            return state[f"{s}/{n}"].reshape(-1) if s else empty
+
+        self.rule_of = [None] * len(names)
+        self.set_rules(None, rule)
+        self.S1 = tuple(slot(i, n, 0) for i, n in enumerate(names))
+        self.S2 = tuple(slot(i, n, 1) for i, n in enumerate(names))
+        self.K = opt._K
+        self.RD = (tuple(opt._read[n].reshape(-1) for n in names)
+                   if opt._read is not None else tuple(empty for _ in names))
+        self.slots = opt.worker.clocks.slots
+        self.log = opt.worker.reader.log.arrays()
+
+    def set_rules(self, rules, groups):
+        """Each parameter's rule kind and hyper-parameters (after a scheduler step)."""
+        for r, names in groups.members:
+            for n in names:
+                self.rule_of[int(n)] = r
+        self.kinds = np.array([r.kind for r in self.rule_of], np.int64)
+        self.cfgs = np.stack([r.cfg() for r in self.rule_of])
+
+    def grads(self, order):
+        """The step's gradients, flat, or None when one is missing, sparse or of
+        another dtype (then the general path runs)."""
+        out = []
+        for p in order:
+            g = p.grad
+            if g is None or g.is_sparse or g.dtype != self.torch_dtype:
+                return None
+            out.append(g.numpy().reshape(-1))
+        return tuple(out)
 
 
 class _Groups:

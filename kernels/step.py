@@ -65,8 +65,8 @@ from ._intrinsics import monotonic_ns, sched_yield
 from .clock import (BEAT, ITER, STEP, UPD, admitted, clock_lag, dssp_decide,
                     finish_iteration, others_updates)
 from .density import NONE, filter_rows, hold_rows
-from .guard import finite_prefix
-from .rule import FASTMATH, LR, MU, SGD, apply_rows
+from .guard import all_finite, finite_prefix
+from .rule import FASTMATH, LR, MU, SGD, apply_flat, apply_rows
 from .sparse import sgd_rows
 from .staleness import record_ring, record_stats
 
@@ -450,4 +450,24 @@ def python_end(params, G, R, RD, cnt, kind, rcfg, S1, S2, K, slots, me, others, 
     if others >= 0:
         slots[me, UPD] += 1
         record(gh, lh, stats, ring, me, step, gap, lag, 1, t_ns)
+    return gap
+
+
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
+def dense_end(params, G, RD, kinds, cfgs, S1, S2, K, slots, me, others, lag, gh, lh,
+              stats, ring, step, t_ns):
+    """A torch-style optimizer's step (``hogkit.optim``) in one call, for dense
+    gradients: the guard (every value finite, else nothing is written and -1 is
+    returned), the gap, parameter ``p``'s rule ``kinds[p]`` with hyper-parameters
+    ``cfgs[p]`` (``kernels.rule.apply_flat``, what ``rule.apply`` runs), the update
+    tick and the event into the log. Every array is flat; ``RD[p]`` / ``S1[p]`` /
+    ``S2[p]`` may be empty where the rule does not use them. Returns the gap."""
+    for p in range(len(G)):
+        if not all_finite(G[p]):
+            return -1
+    gap = others_updates(slots, me) - others
+    for p in range(len(G)):
+        apply_flat(kinds[p], cfgs[p], params[p], S1[p], S2[p], K, p, G[p], RD[p], gap)
+    slots[me, UPD] += 1
+    record(gh, lh, stats, ring, me, step, gap, lag, 1, t_ns)
     return gap

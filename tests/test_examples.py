@@ -50,3 +50,27 @@ def test_the_own_workload_example_trains_on_the_compiled_engine():
     first, last = map(float, re.search(r"loss ([\d.]+) -> ([\d.]+)", proc.stdout).groups())
     assert last < first
     assert "simulated, 32 workers" in proc.stdout
+
+
+def _run_example(name, *args):
+    proc = subprocess.run([sys.executable, str(ROOT / "examples" / name), *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+@pytest.mark.process
+def test_the_own_module_example_trains_live_and_simulated():
+    out = _run_example("own_module.py", "--steps", "2000")
+    first, last = map(float, re.search(r"loss ([\d.]+) -> ([\d.]+)", out).groups())
+    assert last < 0.7 * first, out
+    assert "simulated 32 workers" in out and "trained module: Classifier" in out
+
+
+@pytest.mark.process
+def test_the_own_loop_example_trains_through_spawn():
+    out = _run_example("own_loop.py", "--steps", "400", "--rule", "gap", "--policy", "ssp")
+    first, last = map(float, re.search(r"loss ([\d.]+) -> ([\d.]+)", out).groups())
+    assert last < first, out
+    held = float(re.search(r"holds the trained weights: loss ([\d.]+)", out).group(1))
+    assert held == pytest.approx(last, abs=1e-4)

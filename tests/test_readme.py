@@ -28,3 +28,18 @@ def test_readme_python_blocks_run(tmp_path):
     res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                          cwd=tmp_path, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("index", [0, 1])
+def test_readme_scripts_run_as_written(tmp_path, index):
+    """The ```py blocks are whole scripts (top-level functions, a main guard): each runs
+    as a file, unchanged."""
+    scripts = re.findall(r"```py\n(.*?)```", README.read_text(), re.S)
+    assert len(scripts) == 2
+    script = tmp_path / f"script{index}.py"
+    script.write_text(scripts[index])
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.strip(), res.stderr[-3000:]
