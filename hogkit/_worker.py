@@ -44,7 +44,7 @@ def main(blob: bytes, parent_pid: int, threads: int, error_file: str) -> None:
     """Run one worker.
 
     ``blob`` is the pickled spec (:class:`hogkit.worker_loop.WorkerSpec`, or
-    :class:`hogkit.spawn.SpawnSpec`: anything with ``run()``, ``rank`` and the
+    :class:`hogkit.spawning.SpawnSpec`: anything with ``run()``, ``rank`` and the
     ``control`` store's handle). It arrives as
     bytes so that unpickling it - which imports numpy and the workload - happens only
     after the thread caps are in place.

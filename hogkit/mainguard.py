@@ -1,4 +1,7 @@
-"""Is this call protected by ``if __name__ == "__main__":``?
+"""What spawning workers needs from the caller's code: a main guard, and objects that
+pickle.
+
+Is this call protected by ``if __name__ == "__main__":``?
 
 hogkit starts workers with the ``spawn`` start method: each worker imports the script
 that started the run (as ``__mp_main__``) before it runs anything. A script that calls
@@ -25,7 +28,7 @@ import sys
 
 from hogkit.errors import InvalidArgument
 
-__all__ = ["check_main_guard"]
+__all__ = ["check_main_guard", "check_spawnable"]
 
 
 def check_main_guard(what: str) -> None:
@@ -91,3 +94,18 @@ def _guarded(body, line) -> bool:
 
 def _tests_name(test) -> bool:
     return any(isinstance(n, ast.Name) and n.id == "__name__" for n in ast.walk(test))
+
+
+def check_spawnable(what: str, obj) -> None:
+    """Raise :class:`~hogkit.errors.InvalidArgument` naming ``what`` unless ``obj``
+    pickles: spawned workers receive it by pickle, so it (and every function or class
+    it holds) must be importable by name."""
+    import pickle
+    try:
+        pickle.dumps(obj)
+    except Exception as e:  # noqa: BLE001 - any pickling failure, named
+        raise InvalidArgument(
+            f"{what} cannot be sent to the worker processes: pickling it failed with "
+            f"{type(e).__name__}: {e}. Workers are started with 'spawn': define "
+            f"functions and classes at the top level of a module or of the script (no "
+            f"lambdas, no nested functions)") from None

@@ -59,7 +59,7 @@ class Optimizer(torch.optim.Optimizer):
     scheduler or the user changes them). ``density``: an optional
     :class:`~hogkit.density.Density` applied to every update before the rule;
     ``nonfinite``: "raise" (default) or "skip"; ``worker``: the
-    :class:`~hogkit.spawn.Worker` to drive (default: this process's inside
+    :class:`~hogkit.spawning.Worker` to drive (default: this process's inside
     :func:`hogkit.spawn`, else a private one)."""
 
     rule_class = None

@@ -304,7 +304,7 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
 
 
 class _Live:
-    """One live run of a plan: share, supervise, collect. :func:`hogkit.spawn.spawn`
+    """One live run of a plan: share, supervise, collect. :func:`hogkit.spawning.spawn`
     runs a user's own loop through the same supervision (a subclass that shares a
     module and spawns the user's function)."""
 

@@ -36,7 +36,6 @@ BatchNorm statistics) are private to each worker.
 from __future__ import annotations
 
 import os
-import pickle
 import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -279,30 +278,17 @@ def spawn(fn, model, *, nprocs=2, args=(), policy=None, seconds=None, eval_fn=No
 
 
 def _check_module(model):
-    import torch
-    if not isinstance(model, torch.nn.Module):
-        raise InvalidType(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    from hogkit.workloads.module import module_params
-    for name, p in model.named_parameters():
-        if p.device.type != "cpu" or p.dtype not in (torch.float32, torch.float64):
-            module_params(model, "model")          # raises with the fix
-    if not any(True for _ in model.parameters()):
-        raise InvalidArgument(f"model ({type(model).__name__}) has no parameters to train")
+    from hogkit.store import module_arrays
+    module_arrays(model, "model", copy=False)      # a CPU float module with parameters
     _check_pickles("model", model, weightless=True)
 
 
 def _check_pickles(what, obj, *, weightless=False):
-    try:
-        if weightless:
-            from hogkit.workloads.module import weightless as strip
-            obj = strip(obj)
-        pickle.dumps(obj)
-    except Exception as e:  # noqa: BLE001 - any pickling failure, named
-        raise InvalidArgument(
-            f"{what} cannot be sent to the worker processes: pickling it failed with "
-            f"{type(e).__name__}: {e}. Workers are started with 'spawn': define "
-            f"functions and classes at the top level of a module or of the script (no "
-            f"lambdas, no nested functions)") from None
+    from hogkit.mainguard import check_spawnable
+    if weightless:
+        from hogkit.workloads.module import weightless as strip
+        obj = strip(obj)
+    check_spawnable(what, obj)
 
 
 class _SpawnRun(_Live):

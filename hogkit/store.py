@@ -66,7 +66,7 @@ except ImportError:  # pragma: no cover - other interpreters: Linux maps it to /
     def _shm_unlink(path):
         os.unlink(os.path.join(SHM_DIR, path.lstrip("/")))
 
-__all__ = ["ParamStore", "StoreHandle", "bind_module", "sweep_dead_segments", "SHM_DIR", "ALIGN",
+__all__ = ["ParamStore", "StoreHandle", "bind_module", "module_arrays", "sweep_dead_segments", "SHM_DIR", "ALIGN",
            "DTYPES"]
 
 SHM_DIR = "/dev/shm"
@@ -346,19 +346,7 @@ class ParamStore:
         Gradients (``p.grad``) stay private to the process. Parameters must be CPU
         float32/float64.
         """
-        torch = _torch()
-        if not isinstance(module, torch.nn.Module):
-            raise InvalidType(f"module must be a torch.nn.Module, got "
-                              f"{type(module).__name__}")
-        params = dict(module.named_parameters())
-        if not params:
-            raise InvalidArgument(f"{type(module).__name__} has no parameters to share")
-        arrays = {}
-        for nm, p in params.items():
-            if p.device.type != "cpu":
-                raise InvalidArgument(f"parameter {nm!r} is on {p.device}; hogkit shares "
-                                      f"CPU memory only: call module.cpu() first")
-            arrays[nm] = p.detach().numpy()
+        arrays = module_arrays(module, "module", copy=False)
         store = cls.create(arrays, tag=tag)
         try:
             store.bind(module)
@@ -553,6 +541,30 @@ class ParamStore:
         state = ", closed" if self._closed else ""
         return (f"ParamStore({self.name!r}, {role}, {len(self._handle.layout)} arrays, "
                 f"{self.nbytes} bytes{state})")
+
+
+def module_arrays(module, what="module", *, copy=True):
+    """``{name: numpy array}`` of a module's parameters (names as
+    ``module.named_parameters()``), checked: a ``torch.nn.Module`` with at least one
+    parameter, each on the CPU and float32/float64. ``copy=False`` gives zero-copy
+    views of the parameters' data."""
+    torch = _torch()
+    if not isinstance(module, torch.nn.Module):
+        raise InvalidType(f"{what} must be a torch.nn.Module, got {type(module).__name__}")
+    out = {}
+    for name, p in module.named_parameters():
+        if p.device.type != "cpu":
+            raise InvalidArgument(f"parameter {name!r} of {what} is on {p.device}; hogkit "
+                                  f"shares CPU memory only: call module.cpu() first")
+        if p.dtype not in (torch.float32, torch.float64):
+            raise InvalidType(f"parameter {name!r} of {what} is {p.dtype}; hogkit's rules "
+                              f"update float32 or float64: call module.float() first")
+        a = p.detach().numpy()
+        out[name] = a.copy() if copy else a
+    if not out:
+        raise InvalidArgument(f"{what} ({type(module).__name__}) has no parameters to "
+                              f"share")
+    return out
 
 
 def bind_module(module, arrays, *, where="params", tensor=None):

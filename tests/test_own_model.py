@@ -253,29 +253,21 @@ def _backward(model, k):
     own.mse(model, {"x": torch.from_numpy(X), "y": torch.from_numpy(y)}).backward()
 
 
-@pytest.mark.parametrize("momentum", [0.0, 0.9])
-def test_sgd_computes_what_torch_sgd_computes(momentum):
+@pytest.mark.parametrize("ours, momentum", [
+    (lambda ps: hogkit.optim.SGD(ps, lr=0.05), 0.0),
+    (lambda ps: hogkit.optim.SGD(ps, lr=0.05, momentum=0.9), 0.9),
+    # a fresh read (one process: tau = 0, w == w_read) makes DC-ASGD plain SGD
+    (lambda ps: hogkit.optim.DelayCompensated(ps, lr=0.05), 0.0),
+])
+def test_what_torch_sgd_computes(ours, momentum):
     a, b = _pair()
-    ours = hogkit.optim.SGD(a.parameters(), lr=0.05, momentum=momentum)
-    theirs = torch.optim.SGD(b.parameters(), lr=0.05, momentum=momentum)
+    opt_a = ours(a.parameters())
+    opt_b = torch.optim.SGD(b.parameters(), lr=0.05, momentum=momentum)
     for k in range(15):
         _backward(a, k)
         _backward(b, k)
-        ours.step()
-        theirs.step()
-    for p, q in zip(a.parameters(), b.parameters()):
-        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
-
-
-def test_a_fresh_read_makes_dc_asgd_and_gap_aware_plain_sgd():
-    a, b = _pair()
-    ours = hogkit.optim.DelayCompensated(a.parameters(), lr=0.05)
-    theirs = torch.optim.SGD(b.parameters(), lr=0.05)
-    for k in range(5):
-        _backward(a, k)
-        _backward(b, k)
-        ours.step()
-        theirs.step()
+        opt_a.step()
+        opt_b.step()
     for p, q in zip(a.parameters(), b.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
 

@@ -334,7 +334,9 @@ def test_hot_preset_builds_small_and_skewed_and_trains():
 def build_small(name):
     return {"mf": lambda: tiny_mf("float32", n_rows=50, n_cols=40, n_ratings=300),
             "logreg": lambda: tiny_logreg("float32"),
-            "mlp": lambda: DigitsMLP(hidden=4)}[name]()
+            "mlp": lambda: DigitsMLP(hidden=4),
+            "rnn": lambda: get("rnn", text="markov", hidden=8, embed=4, bptt=8,
+                               chars=5000)}[name]()
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -348,7 +350,7 @@ def test_build_is_deterministic_and_seeds_differ(name):
         for k in a:
             np.testing.assert_array_equal(a[k], b[k])
     assert any(not np.array_equal(p1[k], p3[k]) for k in p1)
-    if name == "mlp":   # the digits split is fixed by split_seed, not by seed
+    if name in ("mlp", "rnn"):   # digits split / text fixed by their own seeds
         assert all(np.array_equal(d1[k], d3[k]) for k in d1)
     else:
         assert any(d1[k].shape != d3[k].shape or not np.array_equal(d1[k], d3[k]) for k in d1)
@@ -423,7 +425,7 @@ def test_mlp_build_leaves_the_global_torch_rng_alone():
 def test_registry_config_and_pickle(name):
     wl = get(name)
     assert isinstance(wl, Workload) and wl.name == name
-    assert wl.needs_torch == (name == "mlp")
+    assert wl.needs_torch == (name in ("mlp", "rnn"))
     assert wl.default_lr > 0 and wl.default_batch >= 1
     assert wl.grad_reduction == ("sum" if name == "mf" else "mean")
     cfg = json.loads(json.dumps(wl.config()))

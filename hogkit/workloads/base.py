@@ -169,15 +169,8 @@ def check_workload(wl, *, need_lr=True, need_batch=True, spawn=False):
         raise InvalidArgument(f"{what} has grad_reduction={red!r}; use 'mean' (the "
                               f"gradient is averaged over the batch) or 'sum'")
     if spawn:
-        import pickle
-        try:
-            pickle.dumps(wl)
-        except Exception as e:  # noqa: BLE001 - any pickling failure, named
-            raise InvalidArgument(
-                f"{what} cannot be sent to worker processes: pickling it failed with "
-                f"{type(e).__name__}: {e}. Workers are started with 'spawn', so the "
-                f"workload and every function it holds must be importable: define them "
-                f"at the top level of a module (no lambdas or nested functions)") from None
+        from hogkit.mainguard import check_spawnable
+        check_spawnable(what, wl)
     return wl
 
 

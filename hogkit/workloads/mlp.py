@@ -28,7 +28,7 @@ import numpy as np
 
 from hogkit.errors import InvalidArgument
 from hogkit.validation import check_array, check_float, check_int
-from hogkit.workloads.base import check_dtype, check_keys, check_param, check_seed
+from hogkit.workloads.base import check_dtype, check_keys, check_seed
 from hogkit.workloads.module import ModuleWorkload, module_params
 
 N_IN, N_OUT = 64, 10
@@ -59,11 +59,6 @@ class DigitsMLP(ModuleWorkload):
                                          fix="keep at least 10% of the digits to train on")
         self.split_seed = check_seed(split_seed, "split_seed")
         self.dtype = check_dtype(dtype)
-
-    def _shapes(self):
-        h = self.hidden
-        return {"0.weight": (h, N_IN), "0.bias": (h,), "2.weight": (N_OUT, h),
-                "2.bias": (N_OUT,)}
 
     def make_module(self):
         return _module(self.hidden, self.dtype)
@@ -103,14 +98,10 @@ class DigitsMLP(ModuleWorkload):
 
     # --- worker -------------------------------------------------------------------
     def setup(self, params, data, *, rank=0, seed=0):
-        """Checks the arrays, then binds a module to the shared ``params``
-        (:meth:`ModuleWorkload.setup`)."""
-        shapes = self._shapes()
-        check_keys("params", params, tuple(shapes), self.name)
+        """Checks the data, then binds a module to the shared ``params`` (checked
+        there: :meth:`ModuleWorkload.setup`)."""
         check_keys("data", data, ("X", "y"), self.name)
         dt = np.dtype(self.dtype)
-        for name, shape in shapes.items():
-            check_param(f"params[{name!r}]", params[name], shape, dtype=dt)
         X = check_array("data['X']", data["X"], dtype=dt, shape=(None, N_IN))
         y = check_array("data['y']", data["y"], dtype=np.int64, shape=(X.shape[0],))
         if len(y) == 0 or y.min() < 0 or y.max() >= N_OUT:

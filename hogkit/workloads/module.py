@@ -40,7 +40,7 @@ import numpy as np
 from hogkit.errors import InvalidArgument, InvalidType
 from hogkit.grads import Grad
 from hogkit.validation import check_float, check_int
-from hogkit.workloads.base import Workload, check_seed
+from hogkit.workloads.base import Workload, check_keys, check_param, check_seed
 
 __all__ = ["ModuleWorkload", "TorchWorkload", "as_tensor", "module_params", "weightless",
            "rebuild"]
@@ -57,24 +57,10 @@ def as_tensor(a):
 
 
 def module_params(module, what="module"):
-    """``{name: private float32/float64 numpy copy}`` of a module's parameters
-    (checked: CPU, floating, at least one)."""
-    import torch
-    if not isinstance(module, torch.nn.Module):
-        raise InvalidType(f"{what} must be a torch.nn.Module, got {type(module).__name__}")
-    out = {}
-    for name, p in module.named_parameters():
-        if p.device.type != "cpu":
-            raise InvalidArgument(f"parameter {name!r} of {what} is on {p.device}; hogkit "
-                                  f"shares CPU memory only: call module.cpu() first")
-        if p.dtype not in (torch.float32, torch.float64):
-            raise InvalidType(f"parameter {name!r} of {what} is {p.dtype}; hogkit's rules "
-                              f"update float32 or float64: call module.float() first")
-        out[name] = p.detach().numpy().copy()
-    if not out:
-        raise InvalidArgument(f"{what} ({type(module).__name__}) has no parameters to "
-                              f"train")
-    return out
+    """``{name: private numpy copy}`` of a module's parameters, checked
+    (:func:`hogkit.store.module_arrays`)."""
+    from hogkit.store import module_arrays
+    return module_arrays(module, what)
 
 
 def weightless(module):
@@ -211,7 +197,15 @@ class ModuleWorkload(Workload):
         """A module bound to the shared ``params`` (checked against it) and a snapshot
         module for ``keep_read``."""
         from hogkit.store import bind_module
-        module = bind_module(self.make_module(), params, where="params")
+        module = self.make_module()
+        shapes = {k: (tuple(p.shape), p.detach().numpy().dtype)
+                  for k, p in module.named_parameters()}
+        check_keys("params", params, tuple(shapes), self.name)
+        for k, (shape, dt) in shapes.items():
+            check_param(f"params[{k!r}]", params[k], shape, dtype=dt)
+        train = self.train_keys if self.train_keys is not None else ()
+        check_keys("data", data, tuple(train), self.name)
+        module = bind_module(module, params, where="params")
         snap = {k: np.empty_like(params[k]) for k, _ in module.named_parameters()}
         snap_module = bind_module(self.make_module(), snap, where="the snapshot")
         tensors = {k: as_tensor(v) for k, v in data.items()}

@@ -32,7 +32,7 @@ import math
 import numpy as np
 
 from hogkit.validation import check_choice, check_float, check_int
-from hogkit.workloads.base import check_dtype, check_seed
+from hogkit.workloads.base import check_dtype, check_keys, check_seed
 from hogkit.workloads.module import ModuleWorkload, module_params
 
 ACTIVATIONS = ("sigmoid", "tanh", "relu")
@@ -158,6 +158,9 @@ class CharRNNWorkload(ModuleWorkload):
         return params, {"text": train.astype(np.int64), "val": val.astype(np.int64)}
 
     def setup(self, params, data, *, rank=0, seed=0):
+        """The vocabulary size is read off the read-out layer (a worker does not
+        rebuild the text), then :meth:`ModuleWorkload.setup` checks and binds."""
+        check_keys("params", params, ("out.bias",), self.name)
         self._vocab = int(params["out.bias"].shape[0])
         return super().setup(params, data, rank=rank, seed=seed)
 
