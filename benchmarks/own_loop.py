@@ -17,26 +17,36 @@ steps it:
   ``step()`` also ticks the shared clocks and records the update gap (staleness
   recording is always on in hogkit).
 
-Timing, the same definition on both sides: before timing, each worker does three
-warm-up steps on a private copy of the model with its side's optimizer class (torch's
-lazy initialisation, hogkit's kernel loading), then waits at a file barrier with its
-peers; it then times its own loop with ``time.monotonic`` from just before its first
-step to just after its last. A run's **steps/s** is the sum over its workers of
-``steps / loop seconds``; ``span_steps_per_s`` (all steps over first start to last
-end) is reported too. Process start-up, imports and the parent's supervision before
-and after are outside both measurements (hogkit's parent still supervises during the
-loop: it polls every 50 ms).
-
-Rounds alternate the order (hogkit then torch, torch then hogkit, ...), each pair run
-back to back for the same size and process count; the **ratio** is the median over
-rounds of hogkit's steps/s over torch's in the same round. Both sides' full-train-set
-cross-entropy at the end of each run shows that both trained.
+Timing, the same definition on both sides. Both sides' processes are started
+together (the torch processes, then ``hogkit.spawn``) from the same initial weights,
+and take turns: the run is a sequence of **segments**, each one side's workers
+running ``steps`` iterations of the loop while the other side's sleep (polling a file
+every 2 ms), in ABBA order (hogkit, torch, torch, hogkit, hogkit, ...; :func:`plan`);
+a **round** is one hogkit and one torch segment back to back, so both see the same
+machine within about a second of each other (process start-up is paid once and is
+outside every figure; this 2-core box's run-to-run noise, ±15-30 % between separate
+spawns, mostly cancels in a round's ratio). Before its first segment each worker does
+three warm-up steps on a private copy of the model with its side's optimizer class
+(torch's lazy initialisation, hogkit's kernel loading), and once all are up every
+worker waits 1 s for the parents' start-up work to settle. In each segment, every
+worker of the side waits for its peers at a file barrier, then times its own loop
+with ``time.monotonic`` from just before its first step to just after its last. A
+segment's **steps/s** is the sum over its workers of ``steps / loop seconds``
+(``span_steps_per_s``, all steps over first start to last end, is reported too).
+hogkit's parent supervises throughout (it polls every 50 ms, during both sides'
+segments); no process exits before the last segment ends. The **ratio** is the
+median over rounds of hogkit's steps/s over torch's in the same round;
+``cpu_ratio`` is the same with steps per CPU second of the workers
+(``time.process_time``), blind to time a worker spent descheduled by anything else
+on the machine. Both sides' full-train-set cross-entropy at the end (after the same
+number of steps) shows that both trained.
 
 ``step_cost``: in this process, no spawning, one torch thread, the same loop on each
 size with each optimizer (interleaved blocks), timing ``optimizer.step()`` alone and
 the whole iteration: the per-step overhead of ``hogkit.optim.SGD.step()`` over
 ``torch.optim.SGD.step()`` in microseconds (medians over all steps), and the 1-process
-ratio it predicts (torch's iteration over hogkit's).
+ratio that overhead alone predicts (torch's iteration over torch's iteration plus the
+overhead).
 """
 
 from __future__ import annotations
@@ -49,43 +59,59 @@ import statistics
 import tempfile
 import time
 
-import numpy as np
-
 SIZES = {"small": 64, "medium": 512}
 LR = 0.05
 BATCH = 32
-#: loop steps per worker (full run): ~1 s of loop per worker and run on the reference box
-STEPS = {"small": 2500, "medium": 1500}
-ROUNDS = 5
+SIDES = ("hogkit", "torch")
+#: loop steps per worker and segment (full run): ~1 s of loop on the reference box
+STEPS = {"small": 2000, "medium": 1200}
+#: rounds: each one hogkit segment and one torch segment, order alternating (ABBA)
+ROUNDS = 10
 PROCESSES = (2, 1)
 #: step_cost: blocks per optimizer (interleaved) and steps per block
-COST_BLOCKS, COST_STEPS = 6, 500
-QUICK = {"steps": 150, "rounds": 1, "sizes": ("small",), "cost_blocks": 2,
-         "cost_steps": 100}
+COST_BLOCKS, COST_STEPS = 20, 200
+QUICK = {"steps": 100, "rounds": 2, "sizes": ("small",), "cost_blocks": 4,
+         "cost_steps": 50}
 SEED = 0
-BARRIER_TIMEOUT = 120.0
+#: seconds a worker may wait for its turn (the other side's segment, start-up)
+WAIT_TIMEOUT = 300.0
+POLL_S = 0.002
+#: seconds every worker waits after all are up, before the first segment
+SETTLE_S = 1.0
+
+
+def plan(rounds):
+    """The segments' order: round ``r`` is (hogkit, torch) for even ``r``, else
+    (torch, hogkit): hogkit, torch, torch, hogkit, hogkit, torch, ..."""
+    out = []
+    for r in range(rounds):
+        out += list(SIDES if r % 2 == 0 else SIDES[::-1])
+    return out
 
 
 # --- the user's loop, identical on both sides ---------------------------------------------
 
 def _loop(model, opt, X, y, steps, batch, g):
-    """The loop every worker times: ``(t0, t1)`` in ``time.monotonic`` seconds (one
-    clock for all processes) around its ``steps`` iterations."""
+    """The loop every worker times: ``(t0, t1, cpu_s)``, ``time.monotonic`` seconds
+    (one clock for all processes) around its ``steps`` iterations and the CPU seconds
+    this process spent in them (``time.process_time``)."""
     import torch
     from torch.nn.functional import cross_entropy
     n = X.shape[0]
+    c0 = time.process_time()
     t0 = time.monotonic()
     for _ in range(steps):
         idx = torch.randint(0, n, (batch,), generator=g)
         opt.zero_grad()
         cross_entropy(model(X[idx]), y[idx]).backward()
         opt.step()
-    return t0, time.monotonic()
+    t1 = time.monotonic()
+    return t0, t1, time.process_time() - c0
 
 
 def _warm(model, make_opt, X, y, batch):
     """Three steps on a private copy of ``model`` (lazy initialisation, kernel
-    loading) before the barrier, so no side pays them in its timed loop."""
+    loading) before the first segment, so no side pays them in a timed loop."""
     from torch.nn.functional import cross_entropy
     warm = copy.deepcopy(model)
     opt = make_opt(warm.parameters())
@@ -95,22 +121,41 @@ def _warm(model, make_opt, X, y, batch):
         opt.step()
 
 
-def _barrier(folder, rank, nprocs):
-    """Every worker of the run has arrived (one file each, polled every 0.5 ms)."""
-    open(os.path.join(folder, f"ready.{rank}"), "w").close()
-    deadline = time.monotonic() + BARRIER_TIMEOUT
-    names = [os.path.join(folder, f"ready.{r}") for r in range(nprocs)]
-    while not all(os.path.exists(p) for p in names):
+def _touch(folder, name):
+    open(os.path.join(folder, name), "w").close()
+
+
+def _wait_for(folder, names, who):
+    """Until every file in ``names`` exists (polled every ``POLL_S``: the waiting
+    side sleeps while the other side runs)."""
+    paths = [os.path.join(folder, n) for n in names]
+    deadline = time.monotonic() + WAIT_TIMEOUT
+    while not all(os.path.exists(p) for p in paths):
         if time.monotonic() > deadline:
-            raise TimeoutError(f"worker {rank}: peers did not reach the start barrier")
-        time.sleep(0.0005)
+            raise TimeoutError(f"{who}: waited {WAIT_TIMEOUT:.0f} s for {names}")
+        time.sleep(POLL_S)
 
 
-def _record(folder, rank, t0, t1, steps):
-    path = os.path.join(folder, f"loop.{rank}.json")
-    with open(path + ".tmp", "w") as f:
-        json.dump({"rank": rank, "t0": t0, "t1": t1, "steps": steps}, f)
-    os.replace(path + ".tmp", path)
+def _segments(side, rank, nprocs, model, opt, X, y, steps, batch, g, order, folder):
+    """Run this side's segments of ``order``: wait until the previous segment's
+    workers are done, meet this side's peers, time :func:`_loop`, record."""
+    who = f"{side} worker {rank}"
+    _touch(folder, f"up.{side}.{rank}")
+    _wait_for(folder, [f"up.{s}.{r}" for s in SIDES for r in range(nprocs)], who)
+    time.sleep(SETTLE_S)                 # start-up work elsewhere (parents) settles
+    for i, turn in enumerate(order):
+        if turn != side:
+            continue
+        if i > 0:
+            _wait_for(folder, [f"done.{i - 1}.{r}" for r in range(nprocs)], who)
+        _touch(folder, f"ready.{i}.{rank}")
+        _wait_for(folder, [f"ready.{i}.{r}" for r in range(nprocs)], who)
+        t0, t1, cpu = _loop(model, opt, X, y, steps, batch, g)
+        with open(os.path.join(folder, f"loop.{i}.{rank}.json"), "w") as f:
+            json.dump({"rank": rank, "t0": t0, "t1": t1, "cpu_s": cpu, "steps": steps}, f)
+        _touch(folder, f"done.{i}.{rank}")
+    # nobody exits (process teardown costs CPU) while the other side still runs
+    _wait_for(folder, [f"done.{len(order) - 1}.{r}" for r in range(nprocs)], who)
 
 
 def _tensors(X, y):
@@ -118,7 +163,7 @@ def _tensors(X, y):
     return torch.from_numpy(X), torch.from_numpy(y)
 
 
-def _torch_worker(rank, nprocs, model, X, y, lr, steps, batch, seed, folder):
+def _torch_worker(rank, nprocs, model, X, y, lr, steps, batch, seed, order, folder):
     """One process of torch's recipe: ``torch.optim.SGD`` on the shared model."""
     import torch
     torch.set_num_threads(1)
@@ -126,12 +171,10 @@ def _torch_worker(rank, nprocs, model, X, y, lr, steps, batch, seed, folder):
     g = torch.Generator().manual_seed(seed * 1000 + rank)
     _warm(model, lambda ps: torch.optim.SGD(ps, lr=lr), X, y, batch)
     opt = torch.optim.SGD(model.parameters(), lr=lr)
-    _barrier(folder, rank, nprocs)
-    t0, t1 = _loop(model, opt, X, y, steps, batch, g)
-    _record(folder, rank, t0, t1, steps)
+    _segments("torch", rank, nprocs, model, opt, X, y, steps, batch, g, order, folder)
 
 
-def _hogkit_worker(worker, model, X, y, lr, steps, batch, seed, folder):
+def _hogkit_worker(worker, model, X, y, lr, steps, batch, seed, order, folder):
     """One worker of ``hogkit.spawn``: ``hogkit.optim.SGD`` on the shared model."""
     import torch
 
@@ -143,12 +186,11 @@ def _hogkit_worker(worker, model, X, y, lr, steps, batch, seed, folder):
     _warm(model, lambda ps: hogkit.optim.SGD(ps, lr=lr, worker=Worker.solo()), X, y,
           batch)
     opt = hogkit.optim.SGD(model.parameters(), lr=lr)
-    _barrier(folder, worker.rank, worker.world_size)
-    t0, t1 = _loop(model, opt, X, y, steps, batch, g)
-    _record(folder, worker.rank, t0, t1, steps)
+    _segments("hogkit", worker.rank, worker.world_size, model, opt, X, y, steps, batch,
+              g, order, folder)
 
 
-# --- the two ways to run it -------------------------------------------------------------
+# --- both sides, interleaved ----------------------------------------------------------------
 
 def _model(wl, params):
     import torch
@@ -163,70 +205,74 @@ def _final(model):
     return {name: p.detach().numpy().copy() for name, p in model.named_parameters()}
 
 
-def _figures(folder, nprocs):
-    """Per-worker loop times from the workers' files, and the run's steps/s."""
+def _segment(folder, i, nprocs):
+    """Segment ``i``'s figures from its workers' files."""
     loops = []
     for r in range(nprocs):
-        with open(os.path.join(folder, f"loop.{r}.json")) as f:
+        with open(os.path.join(folder, f"loop.{i}.{r}.json")) as f:
             loops.append(json.load(f))
     per = [w["steps"] / (w["t1"] - w["t0"]) for w in loops]
     span = max(w["t1"] for w in loops) - min(w["t0"] for w in loops)
     return {"steps_per_s": sum(per), "per_worker_steps_per_s": per,
             "loop_s": [w["t1"] - w["t0"] for w in loops],
-            "span_s": span,
+            # steps per CPU second: blind to time the worker was descheduled
+            "cpu_steps_per_s": sum(w["steps"] / w["cpu_s"] for w in loops),
+            "cpu_fraction": [w["cpu_s"] / (w["t1"] - w["t0"]) for w in loops],
             "span_steps_per_s": sum(w["steps"] for w in loops) / span,
             "start_skew_s": max(w["t0"] for w in loops) - min(w["t0"] for w in loops)}
 
 
-def run_torch(wl, params, data, nprocs, steps, lr=LR, batch=BATCH, seed=SEED):
-    """torch's recipe once; returns the run's figures and final train loss."""
-    import torch
+def compare(wl, params, data, nprocs, steps, rounds, lr=LR, batch=BATCH, seed=SEED):
+    """torch's recipe and ``hogkit.spawn``, both started from the same weights, their
+    segments interleaved (:func:`plan`); returns the rounds, each side's final train
+    loss and hogkit's run figures."""
     import torch.multiprocessing as tmp
-    model = _model(wl, params)
-    model.share_memory()
+
+    import hogkit
+    order = plan(rounds)
     folder = tempfile.mkdtemp(prefix="hogkit_bench_own_loop_")
+    tmodel = _model(wl, params)
+    tmodel.share_memory()
+    hmodel = _model(wl, params)
     ctx = tmp.get_context("spawn")
     procs = [ctx.Process(target=_torch_worker, daemon=True,
-                         args=(r, nprocs, model, data["X"], data["y"], lr, steps, batch,
-                               seed, folder))
+                         args=(r, nprocs, tmodel, data["X"], data["y"], lr, steps, batch,
+                               seed, order, folder))
              for r in range(nprocs)]
     try:
         for p in procs:
             p.start()
+        run = hogkit.spawn(_hogkit_worker, hmodel, nprocs=nprocs, threads=1,
+                           args=(data["X"], data["y"], lr, steps, batch, seed, order,
+                                 folder),
+                           progress=False, eval_every=None, wait_timeout=WAIT_TIMEOUT)
         for p in procs:
-            p.join(timeout=600)
+            p.join(timeout=WAIT_TIMEOUT)
         if any(p.exitcode != 0 for p in procs):
             raise RuntimeError(f"a torch Hogwild! process failed: "
                                f"{[p.exitcode for p in procs]}")
-        out = _figures(folder, nprocs)
+        segs = [_segment(folder, i, nprocs) for i in range(len(order))]
     finally:
         for p in procs:
             if p.is_alive():
                 p.kill()
                 p.join()
         shutil.rmtree(folder, ignore_errors=True)
-    with torch.no_grad():
-        out["final_loss"] = wl.loss(_final(model), data)
-    return out
-
-
-def run_hogkit(wl, params, data, nprocs, steps, lr=LR, batch=BATCH, seed=SEED):
-    """``hogkit.spawn`` once; returns the run's figures and final train loss."""
-    import hogkit
-    model = _model(wl, params)
-    folder = tempfile.mkdtemp(prefix="hogkit_bench_own_loop_")
-    try:
-        run = hogkit.spawn(_hogkit_worker, model, nprocs=nprocs, threads=1,
-                           args=(data["X"], data["y"], lr, steps, batch, seed, folder),
-                           progress=False, eval_every=None)
-        out = _figures(folder, nprocs)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    out_rounds = []
+    for r in range(rounds):
+        a, b = order[2 * r], order[2 * r + 1]
+        got = {"order": [a, b], a: segs[2 * r], b: segs[2 * r + 1]}
+        got["ratio"] = got["hogkit"]["steps_per_s"] / got["torch"]["steps_per_s"]
+        got["cpu_ratio"] = (got["hogkit"]["cpu_steps_per_s"]
+                            / got["torch"]["cpu_steps_per_s"])
+        out_rounds.append(got)
     gap = run.staleness["update_gap"]
-    out.update(updates=int(run.updates), wall_s=run.wall_s,
-               update_gap_mean=gap.get("mean"), update_gap_max=gap.get("max"))
-    out["final_loss"] = wl.loss(_final(model), data)
-    return out
+    return {"rounds": out_rounds,
+            "final_loss": {"hogkit": wl.loss(_final(hmodel), data),
+                           "torch": wl.loss(_final(tmodel), data)},
+            "hogkit_run": {"updates": int(run.updates), "wall_s": run.wall_s,
+                           "update_gap_mean": gap.get("mean"),
+                           "update_gap_max": gap.get("max")}}
 
 
 # --- per-step cost in one process -----------------------------------------------------------
@@ -274,50 +320,48 @@ def step_cost(wl, params, data, blocks, steps, lr=LR, batch=BATCH, seed=SEED):
         out[f"{name}_iteration_us"] = statistics.median(s["iteration"]) * 1e6
         out[f"{name}_final_loss"] = wl.loss(_final(s["model"]), data)
     out["overhead_us"] = out["hogkit_step_us"] - out["torch_step_us"]
-    out["predicted_ratio_1proc"] = out["torch_iteration_us"] / out["hogkit_iteration_us"]
+    # what the step's difference alone does to one process's rate
+    out["predicted_ratio_1proc"] = (out["torch_iteration_us"]
+                                    / (out["torch_iteration_us"] + out["overhead_us"]))
     out["steps"] = blocks * steps
     return out
 
 
 # --- the scenario ---------------------------------------------------------------------------
 
-def _size(name, hidden, steps, rounds, cost_blocks, cost_steps):
+def _median(rounds, side, key):
+    return statistics.median(g[side][key] for g in rounds)
+
+
+def _size(hidden, steps, rounds, cost_blocks, cost_steps):
     from hogkit import workloads
     wl = workloads.get("mlp", hidden=hidden)
     params, data = wl.build(SEED)
     out = {"hidden": hidden, "n_params": int(sum(a.size for a in params.values())),
-           "steps_per_worker": steps, "initial_loss": wl.loss(params, data),
+           "steps_per_segment": steps, "initial_loss": wl.loss(params, data),
            "processes": {}}
     for nprocs in PROCESSES:
-        rounds_out = []
-        for r in range(rounds):
-            order = ("hogkit", "torch") if r % 2 == 0 else ("torch", "hogkit")
-            got = {"order": list(order)}
-            for side in order:
-                fn = run_hogkit if side == "hogkit" else run_torch
-                got[side] = fn(wl, params, data, nprocs, steps)
-            got["ratio"] = got["hogkit"]["steps_per_s"] / got["torch"]["steps_per_s"]
-            rounds_out.append(got)
-        med = {side: {"steps_per_s": statistics.median(g[side]["steps_per_s"]
-                                                        for g in rounds_out),
-                      "span_steps_per_s": statistics.median(g[side]["span_steps_per_s"]
-                                                             for g in rounds_out),
-                      "final_loss": statistics.median(g[side]["final_loss"]
-                                                      for g in rounds_out)}
-               for side in ("hogkit", "torch")}
-        out["processes"][str(nprocs)] = {
-            "rounds": rounds_out, "median": med,
-            "ratio": statistics.median(g["ratio"] for g in rounds_out),
-            "ratio_range": [min(g["ratio"] for g in rounds_out),
-                            max(g["ratio"] for g in rounds_out)]}
+        got = compare(wl, params, data, nprocs, steps, rounds)
+        rs = got["rounds"]
+        got["median"] = {side: {"steps_per_s": _median(rs, side, "steps_per_s"),
+                                "span_steps_per_s": _median(rs, side, "span_steps_per_s"),
+                                "cpu_steps_per_s": _median(rs, side, "cpu_steps_per_s"),
+                                "final_loss": got["final_loss"][side]}
+                         for side in SIDES}
+        got["ratio"] = statistics.median(g["ratio"] for g in rs)
+        got["ratio_range"] = [min(g["ratio"] for g in rs), max(g["ratio"] for g in rs)]
+        got["cpu_ratio"] = statistics.median(g["cpu_ratio"] for g in rs)
+        got["ratio_of_medians"] = (got["median"]["hogkit"]["steps_per_s"]
+                                   / got["median"]["torch"]["steps_per_s"])
+        out["processes"][str(nprocs)] = got
     out["step_cost"] = step_cost(wl, params, data, cost_blocks, cost_steps)
     return out
 
 
 def run(quick=False, sizes=None, steps=None, rounds=None) -> dict:
     """Both sides, every size, 2 and 1 processes, ``rounds`` rounds; see the module
-    doc. ``steps``: loop steps per worker (default: ``STEPS`` per size, or the quick
-    figure)."""
+    doc. ``steps``: loop steps per worker and segment (default: ``STEPS`` per size,
+    or the quick figure)."""
     q = QUICK if quick else {}
     sizes = sizes or q.get("sizes", tuple(SIZES))
     rounds = rounds or q.get("rounds", ROUNDS)
@@ -325,7 +369,7 @@ def run(quick=False, sizes=None, steps=None, rounds=None) -> dict:
               "lr": LR, "batch": BATCH, "rounds": rounds, "seed": SEED, "sizes": {}}
     for name in sizes:
         n = steps or q.get("steps", STEPS[name])
-        result["sizes"][name] = _size(name, SIZES[name], n, rounds,
+        result["sizes"][name] = _size(SIZES[name], n, rounds,
                                       q.get("cost_blocks", COST_BLOCKS),
                                       q.get("cost_steps", COST_STEPS))
     result["ratios"] = {f"{name}_{p}proc_hogkit_over_torch": s["processes"][p]["ratio"]
@@ -334,18 +378,19 @@ def run(quick=False, sizes=None, steps=None, rounds=None) -> dict:
 
 
 def format_table(result) -> str:
-    lines = [f"own loop, digits MLP, batch {result['batch']}, lr {result['lr']}, "
-             f"{result['rounds']} round(s), steps/s summed over workers (median)"]
-    head = (f"  {'size':<8}{'procs':>6}{'torch steps/s':>15}{'hogkit steps/s':>16}"
-            f"{'ratio':>8}{'  (range)':<16}{'loss torch':>11}{'loss hogkit':>12}")
-    lines.append(head)
+    lines = [(f"own loop, digits MLP, batch {result['batch']}, lr {result['lr']}, "
+              f"{result['rounds']} round(s); steps/s summed over the workers, median over "
+              f"rounds; ratio: median of the rounds' hogkit/torch")]
+    lines.append(f"  {'size':<8}{'procs':>6}{'torch steps/s':>15}{'hogkit steps/s':>16}"
+                 f"{'ratio':>8}{'  (range)':<16}{'cpu ratio':>10}{'loss torch':>11}"
+                 f"{'loss hogkit':>12}")
     for name, s in result["sizes"].items():
         for p, f in s["processes"].items():
             m = f["median"]
             lo, hi = f["ratio_range"]
             lines.append(f"  {name:<8}{p:>6}{m['torch']['steps_per_s']:>15,.0f}"
                          f"{m['hogkit']['steps_per_s']:>16,.0f}{f['ratio']:>8.3f}"
-                         f"{f'  ({lo:.3f}-{hi:.3f})':<16}"
+                         f"{f'  ({lo:.3f}-{hi:.3f})':<16}{f['cpu_ratio']:>10.3f}"
                          f"{m['torch']['final_loss']:>11.4f}"
                          f"{m['hogkit']['final_loss']:>12.4f}")
     lines.append("  one process, no spawn, µs per step() / per iteration (median):")
@@ -354,6 +399,6 @@ def format_table(result) -> str:
         lines.append(f"  {name:<8} torch {c['torch_step_us']:.1f} / "
                      f"{c['torch_iteration_us']:.1f}, hogkit {c['hogkit_step_us']:.1f} / "
                      f"{c['hogkit_iteration_us']:.1f}: overhead {c['overhead_us']:+.1f} µs "
-                     f"a step, predicted 1-process ratio "
+                     f"a step, 1-process ratio it predicts "
                      f"{c['predicted_ratio_1proc']:.3f}")
     return "\n".join(lines)

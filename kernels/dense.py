@@ -2,8 +2,9 @@
 
 Every array is 1-D, C-contiguous and of one float dtype; a parameter of any shape is
 passed as its flat view (``p.reshape(-1)``, no copy). The loop walks the buffer in
-blocks of 4096 elements: the inner loop is a plain stride-1 axpy that LLVM
-vectorises, and a concurrent Hogwild! reader sees the buffer change block by block
+blocks of 4096 elements: the inner loop runs over *slices* of the block, a plain
+stride-1 axpy that LLVM vectorises (indexing the whole arrays with ``i`` in
+``range(lo, hi)`` did not vectorise: 36 µs against 5 µs for 32k float32), and a concurrent Hogwild! reader sees the buffer change block by block
 (Recht et al., NIPS 2011: element updates are not atomic; with one writer the result
 is deterministic).
 
@@ -20,9 +21,10 @@ def sgd_flat(w, g, lr):
     a = w.dtype.type(lr)
     n = w.shape[0]
     for lo in range(0, n, 4096):
-        hi = min(lo + 4096, n)
-        for i in range(lo, hi):
-            w[i] -= a * g[i]
+        ws = w[lo:lo + 4096]        # slices: the inner loop vectorises (see module doc)
+        gs = g[lo:lo + 4096]
+        for j in range(ws.shape[0]):
+            ws[j] -= a * gs[j]
 
 
 @njit(cache=True, nogil=True)
@@ -34,8 +36,10 @@ def momentum_flat(w, m, g, lr, mu, gscale=1.0):
     s = w.dtype.type(gscale)
     n = w.shape[0]
     for lo in range(0, n, 4096):
-        hi = min(lo + 4096, n)
-        for i in range(lo, hi):
-            v = b * m[i] + s * g[i]
-            m[i] = v
-            w[i] -= a * v
+        ws = w[lo:lo + 4096]
+        ms = m[lo:lo + 4096]
+        gs = g[lo:lo + 4096]
+        for j in range(ws.shape[0]):
+            v = b * ms[j] + s * gs[j]
+            ms[j] = v
+            ws[j] -= a * v
