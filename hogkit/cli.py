@@ -119,6 +119,9 @@ def build_parser():
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="train with real worker processes")
     _add_training_options(run)
+    run.add_argument("--events", default="sampled", choices=("sampled", "all", "none"),
+                     help="which update events events.jsonl keeps: sampled (default, at "
+                          "most 400/s), all, none; the histograms count every update")
     run.add_argument("--engine", default="auto", choices=("auto", "compiled", "python"),
                      help="step engine: auto (compiled where the knobs allow, else Python "
                           "with a notice), compiled (an error where it cannot run), python")
@@ -324,12 +327,15 @@ def _batch(args, wl):
 def _cmd_run(args):
     from hogkit.runtime import train
 
+    from hogkit.plan import make_plan
+
     wl, knobs = _knobs(args)
     out = args.out or _default_out()
+    make_plan(wl, out=out, **knobs)         # bad options: exit 2 before anything is said
     print(f"hogkit run: {wl.name} with {args.workers} workers, results in {out}",
           file=sys.stderr)
     run = train(wl, out=out, progress=False if args.no_progress else None,
-                keep_params=False, engine=args.engine, **knobs)
+                keep_params=False, engine=args.engine, events=args.events, **knobs)
     print_summary(run.summary())
     print(f"results: {out}")
     return EXIT_OK

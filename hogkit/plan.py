@@ -21,8 +21,14 @@ import numpy as np
 from hogkit.errors import InvalidArgument, InvalidType
 from hogkit.validation import check_choice, check_float, check_int
 
-__all__ = ["RunPlan", "make_plan", "resolve_workload", "config_of", "split_steps",
+__all__ = ["EVENTS", "EVENTS_FILE_PER_S", "RunPlan", "make_plan", "resolve_workload", "check_out", "config_of", "split_steps",
            "EVAL_EVERY_LIVE_S"]
+
+#: ``events=``: which updates a live run writes to ``events.jsonl`` ("sampled": at most
+#: :data:`EVENTS_FILE_PER_S` a second of run time, evenly spread; the histograms count
+#: every update whatever this says)
+EVENTS = ("sampled", "all", "none")
+EVENTS_FILE_PER_S = 400
 
 #: ``eval_every="auto"`` on a live run: a loss evaluation every this many wall seconds
 #: (the simulator's "auto" is ``evals`` points evenly spaced in updates)
@@ -50,6 +56,7 @@ class RunPlan:
     shards: int
     out: Optional[str]
     keep_params: bool
+    events: str = "sampled"     # what events.jsonl keeps of the updates (see EVENTS)
 
     def quotas(self) -> list:
         """Each worker's share of ``steps`` (None shares without a step budget)."""
@@ -92,7 +99,7 @@ def make_plan(workload="mf", *, workers=2, policy=None, rule=None, density=None,
               batch=None, steps=None, seconds=None, seed=0, nonfinite="raise",
               stragglers=None, eval_every="auto", shards=1, out=None,
               workload_options=None, keep_params=True, time_unit="wall time",
-              max_workers=4096) -> RunPlan:
+              max_workers=4096, events="sampled") -> RunPlan:
     """Check and resolve the knobs ``train`` and ``simulate`` share (their docstrings
     describe them); nothing is built or spawned. ``time_unit`` names what ``seconds``
     and ``eval_every`` count in messages."""
@@ -129,11 +136,13 @@ def make_plan(workload="mf", *, workers=2, policy=None, rule=None, density=None,
                                  fix=f'{time_unit} between loss evaluations, "auto" or None')
     if not isinstance(keep_params, bool):
         raise InvalidType(f"keep_params={keep_params!r} must be a bool")
+    out = check_out(out)
+    check_choice("events", events, EVENTS)
     return RunPlan(workload=wl, workers=workers, policy=policy, rule=rule, density=density,
                    batch=batch, global_batch=global_batch, epoch_steps=epoch_steps,
                    steps=steps, seconds=seconds, seed=seed, nonfinite=nonfinite,
                    stragglers=stragglers, eval_every=eval_every, shards=shards,
-                   out=None if out is None else str(out), keep_params=keep_params)
+                   out=out, keep_params=keep_params, events=events)
 
 
 # --------------------------------------------------------------------------- pieces
@@ -149,6 +158,31 @@ def resolve_workload(workload, options, *, need_lr=True, need_batch=True):
         raise InvalidArgument("workload_options only apply when workload is given by name")
     from hogkit.workloads.base import check_workload
     return check_workload(workload, need_lr=need_lr, need_batch=need_batch)
+
+
+def check_out(out):
+    """``out`` as a str, checked without creating anything: an existing folder, or a
+    path whose nearest existing parent is a folder this process may write in."""
+    import os
+    import tempfile
+    if out is None:
+        return None
+    if not isinstance(out, (str, os.PathLike)):
+        raise InvalidType(f"out={out!r} must be a folder path (str or os.PathLike) or None")
+    path = os.path.abspath(os.fspath(out))
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise InvalidArgument(f"out={out!r} exists and is not a folder; give a folder for "
+                              f"the results")
+    parent = path
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    try:                         # a probe, removed at once (root passes os.access)
+        os.rmdir(tempfile.mkdtemp(prefix=".hogkit-probe-", dir=parent))
+    except OSError as e:
+        raise InvalidArgument(f"out={out!r}: cannot create the results folder there "
+                              f"({parent!r}: {e.strerror or e}); give a folder you can "
+                              f"write to") from None
+    return os.fspath(out)
 
 
 def _check_knob(name, obj, methods, where):

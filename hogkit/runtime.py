@@ -35,7 +35,7 @@ from hogkit.clocks import DONE, FAILED, RUNNING, Clocks
 from hogkit.errors import Interrupted, InvalidArgument, WorkerFailed
 from hogkit.kernels import step as _ks
 from hogkit.mainguard import check_main_guard
-from hogkit.plan import eval_interval, make_plan
+from hogkit.plan import EVENTS_FILE_PER_S, eval_interval, make_plan
 from hogkit.reader import StalenessLog
 from hogkit.report import EventLog, environment, write_outputs
 from hogkit.run import Run
@@ -246,7 +246,8 @@ def _per_worker(clocks, log, control, workers):
 def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, batch=None,
           steps=None, seconds=None, seed=0, nonfinite="raise", stragglers=None,
           eval_every="auto", out=None, progress=None, wait_timeout=60.0, grace=2.0,
-          workload_options=None, keep_params=True, shards=1, engine="auto") -> Run:
+          workload_options=None, keep_params=True, shards=1, engine="auto",
+          events="sampled") -> Run:
     """Train ``workload`` with ``workers`` processes sharing one parameter store.
 
     Parameters
@@ -270,6 +271,11 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
         (every 0.5 s), or None (only at the start and the end).
     out : folder for ``summary.json``, ``events.jsonl``, ``loss.csv``, plots and
         ``checkpoint.npz``; None writes nothing.
+    events : what ``events.jsonl`` keeps of the per-update staleness events:
+        ``"sampled"`` (default: at most 400 a second of run time, evenly spread, so a
+        long run's file stays small), ``"all"`` (every event the workers' rings hold:
+        tens of MB a minute), ``"none"``. The histograms and the summary count every
+        update whatever this says; ``summary["events"]`` says what the file holds.
     progress : show a tqdm bar (None: only when stderr is a terminal).
     shards : per-shard staleness (docs/algorithms.md §1). With S > 1, each parameter's rows
         are cut into S contiguous ranges and clocks count updates per shard; the gap
@@ -295,7 +301,7 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
                      batch=batch, steps=steps, seconds=seconds, seed=seed,
                      nonfinite=nonfinite, stragglers=stragglers, eval_every=eval_every,
                      shards=shards, out=out, workload_options=workload_options,
-                     keep_params=keep_params)
+                     keep_params=keep_params, events=events)
     check_workload(plan.workload, need_lr=False, need_batch=False, spawn=True)
     engine = choose_engine(engine, plan.workload, rule=plan.rule, density=plan.density,
                            batch=plan.batch, shards=plan.shards, policy=plan.policy,
@@ -315,6 +321,7 @@ class _Live:
         self.curve = []
         self.dropped = 0
         self.events = None
+        self.sampler = _EventSampler(getattr(plan, "events", "sampled"))
 
     def run(self, progress) -> Run:
         p = self.plan
@@ -444,8 +451,11 @@ class _Live:
 
     def _drain(self, cursors):
         if self.events is not None:
-            cursors, n_lost = _drain(self.log, cursors, self.events)
-            self.dropped += n_lost
+            new, cursors, lost = self.log.drain(cursors)
+            self.dropped += lost
+            kept = self.sampler.keep(new)
+            if kept:
+                self.events.write([{"type": "update", **e} for e in kept])
         return cursors
 
     def _collect(self, initial_loss, wall) -> Run:
@@ -473,6 +483,8 @@ class _Live:
         if p.out is not None:
             self._event({"type": "end", "t": round(wall, 4), "updates": run.updates,
                          "final_loss": final_loss})
+            self.events.close()           # flushed, so the size below is the file's
+            run.extra["events"] = self.sampler.summary(os.path.join(p.out, "events.jsonl"))
             write_outputs(run, p.out)
             self.pstore.save(os.path.join(p.out, "checkpoint.npz"),
                              meta={"consistency": "quiesced", "updates": run.updates,
@@ -506,12 +518,41 @@ def choose_engine(engine, wl, *, rule, density, batch, shards=1, policy=None,
     return "python"
 
 
-def _drain(log, cursors, events):
-    """Move new staleness events from the shared rings into events.jsonl."""
-    new, cursors, lost = log.drain(cursors)
-    if new:
-        events.write([{"type": "update", **e} for e in new])
-    return cursors, lost
+class _EventSampler:
+    """Which drained update events go to ``events.jsonl`` (``plan.events``): all, none,
+    or a budget of :data:`~hogkit.plan.EVENTS_FILE_PER_S` a second since the first
+    drain, spent evenly over each batch (every k-th event)."""
+
+    def __init__(self, mode):
+        self.mode = mode
+        self.seen = self.written = 0
+        self.t0 = None
+
+    def keep(self, new):
+        n = len(new)
+        self.seen += n
+        if not n or self.mode == "none":
+            return []
+        if self.mode == "all":
+            self.written += n
+            return new
+        now = time.monotonic()
+        if self.t0 is None:
+            self.t0 = now
+        room = int(EVENTS_FILE_PER_S * (now - self.t0 + 1.0)) - self.written
+        if room <= 0:
+            return []
+        if n > room:
+            new = new[::math.ceil(n / room)]
+        self.written += len(new)
+        return new
+
+    def summary(self, path):
+        out = {"mode": self.mode, "updates_drained": self.seen,
+               "updates_in_file": self.written}
+        if path is not None and os.path.exists(path):
+            out["file_bytes"] = os.path.getsize(path)
+        return out
 
 
 def _progress_bar(progress, steps, seconds):

@@ -47,7 +47,7 @@ from hogkit.errors import InvalidArgument, InvalidType, Stopped
 from hogkit.kernels import step as _ks
 from hogkit.reader import Reader, StalenessLog
 from hogkit.runtime import _Live
-from hogkit.validation import check_float, check_int
+from hogkit.validation import check_choice, check_float, check_int
 
 __all__ = ["spawn", "Worker", "current_worker"]
 
@@ -129,6 +129,7 @@ class SpawnPlan:
     seed: int
     keep_params: bool
     threads: int
+    events: str = "sampled"            # what events.jsonl keeps (hogkit.plan.EVENTS)
     steps: Optional[int] = None        # the loop is the user's: no step budget
     shards: int = 1
     fn_name: str = ""
@@ -206,7 +207,7 @@ def _run(spec: SpawnSpec) -> None:
 
 def spawn(fn, model, *, nprocs=2, args=(), policy=None, seconds=None, eval_fn=None,
           eval_every="auto", out=None, progress=None, seed=0, threads=1,
-          wait_timeout=60.0, grace=2.0, keep_params=True):
+          wait_timeout=60.0, grace=2.0, keep_params=True, events="sampled"):
     """Run ``fn(worker, model, *args)`` in ``nprocs`` processes that share ``model``'s
     parameters; returns a :class:`~hogkit.run.Run` (see the module docstring).
 
@@ -227,8 +228,9 @@ def spawn(fn, model, *, nprocs=2, args=(), policy=None, seconds=None, eval_fn=No
         parameters, evaluated in the parent every ``eval_every`` seconds ("auto":
         0.5 s; None: start and end only) for the loss curve.
     out : folder for ``summary.json``, ``events.jsonl``, ``loss.csv``, plots and
-        ``checkpoint.npz`` (None writes nothing). ``progress``: a tqdm bar over
-        ``seconds`` (None: only on a terminal).
+        ``checkpoint.npz`` (None writes nothing); ``events``: what ``events.jsonl``
+        keeps of the updates ("sampled", "all", "none", as in :func:`hogkit.train`).
+        ``progress``: a tqdm bar over ``seconds`` (None: only on a terminal).
     threads : torch threads per worker. ``wait_timeout``: seconds a policy wait, the
         start barrier or a silent worker may take before the run fails. ``grace``:
         seconds between the shutdown's stop flag, SIGTERM and SIGKILL.
@@ -237,7 +239,7 @@ def spawn(fn, model, *, nprocs=2, args=(), policy=None, seconds=None, eval_fn=No
     Interrupted; in every case the workers are stopped and no segment is left.
     """
     from hogkit.mainguard import check_main_guard
-    from hogkit.plan import _check_knob
+    from hogkit.plan import EVENTS, _check_knob, check_out
     from hogkit.policy import Async, LocalSGD
     check_main_guard("hogkit.spawn()")
     if not callable(fn):
@@ -266,11 +268,13 @@ def spawn(fn, model, *, nprocs=2, args=(), policy=None, seconds=None, eval_fn=No
                                exclude_min=True)
     grace = check_float("grace", grace, min_value=0.0)
     seed = check_int("seed", seed, min_value=0)
+    check_choice("events", events, EVENTS)
     for what, obj in (("fn", fn), ("args", args), ("policy", policy)):
         _check_pickles(what, obj)
     plan = SpawnPlan(workers=nprocs, policy=policy, seconds=seconds,
-                     eval_every=eval_every, out=None if out is None else str(out),
+                     eval_every=eval_every, out=check_out(out),
                      seed=seed, keep_params=bool(keep_params), threads=threads,
+                     events=events,
                      fn_name=getattr(fn, "__qualname__", repr(fn)),
                      model_name=type(model).__qualname__)
     return _SpawnRun(plan, fn, args, model, eval_fn, wait_timeout=wait_timeout,

@@ -103,3 +103,21 @@ def test_sim_is_deterministic_through_the_cli(tmp_path):
             s.pop(k, None)
         s["config"].pop("environment", None)
     assert sa == sb
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["run", "--out", "/proc/nope/results", "--steps", "100"], "cannot create"),
+    (["sim", "--out", "/proc/nope", "--steps", "100"], "cannot create"),
+    (["run", "--workload", "rnn", "-o", "activation=gelu", "--steps", "100"], "activation"),
+    (["run", "--workload", "rnn", "-o", "nonsense", "--steps", "100"], "KEY=VALUE"),
+    (["run", "--policy", "ssp:-1", "--steps", "100"], "s=-1"),
+])
+def test_usage_errors_exit_2_with_one_line_and_create_nothing(tmp_path, argv, words,
+                                                             capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    from hogkit.cli import main
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0], err
+    assert "results in" not in err[0]
+    assert list(tmp_path.iterdir()) == []

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.process
 
 def test_two_workers_converge_and_measure_staleness(tmp_path):
     run = train("mf", workers=2, steps=6000, seed=1, workload_options=HOT, out=tmp_path,
-                progress=False)
+                progress=False, events="all")
     assert run.updates == 6000
     assert [w["iterations"] for w in run.per_worker] == [3000, 3000]
     assert run.final_loss < 0.5 * run.initial_loss
@@ -52,6 +52,31 @@ def test_two_workers_converge_and_measure_staleness(tmp_path):
     assert meta["consistency"] == "quiesced" and meta["updates"] == run.updates
     for name, value in arrays.items():
         np.testing.assert_array_equal(value, run.params[name])
+
+
+def test_the_default_event_file_is_bounded_and_says_what_it_holds(tmp_path):
+    """A few seconds of millions of updates: events.jsonl keeps at most 400 update
+    events a second (plus one per drain's first second), the histograms count every
+    update, and the summary says what the file holds."""
+    from hogkit.plan import EVENTS_FILE_PER_S
+    run = train("mf", workers=2, seconds=3.0, workload_options=HOT, out=tmp_path / "s",
+                progress=False)
+    ev = run.summary()["events"]
+    lines = (tmp_path / "s" / "events.jsonl").read_text().splitlines()
+    updates = [ln for ln in lines if '"type":"update"' in ln]
+    assert ev["mode"] == "sampled" and ev["updates_in_file"] == len(updates)
+    assert len(updates) <= EVENTS_FILE_PER_S * (run.wall_s + 2.0)
+    assert ev["updates_drained"] > len(updates)
+    assert run.staleness["update_gap"]["count"] == run.updates
+    assert ev["file_bytes"] == (tmp_path / "s" / "events.jsonl").stat().st_size < 1_000_000
+    none = train("mf", workers=2, steps=2000, workload_options=HOT, out=tmp_path / "n",
+                 progress=False, events="none")
+    kinds = {json.loads(ln)["type"] for ln in
+             (tmp_path / "n" / "events.jsonl").read_text().splitlines()}
+    assert "update" not in kinds and {"start", "end"} <= kinds
+    assert none.summary()["events"]["updates_in_file"] == 0
+    with pytest.raises(InvalidArgument, match="events"):
+        train("mf", workers=2, steps=100, events="some")
 
 
 def test_one_worker_has_zero_staleness():
