@@ -267,8 +267,12 @@ def _default_out():
 
 
 def _fmt_stats(s):
-    return (f"mean {s['mean']:.2f}  p50 {s['p50']}  p99 {s['p99']}  max {s['max']}  "
-            f"(n={s['count']})")
+    """A staleness part in one line; a percentile that is only a lower bound (it fell
+    into the histogram's overflow bin) is shown with ">=" (never as if exact)."""
+    low = set(s.get("lower_bounds", ()))
+    ps = "  ".join(f"{k} {'>=' if k in low else ''}{s[k]}" for k in ("p50", "p99", "p999")
+                   if k in s)
+    return f"mean {s['mean']:.2f}  {ps}  max {s['max']}  (n={s['count']})"
 
 
 def print_summary(summary, out=None):

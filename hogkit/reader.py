@@ -12,8 +12,10 @@ Two measures per update (docs/algorithms.md §1):
   of ``hogkit.kernels.clock.clock_lag``, which the policies and the simulator use too).
 
 :class:`StalenessLog` keeps both in shared memory so the parent can read them live:
-per-worker histograms (exact counts for values ``0 .. bins-2``, the last bin counts every
-value ``>= bins-1``), exact per-worker count/sum/max (so mean and max are always exact),
+per-worker histograms (log-linear bins, ``hogkit.kernels.staleness.bucket``: exact
+below 128, then 64 bins per power of two up to 2**40, so every percentile is within 1 %
+of the exact value; the last bin counts every larger value), exact per-worker
+count/sum/max (so mean and max are always exact),
 and a per-worker ring of recent events (every event, or every ``stride``-th one: the
 compiled step core samples the ring so that millions of updates a second keep exact
 histograms and a bounded event stream). Every row has one writer (its worker).
@@ -57,12 +59,13 @@ class StalenessLog:
     """
 
     @staticmethod
-    def specs(workers, ring=4096, bins=1024) -> dict:
+    def specs(workers, ring=4096, bins=_ks.HIST_BINS) -> dict:
         """``{name: (shape, dtype)}`` for ``ParamStore.create`` (zero-filled)."""
         W = check_int("workers", workers, min_value=1, fix="use workers=1 or more")
         R = check_int("ring", ring, min_value=1, fix="keep at least one event per worker")
         B = check_int("bins", bins, min_value=2,
-                      fix="bins=2 keeps only 0 and an overflow bin; 1024 is the default")
+                      fix=f"bins=2 keeps only 0 and an overflow bin; {_ks.HIST_BINS} (the "
+                          f"default) reaches 2**40")
         return {
             "log_gap_hist": ((W, B), _I64),
             "log_lag_hist": ((W, B), _I64),
@@ -132,11 +135,13 @@ class StalenessLog:
     def summary(self, rank=None) -> dict:
         """``{"gap": {...}, "lag": {...}}`` over all workers, or one ``rank``.
 
-        Each part: ``count``, ``mean``, ``max`` (always exact), ``p50``, ``p99``
-        (nearest-rank percentiles from the histogram: exact unless they fall into the
-        overflow bin, where they read ``bins-1``, a lower bound), ``overflow`` (how many
-        values were ``>= bins-1``) and ``histogram`` ``{value: count}`` of non-empty bins
-        (key ``bins-1`` means ">= bins-1"). With no events: count 0 and zeros elsewhere.
+        Each part: ``count``, ``mean``, ``max`` (always exact), ``p50``, ``p99``,
+        ``p999`` (nearest-rank percentiles from the histogram: exact below 128, else the
+        middle of the value's bin, within 1 % of the exact value; a percentile that falls
+        into the overflow bin reads the bin's lower bound and is named in
+        ``lower_bounds``), ``overflow`` (how many values were in the overflow bin) and
+        ``histogram`` ``{bin's lowest value: count}`` of non-empty bins. With no events:
+        count 0 and zeros elsewhere.
         """
         if rank is not None:
             rank = check_int("rank", rank, min_value=0, max_value=self.workers - 1)
@@ -150,13 +155,15 @@ class StalenessLog:
         total = int(self.stats[rows, isum].sum())
         mx = int(self.stats[rows, imax].max())
         n = int(h.sum())
-        return {"count": count,
-                "mean": total / count if count else 0.0,
-                "p50": _percentile(h, n, 0.50),
-                "p99": _percentile(h, n, 0.99),
-                "max": mx,
-                "overflow": int(h[-1]),
-                "histogram": {int(v): int(h[v]) for v in np.flatnonzero(h)}}
+        out = {"count": count, "mean": total / count if count else 0.0}
+        low = []
+        for name, q in (("p50", 0.50), ("p99", 0.99), ("p999", 0.999)):
+            out[name], bound = _percentile(h, n, q, mx)
+            if bound:
+                low.append(name)
+        out.update({"max": mx, "overflow": int(h[-1]), "lower_bounds": low,
+                    "histogram": {_ks.bin_low(int(i)): int(h[i]) for i in np.flatnonzero(h)}})
+        return out
 
     def drain(self, cursors=None):
         """Events written since ``cursors``: returns ``(events, cursors, dropped)``.
@@ -205,12 +212,20 @@ class StalenessLog:
                 f"bins={self.bins}, events={self.count.tolist()})")
 
 
-def _percentile(h, n, q):
-    """Nearest-rank percentile: smallest value v with #(values <= v) >= ceil(q n)."""
+def _percentile(h, n, q, mx):
+    """``(value, lower_bound)``: the nearest-rank percentile (smallest v with
+    #(values <= v) >= ceil(q n)) read from the log-linear histogram ``h``: exact in the
+    one-value bins, else the middle of the bin (never above the exact max ``mx``), and
+    the overflow bin's lower bound with ``lower_bound=True``."""
     if n == 0:
-        return 0
+        return 0, False
     k = max(1, math.ceil(q * n))
-    return int(np.searchsorted(np.cumsum(h), k))
+    b = int(np.searchsorted(np.cumsum(h), k))
+    if b == len(h) - 1 and (b >= _ks.EXACT or mx > b):
+        return _ks.bin_low(b), True
+    if b < _ks.EXACT:
+        return b, False
+    return min(_ks.bin_low(b) + (_ks.bin_width(b) - 1) // 2, mx), False
 
 
 class Reader:

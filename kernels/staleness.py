@@ -2,8 +2,12 @@
 
 Layout (built by ``hogkit.reader.StalenessLog.specs``): per worker ``w``
 
-- ``gap_hist[w]`` / ``lag_hist[w]`` (B bins): exact counts for values 0..B-2, the last
-  bin counts every value >= B-1;
+- ``gap_hist[w]`` / ``lag_hist[w]`` (B bins, log-linear in the HdrHistogram manner,
+  :func:`bucket`): one bin per value below ``EXACT`` = 128, then ``SUB`` = 64 bins per
+  power of two, so a bin spans at most 1/64 of its lower bound and its midpoint is
+  within 0.8 % of any value in it; the last bin counts every value from its lower
+  bound up (the overflow bin). The default ``HIST_BINS`` = 2241 bins reach 2**40
+  exactly-bucketed, the overflow bin holds values >= 2**40;
 - ``stats[w]`` (``STATS`` = 8 int64, one cache line): gap sum, gap max, lag sum, lag max,
   count of events, ring cursor (events written to the ring);
 - ``ring[w]`` (R, 5): the last ring events ``(rank, step, gap, lag, t_ns)``.
@@ -20,14 +24,47 @@ STATS = 8
 GAP_SUM, GAP_MAX, LAG_SUM, LAG_MAX, COUNT, CURSOR = 0, 1, 2, 3, 4, 5
 EVENT_WIDTH = 5
 
+#: values below EXACT have a bin each; above, SUB bins per power of two
+EXACT, SUB = 128, 64
+#: bins of the default histogram: exact to 127, log-linear to 2**40, one overflow bin
+HIST_BINS = EXACT + (40 - 7) * SUB + 1
+
+
+@njit(cache=True, nogil=True, inline="always")
+def bucket(v, top):
+    """The bin of value ``v >= 0`` in a histogram whose last bin is ``top``."""
+    if v < EXACT:
+        i = v
+    else:
+        e = 7                                  # 2**e <= v < 2**(e+1)
+        x = v >> 8
+        while x:
+            x >>= 1
+            e += 1
+        i = EXACT + (e - 7) * SUB + ((v >> (e - 6)) - SUB)
+    return i if i < top else top
+
+
+def bin_low(i):
+    """The smallest value bin ``i`` holds (the inverse of :func:`bucket`)."""
+    if i < EXACT:
+        return i
+    e, j = 7 + (i - EXACT) // SUB, (i - EXACT) % SUB
+    return (SUB + j) << (e - 6)
+
+
+def bin_width(i):
+    """How many values bin ``i`` holds (the last, overflow, bin: from its low up)."""
+    return 1 if i < EXACT else 1 << (7 + (i - EXACT) // SUB - 6)
+
 
 @njit(cache=True, nogil=True, inline="always")
 def record_stats(gap_hist, lag_hist, stats, rank, gap, lag):
     """Histograms and exact sums/max/count of one event; returns the events counted
     before this one (the event's index)."""
     top = gap_hist.shape[1] - 1
-    gap_hist[rank, gap if gap < top else top] += 1
-    lag_hist[rank, lag if lag < top else top] += 1
+    gap_hist[rank, bucket(gap, top)] += 1
+    lag_hist[rank, bucket(lag, top)] += 1
     stats[rank, GAP_SUM] += gap
     if gap > stats[rank, GAP_MAX]:
         stats[rank, GAP_MAX] = gap

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import multiprocessing as mp
 
 import numpy as np
@@ -10,6 +11,7 @@ from hypothesis import given, strategies as st
 
 from hogkit.clocks import Clocks
 from hogkit.errors import InvalidArgument, InvalidType
+from hogkit.kernels import staleness as _kstat
 from hogkit.reader import EVENT_FIELDS, Reader, StalenessLog
 from hogkit.store import ParamStore
 from helpers import store_procs
@@ -162,8 +164,8 @@ def test_summary_is_exact_with_overflow_bins():
 def test_empty_summary():
     with _store(2) as s:
         sm = StalenessLog(s.views()).summary()
-        assert sm["gap"] == {"count": 0, "mean": 0.0, "p50": 0, "p99": 0, "max": 0,
-                             "overflow": 0, "histogram": {}}
+        assert sm["gap"] == {"count": 0, "mean": 0.0, "p50": 0, "p99": 0, "p999": 0,
+                             "max": 0, "overflow": 0, "lower_bounds": [], "histogram": {}}
 
 
 def test_drain_returns_new_events_in_time_order():
@@ -302,3 +304,46 @@ def test_two_real_workers_fill_the_shared_log():
         for r in range(2):
             assert [e["step"] for e in ev if e["rank"] == r] == list(range(steps))
         assert sum(e["gap"] for e in ev) == round(sm["gap"]["mean"] * 2 * steps)
+
+
+# --- percentiles at every scale (log-linear bins) ----------------------------------------
+
+def _exact(values, q):
+    v = np.sort(values)
+    return int(v[max(1, math.ceil(q * len(v))) - 1])
+
+
+@pytest.mark.parametrize("planted", ["uniform", "spike", "wide"])
+def test_percentiles_are_within_one_percent_at_every_scale(planted):
+    """Uniform to 10**6, a spike at 5,000 on a small background, and values spread over
+    2**0 .. 2**40: p50/p99/p999 within 1 % of the exact nearest-rank value, the histogram
+    merged across workers, nothing read as a lower bound."""
+    rng = np.random.default_rng(0)
+    n = 60_000
+    if planted == "uniform":
+        values = rng.integers(0, 10**6 + 1, n)
+    elif planted == "spike":
+        values = np.where(rng.random(n) < 0.995, 5_000, rng.integers(0, 100, n))
+    else:
+        values = (2.0 ** rng.uniform(0, 40, n)).astype(np.int64)
+    with _store(3, ring=16, bins=_kstat.HIST_BINS) as s:
+        log = StalenessLog(s.views())
+        for i, v in enumerate(values.tolist()):
+            log.record(i % 3, step=i, gap=v, lag=v, t_ns=0)
+        sm = log.summary()
+    for part in ("gap", "lag"):
+        g = sm[part]
+        assert g["count"] == n and g["max"] == int(values.max()) and g["lower_bounds"] == []
+        for name, q in (("p50", 0.50), ("p99", 0.99), ("p999", 0.999)):
+            exact = _exact(values, q)
+            assert abs(g[name] - exact) <= 0.01 * exact, (name, g[name], exact)
+
+
+def test_a_value_past_the_range_is_a_named_lower_bound():
+    with _store(1, ring=16, bins=_kstat.HIST_BINS) as s:
+        log = StalenessLog(s.views())
+        for i in range(10):
+            log.record(0, step=i, gap=2**41, lag=0, t_ns=0)
+        g = log.summary()["gap"]
+    assert g["p50"] == 2**40 and "p50" in g["lower_bounds"] and g["overflow"] == 10
+    assert g["max"] == 2**41

@@ -61,8 +61,8 @@ def test_summary_has_the_live_keys_plus_virtual_time(tmp_path):
                 "nonfinite_skipped", "samples"):
         assert key in s, key
     for part in ("update_gap", "clock_lag"):
-        assert set(s["staleness"][part]) == {"count", "mean", "p50", "p99", "max",
-                                             "overflow", "histogram"}
+        assert set(s["staleness"][part]) == {"count", "mean", "p50", "p99", "p999", "max",
+                                             "overflow", "lower_bounds", "histogram"}
     assert s["updates"] == 60 and s["staleness"]["update_gap"]["count"] == 60
     assert s["virtual_time_s"] == pytest.approx(s["loss_curve"][-1]["t"])
     ts = [p["t"] for p in s["loss_curve"]]
