@@ -134,10 +134,11 @@ class Optimizer(torch.optim.Optimizer):
         scheduler's new ``lr`` only swaps the rules' hyper-parameters."""
         rules = tuple(self._rule_for(g) for g in self.param_groups)
         if self._step is not None:
-            if all(a is b for a, b in zip(rules, self._rules_now)):
+            ptrs = tuple([p.data_ptr() for p in self._order])   # p.data rebound?
+            if ptrs == self._layout[1] and all(a is b for a, b in
+                                               zip(rules, self._rules_now)):
                 return self._step
             layout = tuple((type(r), r.slots) for r in rules)
-            ptrs = tuple(p.data_ptr() for p in self._order)
             if (layout, ptrs) == self._layout:
                 self._step.rule.members = [(r, n) for r, (_, n) in
                                            zip(rules, self._step.rule.members)]

@@ -377,10 +377,11 @@ def test_spawn_under_bsp_does_not_wait_for_a_worker_that_finished():
 
 @pytest.mark.process
 def test_spawn_seconds_ends_a_loop_that_never_ends():
-    t0 = time.monotonic()
+    """Only the budget can end this loop: that spawn returns at all is the test (the
+    loop's step() raised Stopped and the workers ended normally)."""
     run = hogkit.spawn(own.until_stopped, own.TinyNet(), nprocs=2, seconds=1.0)
     assert run.updates > 0
-    assert time.monotonic() - t0 < 60
+    assert all(w["iterations"] > 0 for w in run.per_worker)
 
 
 @pytest.mark.process
@@ -438,3 +439,14 @@ def test_spawn_sigint_of_the_parent_leaves_no_segment_or_process(tmp_path):
 def test_spawn_refuses_bad_input_before_spawning(call, error, words):
     with pytest.raises(error, match=words):
         call(own.TinyNet())
+
+
+def test_rebinding_a_parameters_data_is_followed():
+    w = torch.nn.Parameter(torch.zeros(3))
+    opt = hogkit.optim.SGD([w], lr=1.0)
+    w.grad = torch.ones(3)
+    opt.step()
+    w.data = torch.full((3,), 10.0)          # a new tensor: the optimizer must write it
+    w.grad = torch.ones(3)
+    opt.step()
+    assert w.detach().tolist() == [9.0, 9.0, 9.0]
