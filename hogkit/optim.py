@@ -39,7 +39,6 @@ import torch
 
 from hogkit import rules as _rules
 from hogkit.errors import InvalidArgument, InvalidType, NonFiniteGradient
-from hogkit.grads import Grad
 from hogkit.kernels import step as _ks
 from hogkit.kernels.step import RT_HELD as _RT_HELD
 from hogkit.kernels.step import RT_NONFINITE as _RT_NONFINITE
@@ -143,7 +142,7 @@ class Optimizer(torch.optim.Optimizer):
                 self._step.rule.members = [(r, n) for r, (_, n) in
                                            zip(rules, self._step.rule.members)]
                 if self._lane is not None:
-                    self._lane.set_rules(rules, self._step.rule)
+                    self._lane.set_rules(self._step.rule)
                 self._rules_now = rules
                 return self._step
         from hogkit.step import PythonStep
@@ -216,23 +215,13 @@ class Optimizer(torch.optim.Optimizer):
         return out
 
     def _grads(self):
-        grads = []
+        """Every parameter's ``.grad`` as a ``Grad`` (none for a missing grad, as
+        torch's optimizers skip it), with the read copy where the rule needs it."""
+        from hogkit.workloads.module import as_grad
         read = self._read
-        for g in self.param_groups:
-            for p in g["params"]:
-                if p.grad is None:
-                    continue
-                name = self._names[p]
-                r = read.get(name) if read is not None else None
-                gt = p.grad
-                if gt.is_sparse:
-                    gt = gt.coalesce()
-                    rows = gt.indices()[0].numpy()
-                    grads.append(Grad(name, np.ascontiguousarray(gt.values().numpy()),
-                                      rows=rows, read=None if r is None else r[rows]))
-                else:
-                    grads.append(Grad(name, _array(gt, name, what="gradient"), read=r))
-        return grads
+        return [as_grad(self._names[p], p.grad, None if read is None else
+                        read.get(self._names[p]))
+                for g in self.param_groups for p in g["params"] if p.grad is not None]
 
     def _snapshot(self):
         """The values the next gradient will be computed from (DC-ASGD, Gap-Aware)."""
@@ -264,21 +253,18 @@ def _fields(cls):
     return f
 
 
-def _array(t, name, what="parameter"):
-    """A C-contiguous CPU float32/float64 tensor's numpy view (no copy)."""
-    if t.dtype in _FLOATS and t.is_contiguous():
-        try:
-            return t.numpy()                  # the common case: a plain CPU tensor
-        except (RuntimeError, TypeError):
-            pass
-    if t.device.type != "cpu":
-        raise InvalidArgument(f"{what} {name} is on {t.device}; hogkit's optimizers run "
+def _array(p, name):
+    """A parameter's numpy view (no copy: the kernels write the tensor itself); CPU,
+    float32/float64 and contiguous, else a clear error."""
+    if p.device.type != "cpu":
+        raise InvalidArgument(f"parameter {name} is on {p.device}; hogkit's optimizers run "
                               f"on CPU tensors")
-    if t.dtype not in (torch.float32, torch.float64):
-        raise InvalidType(f"{what} {name} is {t.dtype}; use float32 or float64")
-    if not t.is_contiguous():
-        t = t.contiguous()
-    return t.detach().numpy()
+    if p.dtype not in _FLOATS:
+        raise InvalidType(f"parameter {name} is {p.dtype}; use float32 or float64")
+    if not p.is_contiguous():
+        raise InvalidArgument(f"parameter {name} is not contiguous, so an update in place "
+                              f"would miss it; use p.data = p.data.contiguous() first")
+    return p.detach().numpy()
 
 
 class _Lane:
@@ -308,7 +294,7 @@ class _Lane:
             return state[f"{s}/{n}"].reshape(-1) if s else empty
 
         self.rule_of = [None] * len(names)
-        self.set_rules(None, rule)
+        self.set_rules(rule)
         self.S1 = tuple(slot(i, n, 0) for i, n in enumerate(names))
         self.S2 = tuple(slot(i, n, 1) for i, n in enumerate(names))
         self.K = opt._K
@@ -317,7 +303,7 @@ class _Lane:
         self.slots = opt.worker.clocks.slots
         self.log = opt.worker.reader.log.arrays()
 
-    def set_rules(self, rules, groups):
+    def set_rules(self, groups):
         """Each parameter's rule kind and hyper-parameters (after a scheduler step)."""
         for r, names in groups.members:
             for n in names:

@@ -99,15 +99,16 @@ def make_plan(workload="mf", *, workers=2, policy=None, rule=None, density=None,
               batch=None, steps=None, seconds=None, seed=0, nonfinite="raise",
               stragglers=None, eval_every="auto", shards=1, out=None,
               workload_options=None, keep_params=True, time_unit="wall time",
-              max_workers=4096, events="sampled") -> RunPlan:
+              max_workers=4096, events="sampled", spawn=False) -> RunPlan:
     """Check and resolve the knobs ``train`` and ``simulate`` share (their docstrings
     describe them); nothing is built or spawned. ``time_unit`` names what ``seconds``
-    and ``eval_every`` count in messages."""
+    and ``eval_every`` count in messages; ``spawn``: the workload goes to worker
+    processes, so it must pickle."""
     from hogkit.policy import Async
     from hogkit.rules import SGD
 
     wl = resolve_workload(workload, workload_options, need_lr=rule is None,
-                          need_batch=batch is None)
+                          need_batch=batch is None, spawn=spawn)
     workers = check_int("workers", workers, min_value=1, max_value=max_workers,
                         fix="use workers=1 for a sequential baseline")
     steps, seconds = _check_budget(steps, seconds, workers, time_unit)
@@ -147,7 +148,7 @@ def make_plan(workload="mf", *, workers=2, policy=None, rule=None, density=None,
 
 # --------------------------------------------------------------------------- pieces
 
-def resolve_workload(workload, options, *, need_lr=True, need_batch=True):
+def resolve_workload(workload, options, *, need_lr=True, need_batch=True, spawn=False):
     """A workload object from a registry name (with ``options``) or an object that
     follows the Workload contract (checked: ``need_lr`` / ``need_batch`` when its
     default lr / batch will be used)."""
@@ -157,7 +158,7 @@ def resolve_workload(workload, options, *, need_lr=True, need_batch=True):
     if options:
         raise InvalidArgument("workload_options only apply when workload is given by name")
     from hogkit.workloads.base import check_workload
-    return check_workload(workload, need_lr=need_lr, need_batch=need_batch)
+    return check_workload(workload, need_lr=need_lr, need_batch=need_batch, spawn=spawn)
 
 
 def check_out(out):

@@ -41,7 +41,7 @@ from hogkit.report import EventLog, environment, write_outputs
 from hogkit.run import Run
 from hogkit.store import ParamStore, sweep_dead_segments
 from hogkit.validation import check_choice, check_float
-from hogkit.workloads.base import check_workload, metrics_of
+from hogkit.workloads.base import metrics_of
 from hogkit.worker_loop import WorkerSpec, runtime_specs, warm
 
 ENGINES = ("auto", "compiled", "python")
@@ -301,8 +301,7 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
                      batch=batch, steps=steps, seconds=seconds, seed=seed,
                      nonfinite=nonfinite, stragglers=stragglers, eval_every=eval_every,
                      shards=shards, out=out, workload_options=workload_options,
-                     keep_params=keep_params, events=events)
-    check_workload(plan.workload, need_lr=False, need_batch=False, spawn=True)
+                     keep_params=keep_params, events=events, spawn=True)
     engine = choose_engine(engine, plan.workload, rule=plan.rule, density=plan.density,
                            batch=plan.batch, shards=plan.shards, policy=plan.policy,
                            stragglers=plan.stragglers)

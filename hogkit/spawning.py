@@ -81,11 +81,9 @@ class Worker:
         """A private one-worker context (an optimizer used outside :func:`spawn`):
         staleness is always 0 and nothing waits."""
         from hogkit.policy import Async
-        views = {k: np.zeros(shape, dtype) for k, (shape, dtype) in
-                 {**Clocks.specs(1), **StalenessLog.specs(1, ring=4, bins=4)}.items()}
-        clocks = Clocks(views)
-        clocks.state[0] = RUNNING
-        w = cls(0, 1, clocks, StalenessLog(views), Async())
+        from hogkit.worker_loop import private_control
+        views, clocks, log = private_control()
+        w = cls(0, 1, clocks, log, Async(), rt=views["rt"][0])
         w.reader.read()
         return w
 
@@ -244,7 +242,7 @@ def spawn(fn, model, *, nprocs=2, args=(), policy=None, seconds=None, eval_fn=No
     check_main_guard("hogkit.spawn()")
     if not callable(fn):
         raise InvalidType(f"fn={fn!r} must be a function fn(worker, model, *args)")
-    _check_module(model)
+    template = _template(model)
     nprocs = check_int("nprocs", nprocs, min_value=1, max_value=4096)
     if not isinstance(args, tuple):
         raise InvalidType(f"args={args!r} must be a tuple of extra arguments for fn")
@@ -269,44 +267,42 @@ def spawn(fn, model, *, nprocs=2, args=(), policy=None, seconds=None, eval_fn=No
     grace = check_float("grace", grace, min_value=0.0)
     seed = check_int("seed", seed, min_value=0)
     check_choice("events", events, EVENTS)
+    from hogkit.mainguard import check_spawnable
     for what, obj in (("fn", fn), ("args", args), ("policy", policy)):
-        _check_pickles(what, obj)
+        check_spawnable(what, obj)
     plan = SpawnPlan(workers=nprocs, policy=policy, seconds=seconds,
                      eval_every=eval_every, out=check_out(out),
                      seed=seed, keep_params=bool(keep_params), threads=threads,
                      events=events,
                      fn_name=getattr(fn, "__qualname__", repr(fn)),
                      model_name=type(model).__qualname__)
-    return _SpawnRun(plan, fn, args, model, eval_fn, wait_timeout=wait_timeout,
+    return _SpawnRun(plan, fn, args, model, template, eval_fn, wait_timeout=wait_timeout,
                      grace=grace).run(progress)
 
 
-def _check_module(model):
-    from hogkit.store import module_arrays
-    module_arrays(model, "model", copy=False)      # a CPU float module with parameters
-    _check_pickles("model", model, weightless=True)
-
-
-def _check_pickles(what, obj, *, weightless=False):
+def _template(model):
+    """``(template, buffers)`` of a checked model: what the workers rebuild it from
+    (:func:`hogkit.workloads.module.weightless`), checked to pickle."""
     from hogkit.mainguard import check_spawnable
-    if weightless:
-        from hogkit.workloads.module import weightless as strip
-        obj = strip(obj)
-    check_spawnable(what, obj)
+    from hogkit.store import module_arrays
+    from hogkit.workloads.module import weightless
+    module_arrays(model, "model", copy=False)      # a CPU float module with parameters
+    template = weightless(model)
+    check_spawnable("model", template)
+    return template
 
 
 class _SpawnRun(_Live):
     """The supervised run of :func:`spawn`: :class:`hogkit.runtime._Live` with the
     model's parameters as the store and the user's function in the workers."""
 
-    def __init__(self, plan, fn, args, model, eval_fn, *, wait_timeout, grace):
+    def __init__(self, plan, fn, args, model, template, eval_fn, *, wait_timeout, grace):
         super().__init__(plan, "own loop", wait_timeout=wait_timeout, grace=grace)
         self.fn, self.args, self.model, self.eval_fn = fn, args, model, eval_fn
+        self.template, self.buffers = template
 
     def _share(self, stack):
         from hogkit.store import ParamStore
-        from hogkit.workloads.module import weightless
-        self.template, self.buffers = weightless(self.model)
         self.pstore = stack.enter_context(ParamStore.from_module(self.model, tag="params"))
         stack.callback(_release, self.model)         # runs before the store closes
         self.params, self.data = self.pstore.views(), {}

@@ -365,6 +365,18 @@ class _LocalPhase:
             self.base[k][...] = v
 
 
+def private_control():
+    """``(views, clocks, log)``: one RUNNING worker's control arrays in private memory
+    (a small log): for warming the kernels, and for an optimizer used outside
+    :func:`hogkit.spawn` (staleness always 0)."""
+    views = {k: np.zeros(shape, dtype) for k, (shape, dtype) in
+             {**Clocks.specs(1), **StalenessLog.specs(1, ring=4, bins=4),
+              **runtime_specs(1)}.items()}
+    clocks, log = Clocks(views), StalenessLog(views)
+    clocks.state[0] = RUNNING
+    return views, clocks, log
+
+
 def warm(workload, rule, density, params, data, seed, batch, engine="python") -> None:
     """Run the engine's step on private copies (parameters, rule and density state,
     clocks, log), so every kernel a worker calls is compiled: in the parent, before
@@ -378,11 +390,7 @@ def warm(workload, rule, density, params, data, seed, batch, engine="python") ->
     the Reader and clock kernels the loops call around the step.
     """
     from hogkit.step import CompiledStep, PythonStep
-    views = {k: np.zeros(shape, dtype) for k, (shape, dtype) in
-             {**Clocks.specs(1), **StalenessLog.specs(1, ring=4, bins=4),
-              **runtime_specs(1)}.items()}
-    clocks, log = Clocks(views), StalenessLog(views)
-    clocks.state[0] = RUNNING
+    views, clocks, log = private_control()
     if engine in ("compiled", "python"):     # ("reader": only the kernels around it)
         scratch = {k: v.copy() for k, v in params.items()}
         ctx = workload.setup(scratch, data, rank=0, seed=seed)

@@ -42,7 +42,8 @@ from hogkit.grads import Grad
 from hogkit.validation import check_float, check_int
 from hogkit.workloads.base import Workload, check_keys, check_param, check_seed
 
-__all__ = ["ModuleWorkload", "TorchWorkload", "as_tensor", "module_params", "weightless",
+__all__ = ["ModuleWorkload", "TorchWorkload", "as_grad", "as_tensor", "module_params",
+           "weightless",
            "rebuild"]
 
 _INT = (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.bool_)
@@ -157,8 +158,7 @@ class ModuleWorkload(Workload):
         cache = self.__dict__.get("_eval")
         if cache is None:
             cache = self.__dict__["_eval"] = self.make_module()
-        bind_module(cache, {k: params[k] for k in params}, where="params",
-                    tensor=lambda k: as_tensor(params[k]))
+        bind_module(cache, params, where="params", tensor=lambda k: as_tensor(params[k]))
         return cache, {k: as_tensor(v) for k, v in data.items()}
 
     def _mean_loss(self, module, tensors):
@@ -238,20 +238,27 @@ class ModuleWorkload(Workload):
 
 
 def _grad(ctx, name, p, read):
-    """``p``'s gradient as a ``Grad``: dense, sparse rows (``nn.Embedding(sparse=True)``)
-    or zeros for a parameter the loss did not use."""
-    g = p.grad
-    if g is None:
+    """``p``'s gradient as a ``Grad`` (:func:`as_grad`), zeros for a parameter the loss
+    did not use."""
+    if p.grad is None:
         z = ctx.zeros.get(name)
         if z is None:
             z = ctx.zeros[name] = np.zeros(tuple(p.shape), p.detach().numpy().dtype)
         return Grad(name, z, read=read)
+    return as_grad(name, p.grad, read)
+
+
+def as_grad(name, g, read=None):
+    """A torch gradient tensor as a ``Grad`` (no copy where torch allows): dense, or
+    sparse rows for a sparse tensor (``nn.Embedding(sparse=True)``), with ``read``
+    (the whole parameter as read) cut to those rows."""
     if g.is_sparse:
         g = g.coalesce()
         rows = g.indices()[0].numpy()
         return Grad(name, np.ascontiguousarray(g.values().numpy()), rows=rows,
                     read=None if read is None else read[rows])
-    return Grad(name, g.numpy(), read=read)
+    return Grad(name, g.numpy() if g.is_contiguous() else g.contiguous().numpy(),
+                read=read)
 
 
 # --- your own module -----------------------------------------------------------------

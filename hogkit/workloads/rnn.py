@@ -30,6 +30,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import torch
+from torch import nn
 
 from hogkit.validation import check_choice, check_float, check_int
 from hogkit.workloads.base import check_dtype, check_keys, check_seed
@@ -40,30 +42,26 @@ TEXTS = ("markov", "stdlib")
 _LN2 = math.log(2.0)
 
 
-def _char_rnn(vocab, hidden, embed, activation, dtype):
-    import torch
-    from torch import nn
+class CharRNN(nn.Module):
+    """Embedding, one Elman layer ``h_t = act(W_x e_t + W_h h_{t-1} + b)``, read-out."""
 
-    class CharRNN(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.embed = nn.Embedding(vocab, embed)
-            self.wx = nn.Linear(embed, hidden)
-            self.wh = nn.Linear(hidden, hidden, bias=False)
-            self.out = nn.Linear(hidden, vocab)
-            self.activation = activation
+    def __init__(self, vocab, hidden, embed, activation):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, embed)
+        self.wx = nn.Linear(embed, hidden)
+        self.wh = nn.Linear(hidden, hidden, bias=False)
+        self.out = nn.Linear(hidden, vocab)
+        self.activation = activation
 
-        def forward(self, x):
-            act = getattr(torch, self.activation)
-            e = self.wx(self.embed(x))                 # (B, T, H): inputs, projected once
-            h = e.new_zeros(e.shape[0], e.shape[2])
-            hs = []
-            for t in range(e.shape[1]):
-                h = act(e[:, t] + self.wh(h))
-                hs.append(h)
-            return self.out(torch.stack(hs, dim=1))    # (B, T, vocab) logits
-
-    return CharRNN().to(getattr(torch, dtype))
+    def forward(self, x):
+        act = getattr(torch, self.activation)
+        e = self.wx(self.embed(x))                 # (B, T, H): inputs, projected once
+        h = e.new_zeros(e.shape[0], e.shape[2])
+        hs = []
+        for t in range(e.shape[1]):
+            h = act(e[:, t] + self.wh(h))
+            hs.append(h)
+        return self.out(torch.stack(hs, dim=1))    # (B, T, vocab) logits
 
 
 class CharRNNWorkload(ModuleWorkload):
@@ -104,6 +102,7 @@ class CharRNNWorkload(ModuleWorkload):
                                   f"bptt+1={self.bptt + 1} characters to validate on; use "
                                   f"more chars or a shorter bptt")
         self._corpus = None
+        self._vocab = None
 
     # --- text ---------------------------------------------------------------------
     def corpus(self):
@@ -132,11 +131,13 @@ class CharRNNWorkload(ModuleWorkload):
 
     # --- the model ----------------------------------------------------------------
     def make_module(self):
-        vocab = self.__dict__.get("_vocab") or self.corpus()[2]
-        return _char_rnn(vocab, self.hidden, self.embed, self.activation, self.dtype)
+        # a worker reads the vocabulary size off the parameters (setup); the parent
+        # has the text
+        vocab = self._vocab if self._corpus is None and self._vocab else self.corpus()[2]
+        m = CharRNN(vocab, self.hidden, self.embed, self.activation)
+        return m.to(getattr(torch, self.dtype))
 
     def make_batch(self, tensors, idx):
-        import torch
         offsets = torch.arange(self.bptt + 1)
         return {"x": tensors["text"][idx.unsqueeze(1) + offsets]}
 
@@ -152,8 +153,7 @@ class CharRNNWorkload(ModuleWorkload):
     def build(self, seed):
         """``(params, {"text", "val"})``: the module's initial weights under ``seed``;
         the text does not depend on ``seed``."""
-        train, val, vocab, _ = self.corpus()
-        self._vocab = vocab
+        train, val, _, _ = self.corpus()
         params = module_params(self._seeded_module(seed))
         return params, {"text": train.astype(np.int64), "val": val.astype(np.int64)}
 
@@ -166,7 +166,6 @@ class CharRNNWorkload(ModuleWorkload):
 
     def extra_metrics(self, module, tensors):
         """Validation bits/char and perplexity, and the text's reference entropies."""
-        import torch
         val = tensors["val"]
         T = self.bptt
         starts = torch.arange(0, int(val.shape[0]) - T, T + 1)[:512]
