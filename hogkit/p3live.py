@@ -1,0 +1,496 @@
+"""P3 on real processes: a trainer and a parameter server joined by a throttled link.
+
+**Why.** The communication model (:mod:`hogkit.comm`) predicts how much a propagation
+schedule gains; this module checks the direction, and the size, against real processes
+on this machine. :func:`run_live` spawns two processes:
+
+- the **trainer** runs a torch model's forward and backward passes (one thread). As each
+  layer's gradient is complete (``register_post_accumulate_grad_hook``) its pieces
+  (the schedule's :meth:`~hogkit.propagation.Schedule.plan`) are queued on the
+  trainer's outgoing link; a forward pre-hook makes layer l wait until every piece of
+  layer l has come back from the previous iteration;
+- the **parameter server** applies each pushed piece (plain SGD) as it arrives and
+  queues the updated values on its own outgoing link.
+
+Each side's outgoing link is a :class:`PacedSender` on one end of a duplex pipe: one
+message at a time, each holding the link for ``bytes / bandwidth`` seconds before it is
+delivered whole (store and forward, as the model assumes), the next message picked by
+the schedule's key when the link frees (preemption at message boundaries). Deadlines
+are absolute, so a late wake-up does not slow a backlogged link down.
+
+The trainer measures its iterations per second, each layer's wait, and the loss;
+before the run it measures its own layer profile (:func:`hogkit.profiles.from_module`,
+``measure=True``) so that :func:`hogkit.comm.simulate_comm` can predict the same run
+(``predict=True``). At the end the server sends its parameters back and the trainer
+checks they equal its own (every piece went up and came back once).
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import signal
+import struct
+import threading
+import time
+from typing import Optional
+
+from hogkit.errors import HogkitError, InvalidArgument
+from hogkit.propagation import Schedule, parse_schedule
+from hogkit.validation import check_float, check_int
+
+__all__ = ["run_live", "demo_module", "PacedSender", "LinkClosed"]
+
+#: kind, layer, index, iteration, offset, size, last chunk of its message
+_HEADER = struct.Struct("<BIIIQQB")
+#: float32 values per chunk on a link (256 KiB)
+CHUNK = 1 << 16
+_INIT, _PUSH, _PULL, _STOP, _FINAL, _CPU = range(6)
+_WAIT_S = 60.0          # the longest a layer waits for its parameters before giving up
+
+
+class LinkClosed(HogkitError):
+    """The other end of the link went away (its process died or closed it)."""
+
+
+def demo_module(width: int = 2048, classes: int = 10):
+    """The demonstration model: small, compute-heavy convolutions at the input side and
+    one very wide fully connected layer at the output side (4096 → ``width``: 8.4 M
+    parameters at the default), the shape that makes P3 matter (a small VGG)."""
+    import torch.nn as nn
+    return nn.Sequential(
+        nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(),
+        nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(64, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(64 * 8 * 8, width), nn.ReLU(), nn.Linear(width, classes))
+
+
+class PacedSender:
+    """One outgoing link of ``bandwidth`` bytes/s over a ``multiprocessing``
+    connection: a thread sends queued messages one at a time in key order (smaller
+    first). A message is streamed in chunks of :data:`CHUNK` float32 values, each
+    handed to the connection when the link would have finished transmitting it, so a
+    message arrives whole ``4 × size / bandwidth`` seconds after it started, and the
+    copies on both ends overlap the transmission as a network card's would.
+
+    ``put(key, kind, layer, index, iteration, offset, size, source)``: ``source(lo,
+    hi, out)`` writes values ``[lo, hi)`` of the layer into the float32 array ``out``
+    (a view of the outgoing frame: one copy), called as the chunk goes out (the
+    caller's thread does not pay for it). ``close()`` stops the thread
+    after the queue drains.
+    """
+
+    def __init__(self, conn, bandwidth: float, name: str = "link"):
+        self._conn = conn
+        self._bw = bandwidth
+        self._cv = threading.Condition()
+        self._queue, self._seq, self._closing = [], 0, False
+        self.error: Optional[BaseException] = None
+        self.sent = 0
+        self.busy_s = 0.0
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+
+    def put(self, key, kind, layer, index, iteration, offset, size, source) -> None:
+        with self._cv:
+            self._seq += 1
+            heapq.heappush(self._queue, (key, self._seq, kind, layer, index, iteration,
+                                         offset, size, source))
+            self._cv.notify()
+
+    def _loop(self):
+        import numpy as np
+        t_free = time.perf_counter()
+        try:
+            while True:
+                with self._cv:
+                    while not self._queue and not self._closing:
+                        self._cv.wait()
+                    if not self._queue:
+                        return
+                    _, _, kind, layer, index, it, offset, size, source = \
+                        heapq.heappop(self._queue)
+                t = t_start = max(time.perf_counter(), t_free)
+                end = offset + size
+                for lo in range(offset, end, CHUNK):
+                    hi = min(end, lo + CHUNK)
+                    t += 4 * (hi - lo) / self._bw
+                    frame = bytearray(_HEADER.size + 4 * (hi - lo))
+                    _HEADER.pack_into(frame, 0, kind, layer, index, it, lo, hi - lo, hi == end)
+                    source(lo, hi, np.frombuffer(frame, np.float32, hi - lo, _HEADER.size))
+                    delay = t - time.perf_counter()
+                    if delay > 0:
+                        time.sleep(delay)
+                    self._conn.send_bytes(frame)
+                self.sent += 1
+                self.busy_s += t - t_start
+                t_free = t
+        except BaseException as e:  # noqa: BLE001 - reported by the owner
+            self.error = e
+
+    def close(self, timeout: float = _WAIT_S) -> None:
+        with self._cv:
+            self._closing = True
+            self._cv.notify()
+        self._thread.join(timeout)
+
+
+# --------------------------------------------------------------------------- server
+
+def _copier(values):
+    def source(lo, hi, out):
+        out[:] = values[lo:hi]
+    return source
+
+
+def _server(conn, cfg):
+    """The parameter server: SGD on every pushed piece, the new values sent back."""
+    import numpy as np
+    params = {}
+    link = PacedSender(conn, cfg["bandwidth"], "server-link")
+    schedule = cfg["schedule"]
+    pieces = cfg["pieces"]
+    lr = np.float32(cfg["lr"])
+    cpu0 = time.process_time()
+    try:
+        while True:
+            frame = conn.recv_bytes()
+            kind, layer, index, it, off, size, last = _HEADER.unpack_from(frame)
+            if kind == _INIT:
+                params[layer] = np.frombuffer(frame, np.float32, size, _HEADER.size).copy()
+            elif kind == _PUSH:                  # SGD chunk by chunk, as it arrives
+                w = params[layer][off:off + size]
+                w -= lr * np.frombuffer(frame, np.float32, size, _HEADER.size)
+                if last:
+                    m = pieces[layer][index]
+                    link.put(schedule.key(m, it, 0), _PULL, layer, index, it, m.offset,
+                             m.size, _copier(params[layer]))
+            elif kind == _STOP:
+                link.close()
+                for layer in sorted(params):
+                    conn.send_bytes(_HEADER.pack(_FINAL, layer, 0, 0, 0, params[layer].size,
+                                                 1) + params[layer].tobytes())
+                cpu = np.array([time.process_time() - cpu0], np.float64)
+                conn.send_bytes(_HEADER.pack(_CPU, 0, 0, 0, 0, 2, 1) + cpu.tobytes())
+                conn.send_bytes(_HEADER.pack(_STOP, 0, 0, 0, 0, 0, 1))
+                return
+            if link.error is not None:
+                raise link.error
+    except EOFError:
+        return                               # the trainer went away; it reports why
+
+
+# --------------------------------------------------------------------------- trainer
+
+class _Trainer:
+    """The trainer's side: flat parameter buffers per layer, the hooks, the receiver."""
+
+    def __init__(self, conn, cfg):
+        import torch
+        from hogkit.profiles import _param_layers
+        self.torch = torch
+        self.conn, self.cfg = conn, cfg
+        self.schedule: Schedule = cfg["schedule"]
+        torch.manual_seed(cfg["seed"])
+        self.model = demo_module(cfg["width"])
+        g = torch.Generator().manual_seed(cfg["seed"] + 1)
+        b = cfg["batch"]
+        self.xs = [torch.randn(b, 3, 32, 32, generator=g) for _ in range(4)]
+        self.ys = [torch.randint(0, 10, (b,), generator=g) for _ in range(4)]
+        owners = dict(_param_layers(self.model))
+        order = self._forward_order(owners)
+        self.layers = [owners[n] for n in order]
+        self.names = order
+        # one flat float32 buffer per layer; the parameters become views of it
+        self.flat = []
+        for m in self.layers:
+            ps = list(m.parameters(recurse=False))
+            flat = torch.cat([p.detach().reshape(-1) for p in ps]).contiguous()
+            off = 0
+            for p in ps:
+                p.data = flat[off:off + p.numel()].view_as(p)
+                off += p.numel()
+            self.flat.append(flat)
+        self.sizes = [f.numel() for f in self.flat]
+        self.pieces = self.schedule.plan(self.sizes, 1)
+        self.cv = threading.Condition()
+        self.ver = [-1] * len(self.layers)
+        self.got = [0] * len(self.layers)
+        self.finals = {}
+        self.stopped = False
+        self.error: Optional[BaseException] = None
+        self.it = 0
+        self.wait_s = [0.0] * len(self.layers)
+        self.counting = False
+        self.server_cpu_s = float("nan")
+
+    def _forward_order(self, owners):
+        order, handles = [], []
+        for name, m in owners.items():
+            handles.append(m.register_forward_pre_hook(
+                lambda mod, inp, name=name: order.append(name) if name not in order else None))
+        with self.torch.no_grad():
+            self.model(self.xs[0])
+        for h in handles:
+            h.remove()
+        return order
+
+    # ---- receiver thread
+    def receive(self):
+        import numpy as np
+        try:
+            while True:
+                frame = self.conn.recv_bytes()
+                kind, layer, index, it, off, size, last = _HEADER.unpack_from(frame)
+                body = np.frombuffer(frame, np.float32, size, _HEADER.size)
+                if kind == _PULL:
+                    self.flat[layer].numpy()[off:off + size] = body
+                    if not last:
+                        continue
+                    with self.cv:
+                        self.got[layer] += 1
+                        if self.got[layer] == len(self.pieces[layer]):
+                            self.got[layer] = 0
+                            self.ver[layer] = it
+                            self.cv.notify_all()
+                elif kind == _FINAL:
+                    self.finals[layer] = body.copy()
+                elif kind == _CPU:
+                    self.server_cpu_s = float(np.frombuffer(body.tobytes(), np.float64)[0])
+                elif kind == _STOP:
+                    with self.cv:
+                        self.stopped = True
+                        self.cv.notify_all()
+                    return
+        except BaseException as e:  # noqa: BLE001
+            with self.cv:
+                self.error = e if not isinstance(e, EOFError) else LinkClosed(
+                    "the parameter server closed the link (it died or was killed)")
+                self.cv.notify_all()
+
+    def wait_for(self, layer, it):
+        """Block until layer ``layer`` is back from iteration ``it``; returns the wait."""
+        t0 = time.perf_counter()
+        with self.cv:
+            while self.ver[layer] < it and self.error is None:
+                if not self.cv.wait(timeout=_WAIT_S) and self.ver[layer] < it:
+                    raise HogkitError(f"layer {layer} ({self.names[layer]}) waited "
+                                      f"{_WAIT_S:.0f} s for its parameters from iteration "
+                                      f"{it}; the parameter server is not answering")
+            if self.error is not None:
+                raise self.error
+        return time.perf_counter() - t0
+
+    def run(self):
+        import numpy as np
+        torch = self.torch
+        cfg = self.cfg
+        profile = None
+        if cfg["profile"]:
+            from hogkit.profiles import from_module
+            profile = from_module(self.model, self.xs[0], measure=True, repeats=5,
+                                  loss_fn=lambda out: torch.nn.functional.cross_entropy(
+                                      out, self.ys[0]), name="p3-demo")
+            names = [ly.name for ly in profile.layers]
+            if names != self.names:                      # pragma: no cover - defensive
+                raise HogkitError(f"profile order {names} != run order {self.names}")
+        for layer, flat in enumerate(self.flat):
+            self.conn.send_bytes(_HEADER.pack(_INIT, layer, 0, 0, 0, flat.numel(), 1)
+                                 + flat.numpy().tobytes())
+        link = PacedSender(self.conn, cfg["bandwidth"], "trainer-link")
+        rx = threading.Thread(target=self.receive, name="trainer-rx", daemon=True)
+        rx.start()
+        handles = []
+        params = [list(m.parameters(recurse=False)) for m in self.layers]
+        left = [0] * len(self.layers)
+
+        def pre(layer):
+            def fn(mod, inp):
+                if self.it > 0:
+                    w = self.wait_for(layer, self.it - 1)
+                    if self.counting:
+                        self.wait_s[layer] += w
+            return fn
+
+        def gather(grads):
+            flat = [g.reshape(-1).numpy() for g in grads]
+
+            def source(lo, hi, out):             # values [lo, hi) of the layer's gradient
+                pos = 0
+                for g in flat:
+                    a, b = max(lo, pos), min(hi, pos + g.size)
+                    if a < b:
+                        out[a - lo:b - lo] = g[a - pos:b - pos]
+                    pos += g.size
+            return source
+
+        def grad_done(layer):
+            def fn(p):
+                left[layer] -= 1
+                if left[layer]:
+                    return
+                source = gather([q.grad for q in params[layer]])
+                for m in self.pieces[layer]:
+                    link.put(self.schedule.key(m, self.it, 0), _PUSH, layer, m.index,
+                             self.it, m.offset, m.size, source)
+            return fn
+
+        for layer, m in enumerate(self.layers):
+            handles.append(m.register_forward_pre_hook(pre(layer)))
+            for p in params[layer]:
+                handles.append(p.register_post_accumulate_grad_hook(grad_done(layer)))
+        loss_fn = torch.nn.functional.cross_entropy
+        ends, losses, cpu = [], [], []
+        t_start = time.perf_counter()
+        for i in range(cfg["iterations"]):
+            self.it = i
+            self.counting = i > cfg["warmup"]
+            for layer in range(len(self.layers)):
+                left[layer] = len(params[layer])
+            self.model.zero_grad(set_to_none=True)
+            x, y = self.xs[i % 4], self.ys[i % 4]
+            loss = loss_fn(self.model(x), y)
+            loss.backward()
+            losses.append(float(loss.detach()))
+            ends.append(time.perf_counter() - t_start)
+            cpu.append(time.process_time())
+            if link.error is not None:
+                raise link.error
+        for layer in range(len(self.layers)):            # the last replies
+            self.wait_for(layer, cfg["iterations"] - 1)
+        for h in handles:
+            h.remove()
+        link.close()
+        self.conn.send_bytes(_HEADER.pack(_STOP, 0, 0, 0, 0, 0, 1))
+        rx.join(_WAIT_S)
+        if self.error is not None:
+            raise self.error
+        agree = all(np.array_equal(self.finals.get(layer), self.flat[layer].numpy())
+                    for layer in range(len(self.layers)))
+        w = cfg["warmup"]
+        steady = cfg["iterations"] - 1 - w
+        iteration_s = (ends[-1] - ends[w]) / steady
+        return {"iteration_s": iteration_s, "iterations_per_s": 1.0 / iteration_s,
+                # CPU seconds per iteration (all threads): the trainer's in the steady
+                # state, the server's over the whole run
+                "trainer_cpu_s": (cpu[-1] - cpu[w]) / steady,
+                "server_cpu_s": self.server_cpu_s / cfg["iterations"],
+                "ends": ends, "losses": losses,
+                "layer_wait_s": [x / steady for x in self.wait_s],
+                "layers": self.names, "sizes": self.sizes,
+                "messages_per_iteration": sum(len(p) for p in self.pieces),
+                "link_busy_s": link.busy_s, "server_agrees": agree,
+                "profile": profile.to_dict() if profile is not None else None}
+
+
+def _entry(role, conn, result, cfg, parent_pid):
+    from hogkit._worker import _die_with_parent, cap_threads
+    cap_threads(1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent(parent_pid)
+    import torch
+    torch.set_num_threads(1)
+    try:
+        if role == "server":
+            _server(conn, cfg)
+        else:
+            result.send(("ok", _Trainer(conn, cfg).run()))
+    except BaseException:  # noqa: BLE001 - reported to the parent
+        import traceback
+        if result is not None:
+            result.send(("error", traceback.format_exc()))
+        os._exit(1)
+
+
+def run_live(schedule="p3", *, bandwidth: float = 200e6, iterations: int = 20,
+             warmup: int = 3, batch: int = 32, width: int = 2048, lr: float = 0.05,
+             seed: int = 0, profile: bool = True, predict: bool = True,
+             timeout: float = 300.0) -> dict:
+    """Train the demonstration model (:func:`demo_module`) for ``iterations``
+    iterations with a trainer and a parameter server in two processes, each sending on
+    a link of ``bandwidth`` bytes/s, in ``schedule`` order (a
+    :class:`~hogkit.propagation.Schedule` or ``"fifo"``, ``"slicing[:SIZE]"``,
+    ``"priority"``, ``"p3[:SIZE]"``).
+
+    Returns the trainer's figures: ``iteration_s`` (steady state, after ``warmup``
+    iterations), ``layer_wait_s``, ``losses``, ``server_agrees`` (the server's final
+    parameters equal the trainer's), its measured ``profile`` (``profile=True``) and,
+    with ``predict=True``, ``predicted_iteration_s`` from
+    :func:`hogkit.comm.simulate_comm` on that profile, bandwidth and schedule.
+    Everything stops within ``timeout`` seconds; a process that dies is reported."""
+    import multiprocessing as mp
+    schedule = parse_schedule(schedule)
+    bandwidth = check_float("bandwidth", bandwidth, min_value=0.0, exclude_min=True,
+                            fix="bytes per second, e.g. 200e6")
+    iterations = check_int("iterations", iterations, min_value=3)
+    warmup = check_int("warmup", warmup, min_value=0, max_value=iterations - 2,
+                       fix="at least one steady iteration must follow the warm-up")
+    batch = check_int("batch", batch, min_value=1)
+    width = check_int("width", width, min_value=1)
+    lr = check_float("lr", lr, min_value=0.0, exclude_min=True)
+    timeout = check_float("timeout", timeout, min_value=0.0, exclude_min=True)
+    if predict and not profile:
+        raise InvalidArgument("predict=True needs profile=True (the prediction runs on the "
+                              "measured profile)")
+    import torch
+    torch.manual_seed(seed)
+    from hogkit.profiles import _param_layers
+    probe = demo_module(width)
+    sizes = [sum(p.numel() for p in m.parameters(recurse=False))
+             for _, m in _param_layers(probe)]            # module order = forward order
+    cfg = {"schedule": schedule, "bandwidth": bandwidth, "iterations": iterations,
+           "warmup": warmup, "batch": batch, "width": width, "lr": lr, "seed": seed,
+           "profile": profile, "pieces": schedule.plan(sizes, 1)}
+    ctx = mp.get_context("spawn")
+    a, b = ctx.Pipe(duplex=True)
+    res_r, res_w = ctx.Pipe(duplex=False)
+    procs = [ctx.Process(target=_entry, args=("server", b, None, cfg, os.getpid()),
+                         name="p3-server", daemon=True),
+             ctx.Process(target=_entry, args=("trainer", a, res_w, cfg, os.getpid()),
+                         name="p3-trainer", daemon=True)]
+    try:
+        for p in procs:
+            p.start()
+        a.close()
+        b.close()
+        res_w.close()
+        deadline = time.monotonic() + timeout
+        status = None
+        while status is None:
+            if res_r.poll(0.2):
+                try:
+                    status = res_r.recv()
+                except EOFError:
+                    status = ("error", "the trainer exited without a result")
+            elif not all(p.is_alive() for p in procs) and not res_r.poll(0.5):
+                dead = [f"{p.name} (exit {p.exitcode})" for p in procs if not p.is_alive()]
+                status = ("error", f"{', '.join(dead)} died before the run finished")
+            elif time.monotonic() > deadline:
+                status = ("error", f"the live run did not finish within {timeout:g} s")
+        for p in procs:
+            p.join(10.0)
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+                p.join(5.0)
+            if p.is_alive():                              # pragma: no cover
+                p.kill()
+                p.join()
+        res_r.close()
+    if status[0] != "ok":
+        raise HogkitError(f"live P3 run ({schedule.name}) failed:\n{status[1]}")
+    out = status[1]
+    out.update(schedule=schedule.name, bandwidth=bandwidth, batch=batch, width=width,
+               iterations=iterations, warmup=warmup, seed=seed)
+    if predict:
+        from hogkit.comm import Network, simulate_comm
+        from hogkit.profiles import Profile
+        prof = Profile.from_dict(out["profile"])
+        sim = simulate_comm(prof, schedule, Network(bandwidth), workers=1, servers=1,
+                            iterations=iterations, warmup=warmup + 1)
+        out["predicted_iteration_s"] = sim.iteration_s
+        out["predicted_layer_wait_s"] = sim.layer_wait_s
+        out["compute_s"] = prof.compute_s
+        out["prediction_error"] = sim.iteration_s / out["iteration_s"] - 1.0
+    return out
