@@ -36,10 +36,13 @@ _EXPORTS = {
     # your own model and loop
     "Workload": "hogkit.workloads.base", "TorchWorkload": "hogkit.workloads.module",
     "spawn": "hogkit.spawning", "Worker": "hogkit.spawning", "Stopped": "hogkit.errors",
+    # communication: propagation schedules (P3), layer profiles, the link model
+    "simulate_comm": "hogkit.comm", "Network": "hogkit.comm", "Profile": "hogkit.profiles",
+    "Schedule": "hogkit.propagation",
 }
 
 #: submodules reachable as attributes (``hogkit.optim.SGD``)
-_SUBMODULES = ("optim",)
+_SUBMODULES = ("optim", "profiles", "propagation", "comm", "p3live")
 
 __all__ = sorted(_EXPORTS) + list(_SUBMODULES) + ["__version__"]
 

@@ -461,7 +461,10 @@ def run_live(schedule="p3", *, bandwidth: float = 200e6, iterations: int = 20,
                 try:
                     status = res_r.recv()
                 except EOFError:
-                    status = ("error", "the trainer exited without a result")
+                    trainer = procs[1]
+                    trainer.join(5.0)
+                    status = ("error", f"{trainer.name} (exit {trainer.exitcode}) ended "
+                                       f"without a result")
             elif not all(p.is_alive() for p in procs) and not res_r.poll(0.5):
                 dead = [f"{p.name} (exit {p.exitcode})" for p in procs if not p.is_alive()]
                 status = ("error", f"{', '.join(dead)} died before the run finished")

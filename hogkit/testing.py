@@ -22,6 +22,9 @@ Strategies (plural nouns; ``min_*``/``max_*`` bounds; impossible combinations ra
   (the case a fancy-indexed ``W[rows] -= G`` gets wrong).
 - :func:`staleness_bounds` — SSP bounds: ints, or ``math.inf`` (Async).
 - :func:`delay_models` — :class:`hogkit.delays.StepTimes` compute-time models.
+- :func:`layer_profiles` — :class:`hogkit.profiles.Profile` s (parameters and compute
+  times per layer) for the communication model, :func:`hogkit.comm.simulate_comm`.
+- :func:`propagation_schedules` — the four P3 schedules with any slice size.
 
 Helpers: :func:`replay` (re-exported from :mod:`hogkit.simulator`),
 :func:`assert_staleness_bounded`, :func:`sequential_sum` (the race-free result of a
@@ -41,6 +44,7 @@ from hogkit.races import ReadRecord, Replay, Step, interleave, replay
 from hogkit.validation import check_float, check_int
 
 __all__ = ["schedules", "sparse_updates", "staleness_bounds", "delay_models", "replay",
+           "layer_profiles", "propagation_schedules",
            "Step", "Replay", "ReadRecord", "interleave", "assert_staleness_bounded",
            "sequential_sum", "CI_PROFILE"]
 
@@ -178,6 +182,34 @@ def delay_models(*, min_seconds=1e-4, max_seconds=1e-2, max_sigma=1.0, max_worke
           if load else st.none())
     return st.builds(lambda b_, s_, p_, l_: StepTimes(base=b_, stragglers=s_, pauses=p_,
                                                       load=l_), base, strag, pz, ld)
+
+
+def layer_profiles(*, min_layers=1, max_layers=6, max_params=5000, max_seconds=1e-2):
+    """:class:`hogkit.profiles.Profile` s of ``min_layers..max_layers`` layers, each
+    of 1..``max_params`` parameters, forward times in ``[0, max_seconds]`` and
+    backward times in ``[0, 2 * max_seconds]``. Shrinks towards fewer, smaller,
+    instant layers."""
+    from hogkit.profiles import Profile
+    lo, hi = _bounds("layers", min_layers, max_layers, floor=1)
+    max_params = check_int("max_params", max_params, min_value=1)
+    t = check_float("max_seconds", max_seconds, min_value=0.0)
+
+    @st.composite
+    def build(draw):
+        n = draw(st.integers(lo, hi))
+        sizes = draw(st.lists(st.integers(1, max_params), min_size=n, max_size=n))
+        fwd = draw(st.lists(st.floats(0.0, t), min_size=n, max_size=n))
+        bwd = draw(st.lists(st.floats(0.0, 2 * t), min_size=n, max_size=n))
+        return Profile.of(sizes, fwd, bwd, name="drawn")
+    return build()
+
+
+def propagation_schedules(*, max_slice=2000):
+    """:class:`hogkit.propagation.Schedule` s: ``fifo``, ``priority``, and ``slicing``
+    and ``p3`` with slices of 1..``max_slice`` parameters."""
+    from hogkit.propagation import fifo, p3, priority, slicing
+    sizes = st.integers(1, check_int("max_slice", max_slice, min_value=1))
+    return st.one_of(st.just(fifo()), st.just(priority()), sizes.map(slicing), sizes.map(p3))
 
 
 def sequential_sum(schedule, initial) -> np.ndarray:

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-EXPERIMENTS = ["density_staleness", "staleness_rules", "sim_vs_real", "hogwild_sparsity"]
+EXPERIMENTS = ["density_staleness", "staleness_rules", "sim_vs_real", "hogwild_sparsity",
+               "p3"]
 
 
 @pytest.fixture(scope="module")
@@ -41,3 +42,37 @@ def test_density_experiment_runs_on_its_quick_grid(tmp_path, experiments_on_path
     assert len(cells) == 2 + 2 * 2          # d=1 once; d=0.25 with and without residual
     assert all(c["final_loss"] > 0 for c in cells)
     assert (tmp_path / "density_staleness.png").exists()
+
+
+def test_p3_writeup_tables_are_its_results(experiments_on_path):
+    """Every number in the P3 write-up's tables is rendered from its results file: the
+    block between the markers must be exactly what ``tables(results)`` gives."""
+    mod = importlib.import_module("p3")
+    results = json.loads((ROOT / "docs" / "experiments" / "p3" / "results.json").read_text())
+    text = (ROOT / "docs" / "experiments" / "p3.md").read_text()
+    start, end = "<!-- tables: start -->", "<!-- tables: end -->"
+    assert start in text and end in text
+    block = text.split(start, 1)[1].split(end, 1)[0].strip()
+    assert block == mod.tables(results).strip()
+
+
+def test_p3_results_support_the_claims_the_writeup_makes(experiments_on_path):
+    """The claims in docs/experiments/p3.md, checked against the results file."""
+    r = json.loads((ROOT / "docs" / "experiments" / "p3" / "results.json").read_text())
+    sweep = r["simulated"]["sweep"]
+    ref = r["reference_gbps"]
+    at = {n: next(x for x in rows if x["gbps"] == ref) for n, rows in sweep.items()}
+    assert at["vgg19"]["fifo_comm_bound"] and at["resnet50"]["fifo_comm_bound"]
+    assert r["gain"]["vgg19"] > r["gain"]["resnet50"] > 1.0
+    for name in ("vgg19", "resnet50"):            # tends to 1 at high bandwidth
+        assert sweep[name][-1]["p3"]["gain"] == pytest.approx(1.0, abs=1e-9)
+    # at the reference bandwidth slicing alone already reaches P3 on VGG-19 ...
+    assert at["vgg19"]["slicing"]["gain"] == pytest.approx(at["vgg19"]["p3"]["gain"])
+    # ... but wherever FIFO is slower, below it, neither half reaches P3
+    below = [x for x in sweep["vgg19"] if x["gbps"] < ref]
+    assert below and all(x["p3"]["gain"] > max(x["slicing"]["gain"], x["priority"]["gain"])
+                         for x in below)
+    lv = r["live"]
+    assert lv["live_gain_p3"] > 1.0
+    assert all(abs(row["prediction_error"]) < 0.25 for row in lv["schedules"].values())
+    assert all(row["server_agrees"] for row in lv["schedules"].values())
