@@ -20,7 +20,9 @@ the same arguments give the same result):
   picked by the schedule's :meth:`~hogkit.propagation.Schedule.key` when the link
   becomes free (preemption at message boundaries), delivered ``latency`` seconds after
   it leaves. Incoming links are not a bottleneck: with as many shards as workers and
-  slices spread round-robin, a shard receives what a worker sends.
+  slices spread round-robin, a shard receives what a worker sends. With fewer shards
+  than workers that no longer holds (every worker pushes into a shard at full rate)
+  and the model is optimistic about the push half.
 - A shard answers worker w's push of piece k of iteration i once it holds that push
   and every worker's pushes of k up to iteration ``i - bound``: ``bound=0`` is BSP (a
   synchronous parameter server), ``bound=s`` bounded staleness, ``bound=None`` fully
@@ -40,7 +42,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
-from hogkit.errors import InvalidArgument
+from hogkit.errors import InvalidArgument, InvalidType
 from hogkit.profiles import Profile
 from hogkit.propagation import Schedule, parse_schedule
 from hogkit.validation import check_float, check_int
@@ -86,7 +88,9 @@ class CommResult:
 
     iteration_s : steady-state seconds per iteration (mean over workers of the mean
         iteration time after ``warmup`` iterations).
-    compute_s : the same worker's compute time per iteration (the floor).
+    compute_s : the iteration time with unlimited bandwidth (the floor): the slowest
+        worker's compute time per iteration under a bound (BSP, SSP), the mean of the
+        workers' under ``bound=None``.
     layer_wait_s : per layer, the mean time ``F_l`` waited for its parameters (steady
         state, mean over workers); ``layer_wait_s[0]`` is the wait for layer 1.
     worker_wait_s : the same per worker (``worker_wait_s[w][l]``).
@@ -153,13 +157,13 @@ def simulate_comm(profile: Profile, schedule="fifo", network: Optional[Network] 
     per-worker compute-time factors (default all 1). See the module docstring for
     the model. Returns a :class:`CommResult`."""
     if not isinstance(profile, Profile):
-        raise InvalidArgument(f"profile must be a hogkit.profiles.Profile, got "
+        raise InvalidType(f"profile must be a hogkit.profiles.Profile, got "
                               f"{type(profile).__name__}; build one with "
                               f"hogkit.profiles.from_module(...) or Profile.of(...)")
     schedule = parse_schedule(schedule)
     net = network if network is not None else Network.gbps(10)
     if not isinstance(net, Network):
-        raise InvalidArgument(f"network must be a hogkit.comm.Network, got "
+        raise InvalidType(f"network must be a hogkit.comm.Network, got "
                               f"{type(net).__name__}")
     W = check_int("workers", workers, min_value=1)
     S = W if servers is None else check_int("servers", servers, min_value=1)
@@ -171,7 +175,11 @@ def simulate_comm(profile: Profile, schedule="fifo", network: Optional[Network] 
                        fix="warm-up iterations are excluded from the steady state")
     if speeds is None:
         speeds = [1.0] * W
-    speeds = [check_float(f"speeds[{w}]", s, min_value=0.0) for w, s in enumerate(speeds)]
+    if isinstance(speeds, (str, bytes)) or not hasattr(speeds, "__len__"):
+        raise InvalidType(f"speeds={speeds!r} must be a list of {W} compute-time factors "
+                          f"(1.0 = the profile's times), one per worker")
+    speeds = [check_float(f"speeds[{w}]", s, min_value=0.0, exclude_min=True)
+              for w, s in enumerate(speeds)]
     if len(speeds) != W:
         raise InvalidArgument(f"speeds has {len(speeds)} entries for {W} workers")
 
@@ -312,13 +320,15 @@ def simulate_comm(profile: Profile, schedule="fifo", network: Optional[Network] 
         per_worker.append(span / steady)
         busy.append(_busy_fraction(wlinks[w].busy_s, t0, ends[w][-1]))
     iteration_s = sum(per_worker) / W
-    compute = profile.compute_s * sum(speeds) / W
+    # the floor with unlimited bandwidth: under any bound every worker goes at the
+    # slowest one's pace in the long run; asynchronous workers each at their own
+    compute = profile.compute_s * (sum(speeds) / W if bound is None else max(speeds))
     worker_wait = [[wait[w][l] / steady for l in range(L)] for w in range(W)]
     layer_wait = [sum(ww[l] for ww in worker_wait) / W for l in range(L)]
     sent = {}
     if record:
         sent = {ln.name: ln.sent for ln in wlinks + slinks}
-    return CommResult(schedule=schedule.name, workers=W, servers=S, bound=bound,
+    return CommResult(schedule=schedule.spec, workers=W, servers=S, bound=bound,
                       iteration_s=iteration_s, compute_s=compute, layer_wait_s=layer_wait,
                       worker_wait_s=worker_wait, ends=ends, link_busy=busy, messages_per_iteration=len(pieces),
                       sent=sent)
@@ -334,12 +344,18 @@ def _busy_fraction(intervals, t0, t1) -> float:
 def gains(profile: Profile, network: Optional[Network] = None, *, schedules=None,
           baseline="fifo", **kw) -> dict:
     """Throughput of each schedule over ``baseline`` (``iteration_s`` ratio baseline /
-    schedule: 1.25 = 25 % more iterations per second), plus the raw results."""
+    schedule: 1.25 = 25 % more iterations per second), plus the raw results; keyed by
+    the string given, or by :attr:`Schedule.spec` for a schedule object."""
     names = schedules if schedules is not None else ["fifo", "slicing", "priority", "p3"]
-    base = simulate_comm(profile, baseline, network, **kw)
+    base_sched = parse_schedule(baseline)
+    base = simulate_comm(profile, base_sched, network, **kw)
     out = {"baseline": base.to_dict(), "gain": {}, "results": {}}
     for name in names:
-        r = base if str(name) == str(baseline) else simulate_comm(profile, name, network, **kw)
-        out["results"][str(name)] = r.to_dict()
-        out["gain"][str(name)] = base.iteration_s / r.iteration_s
+        sched = parse_schedule(name)
+        label = name if isinstance(name, str) else sched.spec
+        if label in out["gain"]:
+            raise InvalidArgument(f"schedule {label!r} is listed twice in schedules")
+        r = base if sched == base_sched else simulate_comm(profile, sched, network, **kw)
+        out["results"][label] = r.to_dict()
+        out["gain"][label] = base.iteration_s / r.iteration_s
     return out

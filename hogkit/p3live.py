@@ -31,15 +31,16 @@ import heapq
 import os
 import signal
 import struct
+import sys
 import threading
 import time
 from typing import Optional
 
-from hogkit.errors import HogkitError, InvalidArgument
+from hogkit.errors import HogkitError, InvalidArgument, InvalidType
 from hogkit.propagation import Schedule, parse_schedule
 from hogkit.validation import check_float, check_int
 
-__all__ = ["run_live", "demo_module", "PacedSender", "LinkClosed"]
+__all__ = ["run_live", "reference_losses", "demo_module", "PacedSender", "LinkClosed"]
 
 #: kind, layer, index, iteration, offset, size, last chunk of its message
 _HEADER = struct.Struct("<BIIIQQB")
@@ -76,13 +77,16 @@ class PacedSender:
     ``put(key, kind, layer, index, iteration, offset, size, source)``: ``source(lo,
     hi, out)`` writes values ``[lo, hi)`` of the layer into the float32 array ``out``
     (a view of the outgoing frame: one copy), called as the chunk goes out (the
-    caller's thread does not pay for it). ``close()`` stops the thread
-    after the queue drains.
+    caller's thread does not pay for it). A failure in the thread is kept in
+    ``error`` and handed to ``on_error`` at once. ``close()`` lets the queue drain,
+    then raises that failure, or if the thread does not end in time: the owner may
+    write on the connection only after ``close()`` returned.
     """
 
-    def __init__(self, conn, bandwidth: float, name: str = "link"):
+    def __init__(self, conn, bandwidth: float, name: str = "link", on_error=None):
         self._conn = conn
         self._bw = bandwidth
+        self._on_error = on_error
         self._cv = threading.Condition()
         self._queue, self._seq, self._closing = [], 0, False
         self.error: Optional[BaseException] = None
@@ -105,7 +109,7 @@ class PacedSender:
             while True:
                 with self._cv:
                     while not self._queue and not self._closing:
-                        self._cv.wait()
+                        self._cv.wait(timeout=1.0)       # re-checks; put/close notify
                     if not self._queue:
                         return
                     _, _, kind, layer, index, it, offset, size, source = \
@@ -127,12 +131,72 @@ class PacedSender:
                 t_free = t
         except BaseException as e:  # noqa: BLE001 - reported by the owner
             self.error = e
+            if self._on_error is not None:
+                self._on_error(e)
 
     def close(self, timeout: float = _WAIT_S) -> None:
         with self._cv:
             self._closing = True
             self._cv.notify()
         self._thread.join(timeout)
+        if self.error is not None:
+            raise self.error
+        if self._thread.is_alive():
+            raise HogkitError(f"link thread {self._thread.name} did not drain its queue "
+                              f"within {timeout:g} s")
+
+
+# --------------------------------------------------------------------------- the model
+
+def _forward_order(model, x):
+    """``[(name, module)]`` of the modules owning parameters, in the order the forward
+    pass first calls them (the order of the layers on the wire)."""
+    import torch
+    from hogkit.profiles import _param_layers
+    owners = dict(_param_layers(model))
+    order, handles = [], []
+    for name, m in owners.items():
+        handles.append(m.register_forward_pre_hook(
+            lambda mod, inp, name=name: order.append(name) if name not in order else None))
+    try:
+        with torch.no_grad():
+            model(x)
+    finally:
+        for h in handles:
+            h.remove()
+    return [(n, owners[n]) for n in order]
+
+
+def _demo(seed, batch, width):
+    """The demonstration's model (seeded), its four batches, and its layers in order."""
+    import torch
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = demo_module(width)
+    data = torch.Generator().manual_seed(seed + 1)
+    xs = [torch.randn(batch, 3, 32, 32, generator=data) for _ in range(4)]
+    ys = [torch.randint(0, 10, (batch,), generator=data) for _ in range(4)]
+    return model, xs, ys, _forward_order(model, xs[0])
+
+
+def reference_losses(*, iterations: int, batch: int = 32, width: int = 2048,
+                     lr: float = 0.05, seed: int = 0) -> list:
+    """The losses the live run must reproduce: the same model, data and SGD in one
+    process, no links (the live parameter server applies every piece of every
+    iteration's gradient once, before that layer's next forward pass: the same
+    arithmetic)."""
+    import torch
+    model, xs, ys, _ = _demo(seed, batch, width)
+    losses = []
+    for i in range(iterations):
+        model.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(model(xs[i % 4]), ys[i % 4])
+        loss.backward()
+        losses.append(float(loss.detach()))
+        with torch.no_grad():
+            for p in model.parameters():
+                p.sub_(p.grad * lr)
+    return losses
 
 
 # --------------------------------------------------------------------------- server
@@ -147,14 +211,17 @@ def _server(conn, cfg):
     """The parameter server: SGD on every pushed piece, the new values sent back."""
     import numpy as np
     params = {}
-    link = PacedSender(conn, cfg["bandwidth"], "server-link")
+    failed = []
+    link = PacedSender(conn, cfg["bandwidth"], "server-link", on_error=failed.append)
     schedule = cfg["schedule"]
     pieces = cfg["pieces"]
     lr = np.float32(cfg["lr"])
     cpu0 = time.process_time()
     try:
         while True:
-            frame = conn.recv_bytes()
+            frame = conn.recv_bytes()            # EOF when the trainer goes away
+            if failed:
+                raise failed[0]
             kind, layer, index, it, off, size, last = _HEADER.unpack_from(frame)
             if kind == _INIT:
                 params[layer] = np.frombuffer(frame, np.float32, size, _HEADER.size).copy()
@@ -174,8 +241,6 @@ def _server(conn, cfg):
                 conn.send_bytes(_HEADER.pack(_CPU, 0, 0, 0, 0, 2, 1) + cpu.tobytes())
                 conn.send_bytes(_HEADER.pack(_STOP, 0, 0, 0, 0, 0, 1))
                 return
-            if link.error is not None:
-                raise link.error
     except EOFError:
         return                               # the trainer went away; it reports why
 
@@ -187,20 +252,12 @@ class _Trainer:
 
     def __init__(self, conn, cfg):
         import torch
-        from hogkit.profiles import _param_layers
         self.torch = torch
         self.conn, self.cfg = conn, cfg
         self.schedule: Schedule = cfg["schedule"]
-        torch.manual_seed(cfg["seed"])
-        self.model = demo_module(cfg["width"])
-        g = torch.Generator().manual_seed(cfg["seed"] + 1)
-        b = cfg["batch"]
-        self.xs = [torch.randn(b, 3, 32, 32, generator=g) for _ in range(4)]
-        self.ys = [torch.randint(0, 10, (b,), generator=g) for _ in range(4)]
-        owners = dict(_param_layers(self.model))
-        order = self._forward_order(owners)
-        self.layers = [owners[n] for n in order]
-        self.names = order
+        self.model, self.xs, self.ys, layers = _demo(cfg["seed"], cfg["batch"], cfg["width"])
+        self.names = [n for n, _ in layers]
+        self.layers = [m for _, m in layers]
         # one flat float32 buffer per layer; the parameters become views of it
         self.flat = []
         for m in self.layers:
@@ -212,10 +269,13 @@ class _Trainer:
                 off += p.numel()
             self.flat.append(flat)
         self.sizes = [f.numel() for f in self.flat]
-        self.pieces = self.schedule.plan(self.sizes, 1)
+        if self.sizes != cfg["sizes"]:           # the server cuts by the parent's plan
+            raise HogkitError(f"the trainer's layer sizes {self.sizes} differ from the "
+                              f"plan's {cfg['sizes']}")
+        self.pieces = cfg["pieces"]
         self.cv = threading.Condition()
         self.ver = [-1] * len(self.layers)
-        self.got = [0] * len(self.layers)
+        self.seen = [set() for _ in self.layers]
         self.finals = {}
         self.stopped = False
         self.error: Optional[BaseException] = None
@@ -224,16 +284,11 @@ class _Trainer:
         self.counting = False
         self.server_cpu_s = float("nan")
 
-    def _forward_order(self, owners):
-        order, handles = [], []
-        for name, m in owners.items():
-            handles.append(m.register_forward_pre_hook(
-                lambda mod, inp, name=name: order.append(name) if name not in order else None))
-        with self.torch.no_grad():
-            self.model(self.xs[0])
-        for h in handles:
-            h.remove()
-        return order
+    def fail(self, error):
+        with self.cv:
+            if self.error is None:
+                self.error = error
+            self.cv.notify_all()
 
     # ---- receiver thread
     def receive(self):
@@ -248,9 +303,14 @@ class _Trainer:
                     if not last:
                         continue
                     with self.cv:
-                        self.got[layer] += 1
-                        if self.got[layer] == len(self.pieces[layer]):
-                            self.got[layer] = 0
+                        if it != self.ver[layer] + 1 or index in self.seen[layer]:
+                            raise HogkitError(
+                                f"piece {index} of layer {layer} came back for iteration "
+                                f"{it} while iteration {self.ver[layer] + 1} was expected "
+                                f"(or twice)")
+                        self.seen[layer].add(index)
+                        if len(self.seen[layer]) == len(self.pieces[layer]):
+                            self.seen[layer].clear()
                             self.ver[layer] = it
                             self.cv.notify_all()
                 elif kind == _FINAL:
@@ -263,20 +323,21 @@ class _Trainer:
                         self.cv.notify_all()
                     return
         except BaseException as e:  # noqa: BLE001
-            with self.cv:
-                self.error = e if not isinstance(e, EOFError) else LinkClosed(
-                    "the parameter server closed the link (it died or was killed)")
-                self.cv.notify_all()
+            self.fail(e if not isinstance(e, EOFError) else LinkClosed(
+                "the parameter server closed the link (it died or was killed)"))
 
     def wait_for(self, layer, it):
         """Block until layer ``layer`` is back from iteration ``it``; returns the wait."""
         t0 = time.perf_counter()
+        deadline = time.monotonic() + _WAIT_S
         with self.cv:
             while self.ver[layer] < it and self.error is None:
-                if not self.cv.wait(timeout=_WAIT_S) and self.ver[layer] < it:
+                left = deadline - time.monotonic()
+                if left <= 0:
                     raise HogkitError(f"layer {layer} ({self.names[layer]}) waited "
                                       f"{_WAIT_S:.0f} s for its parameters from iteration "
                                       f"{it}; the parameter server is not answering")
+                self.cv.wait(timeout=left)
             if self.error is not None:
                 raise self.error
         return time.perf_counter() - t0
@@ -297,7 +358,7 @@ class _Trainer:
         for layer, flat in enumerate(self.flat):
             self.conn.send_bytes(_HEADER.pack(_INIT, layer, 0, 0, 0, flat.numel(), 1)
                                  + flat.numpy().tobytes())
-        link = PacedSender(self.conn, cfg["bandwidth"], "trainer-link")
+        link = PacedSender(self.conn, cfg["bandwidth"], "trainer-link", on_error=self.fail)
         rx = threading.Thread(target=self.receive, name="trainer-rx", daemon=True)
         rx.start()
         handles = []
@@ -354,8 +415,8 @@ class _Trainer:
             losses.append(float(loss.detach()))
             ends.append(time.perf_counter() - t_start)
             cpu.append(time.process_time())
-            if link.error is not None:
-                raise link.error
+            if self.error is not None:
+                raise self.error
         for layer in range(len(self.layers)):            # the last replies
             self.wait_for(layer, cfg["iterations"] - 1)
         for h in handles:
@@ -365,6 +426,9 @@ class _Trainer:
         rx.join(_WAIT_S)
         if self.error is not None:
             raise self.error
+        if rx.is_alive() or not self.stopped:
+            raise HogkitError(f"the parameter server did not confirm the end of the run "
+                              f"within {_WAIT_S:.0f} s")
         agree = all(np.array_equal(self.finals.get(layer), self.flat[layer].numpy())
                     for layer in range(len(self.layers)))
         w = cfg["warmup"]
@@ -383,11 +447,21 @@ class _Trainer:
                 "profile": profile.to_dict() if profile is not None else None}
 
 
+def _set_process_name(name: str) -> None:
+    """Name the process in /proc/<pid>/comm (what ``top`` and ``ps -o comm`` show)."""
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6").prctl(15, name.encode()[:15], 0, 0, 0)   # PR_SET_NAME
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        pass
+
+
 def _entry(role, conn, result, cfg, parent_pid):
     from hogkit._worker import _die_with_parent, cap_threads
     cap_threads(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent(parent_pid)
+    _set_process_name(f"p3-{role}")
     import torch
     torch.set_num_threads(1)
     try:
@@ -397,8 +471,12 @@ def _entry(role, conn, result, cfg, parent_pid):
             result.send(("ok", _Trainer(conn, cfg).run()))
     except BaseException:  # noqa: BLE001 - reported to the parent
         import traceback
+        text = traceback.format_exc()
         if result is not None:
-            result.send(("error", traceback.format_exc()))
+            result.send(("error", text))
+        else:
+            sys.stderr.write(f"hogkit p3 {role} failed:\n{text}")
+            sys.stderr.flush()
         os._exit(1)
 
 
@@ -412,12 +490,15 @@ def run_live(schedule="p3", *, bandwidth: float = 200e6, iterations: int = 20,
     :class:`~hogkit.propagation.Schedule` or ``"fifo"``, ``"slicing[:SIZE]"``,
     ``"priority"``, ``"p3[:SIZE]"``).
 
-    Returns the trainer's figures: ``iteration_s`` (steady state, after ``warmup``
-    iterations), ``layer_wait_s``, ``losses``, ``server_agrees`` (the server's final
-    parameters equal the trainer's), its measured ``profile`` (``profile=True``) and,
-    with ``predict=True``, ``predicted_iteration_s`` from
+    Returns the trainer's figures: ``iteration_s`` (steady state: iterations
+    ``warmup + 1`` to the last), ``layer_wait_s``, ``losses`` (equal to
+    :func:`reference_losses`: every piece applied once), ``server_agrees`` (the
+    server's final parameters equal the trainer's), CPU seconds per iteration of both
+    processes, its measured ``profile`` (``profile=True``) and, with
+    ``predict=True``, ``predicted_iteration_s`` from
     :func:`hogkit.comm.simulate_comm` on that profile, bandwidth and schedule.
-    Everything stops within ``timeout`` seconds; a process that dies is reported."""
+    Everything stops within ``timeout`` seconds (plus a few for the shutdown); a
+    process that dies is reported with its exit code."""
     import multiprocessing as mp
     schedule = parse_schedule(schedule)
     bandwidth = check_float("bandwidth", bandwidth, min_value=0.0, exclude_min=True,
@@ -428,26 +509,30 @@ def run_live(schedule="p3", *, bandwidth: float = 200e6, iterations: int = 20,
     batch = check_int("batch", batch, min_value=1)
     width = check_int("width", width, min_value=1)
     lr = check_float("lr", lr, min_value=0.0, exclude_min=True)
+    seed = check_int("seed", seed, min_value=0, max_value=2**31 - 2)
     timeout = check_float("timeout", timeout, min_value=0.0, exclude_min=True)
+    for name, flag in (("profile", profile), ("predict", predict)):
+        if not isinstance(flag, bool):
+            raise InvalidType(f"{name}={flag!r} must be True or False")
     if predict and not profile:
         raise InvalidArgument("predict=True needs profile=True (the prediction runs on the "
                               "measured profile)")
     import torch
-    torch.manual_seed(seed)
-    from hogkit.profiles import _param_layers
-    probe = demo_module(width)
-    sizes = [sum(p.numel() for p in m.parameters(recurse=False))
-             for _, m in _param_layers(probe)]            # module order = forward order
+    with torch.device("meta"):                  # sizes only: no memory, no RNG use
+        layers = _forward_order(demo_module(width), torch.empty(1, 3, 32, 32))
+    sizes = [sum(p.numel() for p in m.parameters(recurse=False)) for _, m in layers]
     cfg = {"schedule": schedule, "bandwidth": bandwidth, "iterations": iterations,
            "warmup": warmup, "batch": batch, "width": width, "lr": lr, "seed": seed,
-           "profile": profile, "pieces": schedule.plan(sizes, 1)}
+           "profile": profile, "sizes": sizes, "pieces": schedule.plan(sizes, 1)}
     ctx = mp.get_context("spawn")
     a, b = ctx.Pipe(duplex=True)
     res_r, res_w = ctx.Pipe(duplex=False)
-    procs = [ctx.Process(target=_entry, args=("server", b, None, cfg, os.getpid()),
-                         name="p3-server", daemon=True),
-             ctx.Process(target=_entry, args=("trainer", a, res_w, cfg, os.getpid()),
-                         name="p3-trainer", daemon=True)]
+    server = ctx.Process(target=_entry, args=("server", b, None, cfg, os.getpid()),
+                         name="p3-server", daemon=True)
+    trainer = ctx.Process(target=_entry, args=("trainer", a, res_w, cfg, os.getpid()),
+                          name="p3-trainer", daemon=True)
+    procs = [server, trainer]
+    status = None
     try:
         for p in procs:
             p.start()
@@ -455,23 +540,24 @@ def run_live(schedule="p3", *, bandwidth: float = 200e6, iterations: int = 20,
         b.close()
         res_w.close()
         deadline = time.monotonic() + timeout
-        status = None
         while status is None:
             if res_r.poll(0.2):
                 try:
                     status = res_r.recv()
                 except EOFError:
-                    trainer = procs[1]
                     trainer.join(5.0)
                     status = ("error", f"{trainer.name} (exit {trainer.exitcode}) ended "
                                        f"without a result")
-            elif not all(p.is_alive() for p in procs) and not res_r.poll(0.5):
-                dead = [f"{p.name} (exit {p.exitcode})" for p in procs if not p.is_alive()]
+            elif [p for p in procs if not p.is_alive() and p.exitcode != 0] \
+                    and not res_r.poll(0.5):
+                dead = [f"{p.name} (exit {p.exitcode})" for p in procs
+                        if not p.is_alive() and p.exitcode != 0]
                 status = ("error", f"{', '.join(dead)} died before the run finished")
             elif time.monotonic() > deadline:
                 status = ("error", f"the live run did not finish within {timeout:g} s")
-        for p in procs:
-            p.join(10.0)
+        if status[0] == "ok":
+            for p in procs:
+                p.join(10.0)
     finally:
         for p in procs:
             if p.is_alive():
@@ -482,10 +568,10 @@ def run_live(schedule="p3", *, bandwidth: float = 200e6, iterations: int = 20,
                 p.join()
         res_r.close()
     if status[0] != "ok":
-        raise HogkitError(f"live P3 run ({schedule.name}) failed:\n{status[1]}")
+        raise HogkitError(f"live P3 run ({schedule.spec}) failed:\n{status[1]}")
     out = status[1]
-    out.update(schedule=schedule.name, bandwidth=bandwidth, batch=batch, width=width,
-               iterations=iterations, warmup=warmup, seed=seed)
+    out.update(schedule=schedule.spec, bandwidth=bandwidth, batch=batch, width=width,
+               iterations=iterations, warmup=warmup, seed=seed, lr=lr)
     if predict:
         from hogkit.comm import Network, simulate_comm
         from hogkit.profiles import Profile

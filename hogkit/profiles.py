@@ -64,6 +64,7 @@ class Profile:
     source: str
 
     def __post_init__(self):
+        check_int("batch", self.batch, min_value=1)
         if not self.layers:
             raise InvalidArgument(f"profile {self.name!r} has no layer with parameters")
         for i, ly in enumerate(self.layers):
@@ -113,7 +114,9 @@ class Profile:
             raise InvalidArgument(f"sizes, forward_s and backward_s must have one entry "
                                   f"per layer, got {len(sizes)}, {len(forward_s)}, "
                                   f"{len(backward_s)}")
-        layers = tuple(Layer(f"layer{i}", int(n), float(f), float(b))
+        layers = tuple(Layer(f"layer{i}", check_int(f"sizes[{i}]", n, min_value=1),
+                             check_float(f"forward_s[{i}]", f, min_value=0.0),
+                             check_float(f"backward_s[{i}]", b, min_value=0.0))
                        for i, (n, f, b) in enumerate(zip(sizes, forward_s, backward_s)))
         return cls(name, layers, batch, "given")
 
@@ -280,10 +283,14 @@ def _measure(module, example_input, order, by_name, loss_fn, repeats):
             t2 = time.perf_counter()
             if rep == 0:
                 continue                              # warm-up
-            starts = [marks_f.get(i, t0) for i in range(L)] + [t1]
+            # work before the first layer (input handling) counts with the first layer
+            starts = [t0] + [marks_f.get(i, t0) for i in range(1, L)] + [t1]
             for i in range(L):
                 samples_f[i].append(max(0.0, starts[i + 1] - starts[i]))
-            prev = t1                                  # backward runs L-1 .. 0
+            # backward: the time since the previous layer (in reverse forward order)
+            # completed its gradients; in a graph with branches (a ResNet shortcut) the
+            # completion order can differ and a layer is then charged 0
+            prev = t1
             for i in reversed(range(L)):
                 done = marks_b.get(i, prev)
                 samples_b[i].append(max(0.0, done - prev))
@@ -293,7 +300,6 @@ def _measure(module, example_input, order, by_name, loss_fn, repeats):
         for h in handles:
             h.remove()
         module.zero_grad(set_to_none=True)
-    # parameter-free work before the first layer counts with the first layer
     return ([statistics.median(s) for s in samples_f], [statistics.median(s) for s in samples_b])
 
 
@@ -449,9 +455,11 @@ def reference(name: str, *, flops_per_s: float = DEVICE_FLOPS, batch: Optional[i
     built on the meta device from its architecture, times from FLOPs at
     ``flops_per_s``."""
     import torch
-    if name not in REFERENCE_PROFILES:
+    if not isinstance(name, str) or name not in REFERENCE_PROFILES:
         raise InvalidArgument(f"reference profile {name!r} is not one of "
                               f"{sorted(REFERENCE_PROFILES)}")
+    if batch is not None:
+        batch = check_int("batch", batch, min_value=1)
     with torch.device("meta"):
         if name == "vgg19":
             b = batch or 32

@@ -77,6 +77,10 @@ class Schedule:
     big_array: Optional[int] = BIG_ARRAY
 
     def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name:
+            raise InvalidType(f"schedule name={self.name!r} must be a non-empty str")
+        if not isinstance(self.prioritized, bool):
+            raise InvalidType(f"prioritized={self.prioritized!r} must be True or False")
         if self.slice_size is not None:
             check_int("slice_size", self.slice_size, min_value=1,
                       fix=f"P3's reference slice is {REFERENCE_SLICE} parameters")
@@ -115,8 +119,13 @@ class Schedule:
             return (iteration, msg.layer, msg.index, seq)
         return (seq,)
 
+    @property
+    def spec(self) -> str:
+        """The string form :func:`parse_schedule` reads back (``"p3:40000"``)."""
+        return self.name if self.slice_size is None else f"{self.name}:{self.slice_size}"
+
     def __str__(self):
-        return self.name
+        return self.spec
 
 
 def _even(n, parts):
@@ -177,16 +186,16 @@ def parse_schedule(spec) -> Schedule:
         return spec
     if not isinstance(spec, str):
         raise InvalidType(f"schedule={spec!r} must be a Schedule or one of {_FORMS}")
-    name, _, size = spec.strip().lower().partition(":")
+    name, colon, size = spec.strip().lower().partition(":")
     if name not in SCHEDULES:
         raise InvalidArgument(f"schedule={spec!r} is not one of {_FORMS}")
-    if not size:
+    if not colon:
         return SCHEDULES[name]()
     if name in ("fifo", "priority"):
         raise InvalidArgument(f"schedule={spec!r}: {name} sends whole layers and takes no "
                               f"slice size; use slicing:SIZE or p3:SIZE")
     try:
-        n = int(size)
+        n = int(size.strip())
     except ValueError:
         raise InvalidArgument(f"schedule={spec!r}: slice size {size!r} is not an int; "
                               f"e.g. p3:{REFERENCE_SLICE}") from None
