@@ -177,15 +177,11 @@ def format_table(result) -> str:
     return "\n".join(lines)
 
 
-def plot(result, path):
-    """Simulated gain against bandwidth, one panel per model, one line per schedule."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def draw_gains(axes, result) -> None:
+    """One panel per model: simulated gain over FIFO against bandwidth, one line per
+    schedule (the reference bandwidth dashed). Shared with ``experiments/p3.py``."""
     sim = result["simulated"]
-    names = list(sim["sweep"])
-    fig, axes = plt.subplots(1, len(names), figsize=(5 * len(names), 4), sharey=True)
-    for ax, name in zip(axes, names):
+    for ax, name in zip(axes, sim["sweep"]):
         rows = sim["sweep"][name]
         g = [r["gbps"] for r in rows]
         for s in SCHEDULES[1:]:
@@ -193,10 +189,20 @@ def plot(result, path):
         ax.axhline(1.0, color="grey", lw=1, ls=":")
         ax.axvline(result["reference_gbps"], color="grey", lw=1, ls="--")
         ax.set_xscale("log")
-        ax.set_xlabel("link bandwidth (Gbit/s)")
+        ax.set_xlabel(f"link bandwidth (Gbit/s), {sim['workers']} workers, BSP")
+        ax.set_ylabel("throughput gain over FIFO (simulated)")
         ax.set_title(f"{name} ({sim['profiles'][name]['params'] / 1e6:.0f} M params)")
-    axes[0].set_ylabel("throughput gain over FIFO (simulated)")
-    axes[0].legend()
+        ax.legend(fontsize=8)
+
+
+def plot(result, path):
+    """Simulated gain against bandwidth, one panel per model, one line per schedule."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    n = len(result["simulated"]["sweep"])
+    fig, axes = plt.subplots(1, n, figsize=(5 * n, 4), sharey=True)
+    draw_gains(axes, result)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -31,22 +31,11 @@ def run(config) -> dict:
 
 
 def plot(results, out_dir) -> str:
+    from hogkit.benchmarks.p3 import draw_gains
     plt = pyplot()
-    sim = results["simulated"]
-    names = list(sim["sweep"])
-    fig, axes = plt.subplots(1, len(names) + 1, figsize=(4.6 * (len(names) + 1), 4))
-    for ax, name in zip(axes, names):
-        rows = sim["sweep"][name]
-        g = [r["gbps"] for r in rows]
-        for s in SCHEDULES[1:]:
-            ax.plot(g, [r[s]["gain"] for r in rows], marker="o", ms=3, label=s)
-        ax.axhline(1.0, color="grey", lw=1, ls=":")
-        ax.axvline(results["reference_gbps"], color="grey", lw=1, ls="--")
-        ax.set_xscale("log")
-        ax.set_xlabel("link bandwidth (Gbit/s), 4 workers, BSP")
-        ax.set_ylabel("throughput gain over FIFO (simulated)")
-        ax.set_title(f"{name} ({sim['profiles'][name]['params'] / 1e6:.0f} M params)")
-        ax.legend(fontsize=8)
+    n = len(results["simulated"]["sweep"])
+    fig, axes = plt.subplots(1, n + 1, figsize=(4.6 * (n + 1), 4))
+    draw_gains(axes[:n], results)
     lv = results["live"]
     ax = axes[-1]
     xs = range(len(SCHEDULES))
