@@ -24,17 +24,16 @@ def hot():
     return workloads.get("mf", preset="hot")
 
 
+@pytest.mark.timeout(120)               # liveness: a hang fails here, not in CI's limit
 @pytest.mark.parametrize("policy", ["async", "bsp", "ssp:2", "dssp:1:4"])
 def test_sigkill_of_a_worker_mid_run(policy):
     from hogkit.cli import parse_policy
-    t0 = time.monotonic()
     with pytest.raises(WorkerFailed) as info:
         train(Faulty(hot(), rank=1, step=200, fault="sigkill"), workers=2, steps=100_000,
               policy=parse_policy(policy), progress=False, eval_every=None)
     assert info.value.rank == 1
     assert info.value.signal == "SIGKILL"
     assert "worker 1 was killed by SIGKILL" in str(info.value)
-    assert time.monotonic() - t0 < 30
 
 
 def test_exception_in_a_worker_carries_its_traceback():
@@ -65,13 +64,12 @@ def test_under_bsp_the_root_cause_is_blamed_not_the_blocked_peer():
         assert info.value.rank == 1 and "planted failure" in info.value.traceback
 
 
+@pytest.mark.timeout(120)               # liveness: 10**7 steps would take far longer
 def test_a_hung_worker_is_detected_by_its_heartbeat():
-    t0 = time.monotonic()
     with pytest.raises(WorkerFailed, match="no heartbeat") as info:
         train(Faulty(hot(), rank=0, step=20, fault="sigstop"), workers=2, steps=10**7,
               progress=False, eval_every=None, wait_timeout=1.5)
     assert info.value.rank == 0
-    assert time.monotonic() - t0 < 30
 
 
 def test_worker_exit_code_is_reported():

@@ -182,14 +182,13 @@ def test_threads_dssp_stays_within_hi_and_grants_in_range():
     assert max(g) >= 1, g          # the fast workers got extra while rank 0 lagged
 
 
+@pytest.mark.timeout(30)                # "at once": waiting out the 600 s would fail here
 def test_failed_peer_raises_at_once_naming_rank():
     clocks = make_clocks(3)
     clocks.iterations[:] = [5, 2, 5]
     clocks.state[:] = [RUNNING, FAILED, RUNNING]
-    t0 = time.monotonic()
-    with pytest.raises(WorkerFailed) as ei:
-        BSP().wait(clocks, 0, timeout=1.0)
-    assert time.monotonic() - t0 < 0.5
+    with pytest.raises(WorkerFailed) as ei:    # not PolicyTimeout: it did not wait it out
+        BSP().wait(clocks, 0, timeout=600.0)
     assert ei.value.rank == 1 and "FAILED" in str(ei.value)
 
 
@@ -297,9 +296,7 @@ def test_dssp_grants_extra_to_fastest_when_slowest_lags():
     clocks.iterations[:] = [1, 2]                       # lag of worker 1: 1 > s_lo = 0
     clocks.heartbeat_ns[:] = [now - 70 * ms, now]       # last finishes
     clocks.interval_ns[:] = [100 * ms, 1 * ms]          # latest iteration times
-    t0 = time.monotonic()
     assert policy.wait(clocks, 1, timeout=1.0) == 0.0   # granted: no wait at all
-    assert time.monotonic() - t0 < 0.5
     # the slowest finishes again in ~30 ms: the fast one's finishes at +0..3 ms are all
     # earlier, so the closest is the last of the window, r* = s_hi - s_lo
     assert policy.grants(1) == {3: 1}
