@@ -15,7 +15,7 @@ _EXPORTS = {
     "HogkitError": "hogkit.errors", "InvalidArgument": "hogkit.errors",
     "InvalidType": "hogkit.errors", "NonFiniteGradient": "hogkit.errors",
     "ShmCapacityError": "hogkit.errors", "PolicyTimeout": "hogkit.errors",
-    "WorkerFailed": "hogkit.errors",
+    "WorkerFailed": "hogkit.errors", "EnvironmentProblem": "hogkit.errors",
     # core
     "Grad": "hogkit.grads",
     "ParamStore": "hogkit.store",

@@ -139,6 +139,11 @@ def build_parser():
     bench.add_argument("scenario", nargs="?", default="kernels", choices=BENCH_SCENARIOS)
     bench.add_argument("--quick", action="store_true", help="small sizes, a few rounds")
     bench.add_argument("--json", default=None, metavar="FILE", help="write raw figures here")
+    doc = sub.add_parser("doctor", help="check this machine: shared memory, limits, cores, "
+                                        "start method, torch build, numba cache, a smoke run")
+    doc.add_argument("--workers", type=_positive_int, default=2,
+                     help="the worker count to check limits and cores for (default 2)")
+    doc.add_argument("--no-smoke", action="store_true", help="skip the 1-second smoke run")
     rep = sub.add_parser("report", help="print a results folder's summary and re-draw plots")
     rep.add_argument("folder")
     return parser
@@ -336,6 +341,8 @@ def _cmd_run(args):
     wl, knobs = _knobs(args)
     out = args.out or _default_out()
     make_plan(wl, out=out, **knobs)         # bad options: exit 2 before anything is said
+    from hogkit.doctor import preflight
+    preflight(args.workers)                 # a machine that cannot: exit 1, the same way
     print(f"hogkit run: {wl.name} with {args.workers} workers, results in {out}",
           file=sys.stderr)
     run = train(wl, out=out, progress=False if args.no_progress else None,
@@ -376,6 +383,14 @@ def _cmd_bench(args):
     return EXIT_OK
 
 
+def _cmd_doctor(args):
+    from hogkit.doctor import FATAL, format_findings, run_checks
+    findings = run_checks(workers=args.workers, with_smoke=not args.no_smoke)
+    print(format_findings(findings))
+    bad = [f for f in findings if f.status == FATAL]
+    return EXIT_WORKER_FAILED if bad else EXIT_OK
+
+
 def _cmd_report(args):
     from hogkit.report import plot_run
     path = os.path.join(args.folder, "summary.json")
@@ -401,11 +416,12 @@ def main(argv=None):
     import signal
     import threading
 
-    from hogkit.errors import HogkitError, Interrupted, NonFiniteGradient, WorkerFailed
+    from hogkit.errors import (EnvironmentProblem, HogkitError, Interrupted,
+                               NonFiniteGradient, WorkerFailed)
 
     args = build_parser().parse_args(argv)
     handler = {"run": _cmd_run, "sim": _cmd_sim, "bench": _cmd_bench,
-               "report": _cmd_report}[args.command]
+               "report": _cmd_report, "doctor": _cmd_doctor}[args.command]
     # SIGTERM is an interruption like Ctrl-C for the whole command (building data,
     # compiling, writing results), not only while workers run: every path unwinds
     # through the context managers that release shared memory.
@@ -414,7 +430,7 @@ def main(argv=None):
         old = signal.signal(signal.SIGTERM, _raise_interrupted)
     try:
         return handler(args)
-    except (WorkerFailed, NonFiniteGradient) as e:
+    except (WorkerFailed, NonFiniteGradient, EnvironmentProblem) as e:
         print(f"hogkit {args.command}: {e}", file=sys.stderr)
         return EXIT_WORKER_FAILED
     except (Interrupted, KeyboardInterrupt) as e:

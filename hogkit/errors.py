@@ -46,6 +46,11 @@ class ShmCapacityError(HogkitError, OSError):
     """Shared memory (/dev/shm) has too little room for a segment."""
 
 
+class EnvironmentProblem(HogkitError, OSError):
+    """This machine cannot run it (limits, shared memory, start method): what
+    ``hogkit doctor`` flags as fatal, raised before anything is built."""
+
+
 class PolicyTimeout(HogkitError, TimeoutError):
     """A consistency policy waited longer than its timeout."""
 

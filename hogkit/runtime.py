@@ -324,6 +324,8 @@ class _Live:
 
     def run(self, progress) -> Run:
         p = self.plan
+        from hogkit.doctor import preflight
+        preflight(p.workers)
         sweep_dead_segments()
         with contextlib.ExitStack() as stack:
             initial_loss = self._share(stack)

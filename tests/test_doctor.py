@@ -1,0 +1,93 @@
+"""``hogkit doctor`` and the preflight that ``train`` runs: real limits, real
+processes (a lowered open-file limit is set in a child with ``resource.setrlimit``)."""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+
+import pytest
+
+from hogkit import doctor
+from hogkit.errors import EnvironmentProblem
+
+
+def _hogkit(args, *, nofile=None, env=None, cwd=None):
+    def limit():
+        if nofile is not None:
+            soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, hard))
+    return subprocess.run([sys.executable, "-m", "hogkit.cli", *args], capture_output=True,
+                          text=True, timeout=120, preexec_fn=limit, env=env, cwd=cwd)
+
+
+def test_every_check_says_one_line_and_passes_here():
+    findings = doctor.run_checks(workers=2, with_smoke=False)
+    names = [f.check for f in findings]
+    assert names == ["shared memory", "open files", "processes", "cores", "threads",
+                     "start method", "torch", "numba cache"]
+    assert all(f.status in (doctor.OK, doctor.WARN) for f in findings), findings
+    text = doctor.format_findings(findings)
+    assert len(text.splitlines()) == len(findings)
+
+
+def test_shared_memory_against_the_planned_size(tmp_path):
+    free = doctor.shared_memory(needed_bytes=1).status
+    assert free == doctor.OK
+    too_big = doctor.shared_memory(needed_bytes=1 << 60)
+    assert too_big.status == doctor.FATAL and "needs" in too_big.detail
+    missing = doctor.shared_memory(path=str(tmp_path / "nope"))
+    assert missing.status == doctor.FATAL and "does not exist" in missing.detail
+
+
+def test_oversubscription_is_a_warning_not_an_error():
+    f = doctor.cores(workers=10_000)
+    assert f.status == doctor.WARN and "hogkit sim" in f.fix
+
+
+def test_an_unwritable_numba_cache_is_flagged(tmp_path, monkeypatch):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(ro))
+    try:
+        f = doctor.numba_cache()
+    finally:
+        ro.chmod(0o700)
+    if os.geteuid() == 0:                   # root writes anywhere: nothing to flag
+        assert f.status == doctor.OK
+    else:
+        assert f.status == doctor.WARN and "NUMBA_CACHE_DIR" in f.fix
+
+
+def test_preflight_raises_every_fatal_problem(monkeypatch):
+    monkeypatch.setattr(doctor, "files_needed", lambda workers: 1 << 40)
+    with pytest.raises(EnvironmentProblem, match="open files: limit .* need about"):
+        doctor.preflight(2)
+
+
+@pytest.mark.process
+def test_run_refuses_up_front_under_a_tiny_file_limit(tmp_path):
+    """With 40 open files allowed (2 workers need ~80), ``hogkit run`` stops before
+    building anything: exit 1, one line naming the limit and the fix, no results
+    folder, no segment; ``hogkit doctor`` flags the same and exits 1."""
+    out = tmp_path / "run"
+    r = _hogkit(["run", "--seconds", "1", "--out", str(out)], nofile=40)
+    assert r.returncode == 1, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "open files" in lines[0] and "ulimit -n" in lines[0]
+    assert not out.exists()
+    d = _hogkit(["doctor", "--no-smoke"], nofile=40)
+    assert d.returncode == 1
+    assert any(line.startswith("fatal") and "open files" in line
+               for line in d.stdout.splitlines())
+
+
+@pytest.mark.slow
+@pytest.mark.process
+def test_doctor_with_its_smoke_run_exits_0_here():
+    r = _hogkit(["doctor"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.splitlines()[-1].startswith("ok    smoke run")
