@@ -122,6 +122,13 @@ def build_parser():
     run.add_argument("--events", default="sampled", choices=("sampled", "all", "none"),
                      help="which update events events.jsonl keeps: sampled (default, at "
                           "most 400/s), all, none; the histograms count every update")
+    run.add_argument("--checkpoint-every", type=_positive_float, default=None,
+                     metavar="SECONDS", help="fuzzy checkpoint of the parameters and the "
+                                             "run's state every SECONDS (default 60)")
+    run.add_argument("--resume", default=None, metavar="DIR",
+                     help="go on with the run in DIR from its checkpoint (its command "
+                          "line is reused; --steps/--seconds, if given, set the whole "
+                          "run's budget)")
     run.add_argument("--engine", default="auto", choices=("auto", "compiled", "python"),
                      help="step engine: auto (compiled where the knobs allow, else Python "
                           "with a notice), compiled (an error where it cannot run), python")
@@ -333,20 +340,52 @@ def _batch(args, wl):
     return parse_batch(args.batch, per_worker=wl.default_batch, workers=args.workers)
 
 
+COMMAND_FILE = "command.json"
+
+
+def _resumed_args(args):
+    """The arguments of the run in ``args.resume`` (its ``command.json``), with this
+    command's budget and progress flags laid over them."""
+    import json
+    path = os.path.join(args.resume, COMMAND_FILE)
+    try:
+        with open(path) as f:
+            argv = json.load(f)["argv"]
+    except FileNotFoundError:
+        from hogkit.errors import InvalidArgument
+        raise InvalidArgument(f"--resume {args.resume}: no {COMMAND_FILE} there; give the "
+                              f"results folder of a `hogkit run` (runs/<timestamp>), or "
+                              f"resume from Python with train(resume=...)") from None
+    old = build_parser().parse_args(argv)
+    if args.steps is not None or args.seconds is not None:
+        old.steps, old.seconds = args.steps, args.seconds
+    old.out, old.no_progress, old.resume = args.resume, args.no_progress, args.resume
+    old.argv = argv
+    return old
+
+
 def _cmd_run(args):
     from hogkit.runtime import train
 
     from hogkit.plan import make_plan
 
+    if args.resume is not None:
+        args = _resumed_args(args)
     wl, knobs = _knobs(args)
     out = args.out or _default_out()
     make_plan(wl, out=out, **knobs)         # bad options: exit 2 before anything is said
     from hogkit.doctor import preflight
     preflight(args.workers)                 # a machine that cannot: exit 1, the same way
-    print(f"hogkit run: {wl.name} with {args.workers} workers, results in {out}",
-          file=sys.stderr)
+    print(f"hogkit run: {wl.name} with {args.workers} workers, results in {out}"
+          + (" (resumed)" if args.resume else ""), file=sys.stderr)
+    if args.resume is None:                 # what --resume reads back
+        from hogkit.report import write_json
+        os.makedirs(out, exist_ok=True)
+        write_json(os.path.join(out, COMMAND_FILE), {"argv": args.argv})
     run = train(wl, out=out, progress=False if args.no_progress else None,
-                keep_params=False, engine=args.engine, events=args.events, **knobs)
+                keep_params=False, engine=args.engine, events=args.events,
+                checkpoint_every=args.checkpoint_every or "auto", resume=args.resume,
+                **knobs)
     print_summary(run.summary())
     print(f"results: {out}")
     return EXIT_OK
@@ -420,6 +459,7 @@ def main(argv=None):
                                NonFiniteGradient, WorkerFailed)
 
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     handler = {"run": _cmd_run, "sim": _cmd_sim, "bench": _cmd_bench,
                "report": _cmd_report, "doctor": _cmd_doctor}[args.command]
     # SIGTERM is an interruption like Ctrl-C for the whole command (building data,

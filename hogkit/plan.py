@@ -57,6 +57,14 @@ class RunPlan:
     out: Optional[str]
     keep_params: bool
     events: str = "sampled"     # what events.jsonl keeps of the updates (see EVENTS)
+    stream: int = 0             # 0, or the segment number of a resumed run
+
+    @property
+    def worker_seed(self) -> int:
+        """The seed of the workers' random streams (sampling, pacers): ``seed`` for a
+        first run, a different stream for each resumed segment (which must not replay
+        the minibatches it already saw); the data always come from ``seed``."""
+        return self.seed if self.stream == 0 else self.seed + 1_000_003 * self.stream
 
     def quotas(self) -> list:
         """Each worker's share of ``steps`` (None shares without a step budget)."""

@@ -18,6 +18,7 @@ SIGKILLed the multiprocessing resource tracker unlinks the segments it created.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import multiprocessing as mp
 import multiprocessing.connection
@@ -32,12 +33,15 @@ import numpy as np
 
 from hogkit import _worker
 from hogkit.clocks import DONE, FAILED, RUNNING, Clocks
+from hogkit.checkpoint import load_into
 from hogkit.errors import Interrupted, InvalidArgument, WorkerFailed
 from hogkit.kernels import step as _ks
 from hogkit.mainguard import check_main_guard
 from hogkit.plan import EVENTS_FILE_PER_S, eval_interval, make_plan
 from hogkit.reader import StalenessLog
 from hogkit.report import EventLog, environment, write_outputs
+from hogkit.resume import (CARRIED_STATS, CHECKPOINT, RunState, check_compatible,
+                           load_state, pack_hist, remaining, unpack_hist)
 from hogkit.run import Run
 from hogkit.store import ParamStore, sweep_dead_segments
 from hogkit.validation import check_choice, check_float
@@ -247,7 +251,7 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
           steps=None, seconds=None, seed=0, nonfinite="raise", stragglers=None,
           eval_every="auto", out=None, progress=None, wait_timeout=60.0, grace=2.0,
           workload_options=None, keep_params=True, shards=1, engine="auto",
-          events="sampled") -> Run:
+          events="sampled", checkpoint_every="auto", resume=None) -> Run:
     """Train ``workload`` with ``workers`` processes sharing one parameter store.
 
     Parameters
@@ -286,6 +290,14 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
         workload and knobs, else the Python step with a one-line notice),
         ``"compiled"`` (refuse what it cannot run) or ``"python"`` (the reference
         path). The summary says which ran (:mod:`hogkit.step`).
+    checkpoint_every : seconds between fuzzy checkpoints of the live parameters and
+        the run's state into ``out/checkpoint.npz`` (:mod:`hogkit.resume`); "auto": 60
+        when ``out`` is given; None: only the quiesced one at the end.
+    resume : a results folder of an earlier run of the same workload, options, workers
+        and shards (a crashed or killed one, or one to extend with a larger budget):
+        go on from its checkpoint with the budget that is left (``steps`` and
+        ``seconds`` count the whole run); results go to that folder unless ``out``
+        says otherwise, and the summary covers the whole run.
 
     Raises
     ------
@@ -297,15 +309,40 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
     check_main_guard("hogkit.train()")
     wait_timeout = check_float("wait_timeout", wait_timeout, min_value=0.0, exclude_min=True)
     grace = check_float("grace", grace, min_value=0.0)
+    resumed = None
+    if resume is not None:
+        resumed = load_state(resume)
+        out = os.fspath(resume) if out is None else out
     plan = make_plan(workload, workers=workers, policy=policy, rule=rule, density=density,
                      batch=batch, steps=steps, seconds=seconds, seed=seed,
                      nonfinite=nonfinite, stragglers=stragglers, eval_every=eval_every,
                      shards=shards, out=out, workload_options=workload_options,
                      keep_params=keep_params, events=events, spawn=True)
+    if checkpoint_every == "auto":
+        checkpoint_every = 60.0 if plan.out is not None else None
+    elif checkpoint_every is not None:
+        checkpoint_every = check_float("checkpoint_every", checkpoint_every, min_value=0.0,
+                                       exclude_min=True, fix='seconds, "auto" or None')
+    if checkpoint_every is not None and plan.out is None:
+        raise InvalidArgument("checkpoint_every needs out= (the folder the checkpoints go "
+                              "to)")
     engine = choose_engine(engine, plan.workload, rule=plan.rule, density=plan.density,
                            batch=plan.batch, shards=plan.shards, policy=plan.policy,
                            stragglers=plan.stragglers)
-    return _Live(plan, engine, wait_timeout=wait_timeout, grace=grace).run(progress)
+    budget = (plan.steps, plan.seconds)
+    if resumed is not None:
+        _, state, meta = resumed
+        check_compatible(meta, plan.config(), plan.workers)
+        left_steps, left_seconds = remaining(plan.steps, plan.seconds, state)
+        plan = dataclasses.replace(plan, steps=left_steps, seconds=left_seconds,
+                                   stream=state.segment + 1)
+    live = _Live(plan, engine, wait_timeout=wait_timeout, grace=grace,
+                 checkpoint_every=checkpoint_every,
+                 resume=None if resumed is None else (os.fspath(resume), resumed[1]))
+    live.config.update(steps=budget[0], seconds=budget[1])
+    if resumed is not None:
+        live.config["segments"] = plan.stream + 1
+    return live.run(progress)
 
 
 class _Live:
@@ -313,9 +350,13 @@ class _Live:
     runs a user's own loop through the same supervision (a subclass that shares a
     module and spawns the user's function)."""
 
-    def __init__(self, plan, engine, *, wait_timeout, grace):
+    def __init__(self, plan, engine, *, wait_timeout, grace, checkpoint_every=None,
+                 resume=None):
         self.plan, self.engine = plan, engine
         self.wait_timeout, self.grace = wait_timeout, grace
+        self.checkpoint_every = checkpoint_every
+        self.resume_dir, prev = resume if resume is not None else (None, None)
+        self.prev = prev if prev is not None else RunState()
         self.config = plan.config(engine=engine, environment=environment())
         self.curve = []
         self.dropped = 0
@@ -340,7 +381,9 @@ class _Live:
                  **runtime_specs(p.workers)}, tag="ctl"))
             self.control = self.cstore.views()
             self.clocks, self.log = Clocks(self.control), StalenessLog(self.control)
-            self._event({"type": "start", "t": 0.0, "config": self.config,
+            self._carry_over()
+            self._event({"type": "start" if self.resume_dir is None else "resume",
+                         "t": self.prev.t, "config": self.config,
                          "initial_loss": initial_loss})
             wall = self._supervise(errdir, progress)
             return self._collect(initial_loss, wall)
@@ -351,6 +394,9 @@ class _Live:
         p = self.plan
         wl = p.workload
         params0, data0 = wl.build(p.seed)
+        if self.resume_dir is not None:          # checked before anything is written
+            load_into(params0, os.path.join(self.resume_dir, CHECKPOINT),
+                      what="the workload's parameters")
         warm(wl, p.rule, p.density, params0, data0, p.seed, p.worker_batch(), self.engine)
         initial_loss = float(wl.loss(params0, data0))
         self.pstore = stack.enter_context(ParamStore.create(params0, tag="params"))
@@ -399,7 +445,7 @@ class _Live:
             with _parent_signals():
                 sup.start(self._specs(), errdir)
                 next_beat_check = time.monotonic() + self.wait_timeout
-                next_eval = math.inf
+                next_eval = next_ckpt = math.inf
                 stop_sent = False
                 try:
                     while not sup.done:
@@ -413,6 +459,7 @@ class _Live:
                                 continue          # still starting up: nothing to time
                             started = t0_ns.min() * 1e-9
                             next_eval = started + every
+                            next_ckpt = started + (self.checkpoint_every or math.inf)
                         if (p.seconds is not None and not stop_sent
                                 and now - started >= p.seconds):
                             clocks.request_stop()
@@ -420,6 +467,9 @@ class _Live:
                         if now >= next_eval:
                             self._evaluate(round(now - started, 4))
                             next_eval = now + every
+                        if now >= next_ckpt:
+                            self._checkpoint(now - started, "fuzzy")
+                            next_ckpt = time.monotonic() + self.checkpoint_every
                         cursors = self._drain(cursors)
                         if bar is not None:
                             bar.n = (round(min(now - started, p.seconds), 1)
@@ -446,8 +496,10 @@ class _Live:
     def _evaluate(self, t, *, event=True):
         loss = self._loss()
         self.curve.append({"t": t, "updates": int(self.clocks.updates.sum()), "loss": loss})
-        if event:
-            self._event({"type": "eval", **self.curve[-1]})
+        if event:                         # whole-run time and updates (resumed segments)
+            self._event({"type": "eval", "t": round(t + self.prev.t, 4),
+                         "updates": self.curve[-1]["updates"] + sum(self.prev.updates),
+                         "loss": loss})
         return loss
 
     def _drain(self, cursors):
@@ -459,38 +511,106 @@ class _Live:
                 self.events.write([{"type": "update", **e} for e in kept])
         return cursors
 
+    # ---- checkpoints and resumed segments (hogkit.resume)
+
+    def _carry_over(self):
+        """A resumed segment starts its histograms and exact stats where the run was."""
+        prev = self.prev
+        if not prev.gap_hist:
+            return
+        unpack_hist(prev.gap_hist, self.log.gap_hist)
+        unpack_hist(prev.lag_hist, self.log.lag_hist)
+        for w, row in enumerate(prev.stats):
+            for col, v in zip(CARRIED_STATS, row):
+                self.log.stats[w, col] = v
+
+    def _counts(self):
+        """Per-worker counters of the whole run so far (earlier segments added)."""
+        prev, W, rt = self.prev, self.plan.workers, self.control["rt"]
+
+        def plus(old, cur):
+            return [int(c) + (int(old[r]) if old else 0) for r, c in enumerate(cur)]
+        return {"iterations": plus(prev.iterations, self.clocks.iterations[:W]),
+                "updates": plus(prev.updates, self.clocks.updates[:W]),
+                "samples": plus(prev.samples, rt[:W, _ks.RT_SAMPLES]),
+                "nonfinite": plus(prev.nonfinite, rt[:W, _ks.RT_NONFINITE]),
+                "held": plus(prev.held, rt[:W, _ks.RT_HELD])}
+
+    def _whole_curve(self):
+        """The loss curve of the whole run: earlier segments, then this one shifted by
+        their time and updates (its first point repeats their last and is dropped)."""
+        prev = self.prev
+        if not prev.curve:
+            return list(self.curve)
+        t0, u0 = prev.t, sum(prev.updates)
+        return list(prev.curve) + [{"t": round(c["t"] + t0, 4), "updates": c["updates"] + u0,
+                                    "loss": c["loss"]} for c in self.curve[1:]]
+
+    def _state(self, t) -> RunState:
+        counts = self._counts()
+        return RunState(segment=self.plan.stream, t=self.prev.t + t,
+                        curve=self._whole_curve(),
+                        gap_hist=pack_hist(self.log.gap_hist),
+                        lag_hist=pack_hist(self.log.lag_hist),
+                        stats=[[int(self.log.stats[w, c]) for c in CARRIED_STATS]
+                               for w in range(self.plan.workers)],
+                        events_dropped=self.prev.events_dropped + int(self.dropped),
+                        **counts)
+
+    def _checkpoint(self, t, consistency):
+        """Parameters and run state to ``out/checkpoint.npz`` (atomically); "fuzzy":
+        copied while the workers write, labelled with the update counts it holds at
+        most; "quiesced": every worker stopped."""
+        state = self._state(t)
+        self.pstore.save(os.path.join(self.plan.out, CHECKPOINT),
+                         meta={"consistency": consistency, "updates": sum(state.updates),
+                               "version_vector": state.updates, "seed": self.plan.seed,
+                               "config": self.config, "state": state.to_meta()})
+        self._event({"type": "checkpoint", "t": round(state.t, 4),
+                     "consistency": consistency, "updates": sum(state.updates)})
+
     def _collect(self, initial_loss, wall) -> Run:
         """The run's result from the quiesced stores; written to ``out`` when given."""
-        p, clocks, log, rt = self.plan, self.clocks, self.log, self.control["rt"]
+        p, log, rt = self.plan, self.log, self.control["rt"]
+        prev = self.prev
+        for c in self.curve:       # a point taken after the last worker finished is at wall
+            c["t"] = min(c["t"], round(wall, 4))
         final_loss = self._evaluate(round(wall, 4), event=False)   # the end event has it
+        counts = self._counts()
         summary = log.summary()
-        run = Run(config=self.config, workers=p.workers, updates=int(clocks.updates.sum()),
-                  wall_s=wall, initial_loss=initial_loss, final_loss=final_loss,
+        per_worker = _per_worker(self.clocks, log, self.control, p.workers)
+        for r, row in enumerate(per_worker):
+            row.update(updates=counts["updates"][r], iterations=counts["iterations"][r],
+                       samples=counts["samples"][r],
+                       nonfinite_skipped=counts["nonfinite"][r], held_back=counts["held"][r])
+        whole_wall = prev.t + wall
+        run = Run(config=self.config, workers=p.workers, updates=sum(counts["updates"]),
+                  wall_s=whole_wall,
+                  initial_loss=prev.curve[0]["loss"] if prev.curve else initial_loss,
+                  final_loss=final_loss,
                   staleness={"update_gap": summary["gap"], "clock_lag": summary["lag"]},
-                  per_worker=_per_worker(clocks, log, self.control, p.workers),
-                  loss_curve=self.curve,
+                  per_worker=per_worker, loss_curve=self._whole_curve(),
                   params=self.pstore.snapshot() if p.keep_params else None,
                   out=p.out,
-                  extra={"events_dropped": int(self.dropped),
-                         "nonfinite_skipped": int(rt[:, _ks.RT_NONFINITE].sum()),
-                         "samples": int(rt[:, _ks.RT_SAMPLES].sum()),
+                  extra={"events_dropped": prev.events_dropped + int(self.dropped),
+                         "nonfinite_skipped": sum(counts["nonfinite"]),
+                         "samples": sum(counts["samples"]),
                          "engine": self.engine,
                          "events_recorded": int(log.cursor.sum()),
                          "events_stride": int(max(1, rt[:, _ks.RT_STRIDE].max()))})
+        if self.resume_dir is not None:
+            run.extra["segments"] = p.stream + 1
         run.extra["metrics"] = self._metrics()
         if hasattr(p.policy, "grants"):
             g = self.control["rt_grants"].sum(axis=0)
             run.extra["dssp_grants"] = {str(r): int(n) for r, n in enumerate(g) if n}
         if p.out is not None:
-            self._event({"type": "end", "t": round(wall, 4), "updates": run.updates,
+            self._checkpoint(wall, "quiesced")
+            self._event({"type": "end", "t": round(whole_wall, 4), "updates": run.updates,
                          "final_loss": final_loss})
             self.events.close()           # flushed, so the size below is the file's
             run.extra["events"] = self.sampler.summary(os.path.join(p.out, "events.jsonl"))
             write_outputs(run, p.out)
-            self.pstore.save(os.path.join(p.out, "checkpoint.npz"),
-                             meta={"consistency": "quiesced", "updates": run.updates,
-                                   "version_vector": clocks.updates.tolist(),
-                                   "seed": p.seed, "config": self.config})
         return run
 
 

@@ -102,12 +102,14 @@ class _Worker:
         self.local = _LocalPhase(spec, params) if isinstance(spec.plan.policy, LocalSGD) else None
         # Under LocalSGD the gradient reads, and the rule writes, a private replica.
         self.params = self.local.replica if self.local is not None else params
-        self.ctx = spec.plan.workload.setup(self.params, data, rank=spec.rank, seed=spec.plan.seed)
+        self.ctx = spec.plan.workload.setup(self.params, data, rank=spec.rank,
+                                            seed=spec.plan.worker_seed)
         self.rule_state = spec.plan.rule.init(self.params)
         self.density_state = (spec.plan.density.init(self.params)
                               if spec.plan.density is not None else None)
-        self.rng = np.random.default_rng([spec.plan.seed, spec.rank])
-        self.delay = spec.delay.start(spec.plan.seed, spec.rank) if spec.delay is not None else None
+        self.rng = np.random.default_rng([spec.plan.worker_seed, spec.rank])
+        self.delay = (spec.delay.start(spec.plan.worker_seed, spec.rank)
+                      if spec.delay is not None else None)
         self.sizer = None if isinstance(spec.plan.batch, (int, np.integer)) else spec.plan.batch
         self.mean_reduced = getattr(spec.plan.workload, "grad_reduction", "mean") == "mean"
         self.timing = isinstance(spec.plan.policy, DSSP)
@@ -202,7 +204,7 @@ class _Worker:
             grants=self.control["rt_grants"][rank],
             local_h=policy.h if self.local is not None else 0,
             quota=-1 if spec.steps is None else spec.steps, nonfinite=spec.plan.nonfinite,
-            pacer=encode_pacer(spec.delay, spec.plan.seed, rank))
+            pacer=encode_pacer(spec.delay, spec.plan.worker_seed, rank))
         self.core.run(0)
 
     def compiled_loop(self) -> int:

@@ -93,11 +93,15 @@ def test_seconds_budget_stops_the_run():
     assert run.wall_s >= 1.0 * 0.9                        # it trained for its budget
 
 
-def test_straggler_is_slower():
-    run = train("mf", workers=2, seconds=1.5, workload_options=HOT, progress=False,
+def test_straggler_is_slowed_by_its_factor():
+    """The straggler's pacer adds (factor - 1) x its compute time as pauses (sleep only
+    overshoots), and the summary says what it realised; the other worker is not paced.
+    Behaviour, not a comparison of the two workers' speeds."""
+    run = train("mf", workers=2, seconds=1.0, workload_options=HOT, progress=False,
                 stragglers={1: Slowdown(4.0)}, eval_every=None)
-    fast, slow = (w["iterations"] for w in run.per_worker)
-    assert fast > 1.5 * slow
+    fast, slow = run.per_worker
+    assert "slowdown_realised" not in fast
+    assert slow["slowdown_realised"] >= 4.0 * 0.95
 
 
 @pytest.mark.parametrize("kwargs, error", [
