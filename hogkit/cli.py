@@ -125,6 +125,10 @@ def build_parser():
     run.add_argument("--checkpoint-every", type=_positive_float, default=None,
                      metavar="SECONDS", help="fuzzy checkpoint of the parameters and the "
                                              "run's state every SECONDS (default 60)")
+    run.add_argument("--on-failure", default="stop", choices=("stop", "restart"),
+                     help="a worker that dies: stop the run (default) or restart it")
+    run.add_argument("--max-restarts", type=int, default=3,
+                     help="restarts allowed in the run with --on-failure restart (default 3)")
     run.add_argument("--resume", default=None, metavar="DIR",
                      help="go on with the run in DIR from its checkpoint (its command "
                           "line is reused; --steps/--seconds, if given, set the whole "
@@ -385,7 +389,7 @@ def _cmd_run(args):
     run = train(wl, out=out, progress=False if args.no_progress else None,
                 keep_params=False, engine=args.engine, events=args.events,
                 checkpoint_every=args.checkpoint_every or "auto", resume=args.resume,
-                **knobs)
+                on_failure=args.on_failure, max_restarts=args.max_restarts, **knobs)
     print_summary(run.summary())
     print(f"results: {out}")
     return EXIT_OK

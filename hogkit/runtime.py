@@ -32,7 +32,7 @@ import time
 import numpy as np
 
 from hogkit import _worker
-from hogkit.clocks import DONE, FAILED, RUNNING, Clocks
+from hogkit.clocks import DONE, FAILED, IDLE, RUNNING, Clocks
 from hogkit.checkpoint import load_into
 from hogkit.errors import Interrupted, InvalidArgument, WorkerFailed
 from hogkit.kernels import step as _ks
@@ -44,7 +44,7 @@ from hogkit.resume import (CARRIED_STATS, CHECKPOINT, RunState, check_compatible
                            load_state, pack_hist, remaining, unpack_hist)
 from hogkit.run import Run
 from hogkit.store import ParamStore, sweep_dead_segments
-from hogkit.validation import check_choice, check_float
+from hogkit.validation import check_choice, check_float, check_int
 from hogkit.workloads.base import metrics_of
 from hogkit.worker_loop import WorkerSpec, runtime_specs, warm
 
@@ -111,28 +111,49 @@ def _signal_name(exitcode):
 class _Supervisor:
     """The parent's side of a run: processes, stores, events, shutdown."""
 
-    def __init__(self, workers, grace):
+    def __init__(self, workers, grace, restarts=0):
         self.workers = workers
         self.grace = grace
+        self.restarts_left = restarts
         self.procs = []
+        self.blobs = []
         self.finished = set()
         self.closed = False
 
-    def start(self, specs, errdir):
+    def _spawn(self, r):
         ctx = mp.get_context("spawn")
-        self.errfiles = [os.path.join(errdir, f"worker{r}.err") for r in range(self.workers)]
         with _child_env(1):
-            for r, spec in enumerate(specs):
-                p = ctx.Process(target=_worker.main, name=f"hogkit-worker-{r}", daemon=True,
-                                args=(pickle.dumps(spec), os.getpid(), 1, self.errfiles[r]))
-                p.start()
-                self.procs.append(p)
+            p = ctx.Process(target=_worker.main, name=f"hogkit-worker-{r}", daemon=True,
+                            args=(self.blobs[r], os.getpid(), 1, self.errfiles[r]))
+            p.start()
+        return p
+
+    def start(self, specs, errdir):
+        self.errfiles = [os.path.join(errdir, f"worker{r}.err") for r in range(self.workers)]
+        self.blobs = [pickle.dumps(spec) for spec in specs]
+        for r in range(self.workers):
+            self.procs.append(self._spawn(r))
+
+    def _restart(self, r, clocks, step):
+        """Replace dead worker ``r`` by a fresh process on the same stores: it passes
+        the start barrier at once (nobody is IDLE but itself) and goes on from its
+        clock slot (its iterations so far count against its share of the steps)."""
+        old = self.procs[r]
+        info = {"rank": r, "exitcode": old.exitcode, "signal": _signal_name(old.exitcode),
+                "step": step}
+        old.close()
+        clocks.state[r] = IDLE       # neither FAILED (peers would fail) nor RUNNING
+        open(self.errfiles[r], "w").close()
+        self.procs[r] = self._spawn(r)
+        self.restarts_left -= 1
+        return info
 
     def poll(self, clocks, step_slots, timeout):
-        """Wait up to ``timeout`` for a worker to exit; raise WorkerFailed on failure."""
+        """Wait up to ``timeout`` for a worker to exit; raise WorkerFailed on failure,
+        or replace the failed workers while restarts are left; returns the restarts."""
         alive = [p for r, p in enumerate(self.procs) if r not in self.finished]
         if not alive:
-            return
+            return []
         ready = mp.connection.wait([p.sentinel for p in alive], timeout=timeout)
         failed = []
         for r, p in enumerate(self.procs):
@@ -143,6 +164,8 @@ class _Supervisor:
                 self.finished.add(r)
                 continue
             failed.append(r)
+        if failed and self.restarts_left >= len(failed):
+            return [self._restart(r, clocks, int(step_slots[r])) for r in failed]
         if failed:
             # A worker blocked on a failed peer fails too (WorkerFailed from its policy
             # wait), possibly before the peer has finished exiting. Blame the root
@@ -157,6 +180,7 @@ class _Supervisor:
                 root = [r for r in marked if not self.procs[r].is_alive()]
             r = (root or failed)[0]
             raise self.failure(r, clocks, int(step_slots[r]))
+        return []
 
     def _secondary(self, r):
         try:
@@ -251,7 +275,8 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
           steps=None, seconds=None, seed=0, nonfinite="raise", stragglers=None,
           eval_every="auto", out=None, progress=None, wait_timeout=60.0, grace=2.0,
           workload_options=None, keep_params=True, shards=1, engine="auto",
-          events="sampled", checkpoint_every="auto", resume=None) -> Run:
+          events="sampled", checkpoint_every="auto", resume=None, on_failure="stop",
+          max_restarts=3) -> Run:
     """Train ``workload`` with ``workers`` processes sharing one parameter store.
 
     Parameters
@@ -293,6 +318,13 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
     checkpoint_every : seconds between fuzzy checkpoints of the live parameters and
         the run's state into ``out/checkpoint.npz`` (:mod:`hogkit.resume`); "auto": 60
         when ``out`` is given; None: only the quiesced one at the end.
+    on_failure : ``"stop"`` (default: the first worker that dies ends the run with
+        :class:`WorkerFailed`) or ``"restart"``: a worker that exits or is killed is
+        replaced by a fresh process on the same stores that goes on from the shared
+        clocks (its iterations so far count; a BSP/SSP peer waits for it as for a slow
+        worker), at most ``max_restarts`` times in the run; every restart is in the
+        events and in ``summary["restarts"]``. A hung worker (no heartbeat) still
+        stops the run.
     resume : a results folder of an earlier run of the same workload, options, workers
         and shards (a crashed or killed one, or one to extend with a larger budget):
         go on from its checkpoint with the budget that is left (``steps`` and
@@ -307,6 +339,8 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
     stopped and no shared-memory segment is left behind.
     """
     check_main_guard("hogkit.train()")
+    check_choice("on_failure", on_failure, ("stop", "restart"))
+    max_restarts = check_int("max_restarts", max_restarts, min_value=0)
     wait_timeout = check_float("wait_timeout", wait_timeout, min_value=0.0, exclude_min=True)
     grace = check_float("grace", grace, min_value=0.0)
     resumed = None
@@ -337,7 +371,8 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
         plan = dataclasses.replace(plan, steps=left_steps, seconds=left_seconds,
                                    stream=state.segment + 1)
     live = _Live(plan, engine, wait_timeout=wait_timeout, grace=grace,
-                 checkpoint_every=checkpoint_every,
+                 checkpoint_every=checkpoint_every, on_failure=on_failure,
+                 max_restarts=max_restarts,
                  resume=None if resumed is None else (os.fspath(resume), resumed[1]))
     live.config.update(steps=budget[0], seconds=budget[1])
     if resumed is not None:
@@ -351,8 +386,10 @@ class _Live:
     module and spawns the user's function)."""
 
     def __init__(self, plan, engine, *, wait_timeout, grace, checkpoint_every=None,
-                 resume=None):
+                 resume=None, on_failure="stop", max_restarts=0):
         self.plan, self.engine = plan, engine
+        self.on_failure, self.max_restarts = on_failure, max_restarts
+        self.restarts = []
         self.wait_timeout, self.grace = wait_timeout, grace
         self.checkpoint_every = checkpoint_every
         self.resume_dir, prev = resume if resume is not None else (None, None)
@@ -434,7 +471,8 @@ class _Live:
         imports excluded, so rates compare across workloads). Every exit path shuts
         the workers down in order."""
         p, clocks = self.plan, self.clocks
-        sup = _Supervisor(p.workers, self.grace)
+        sup = _Supervisor(p.workers, self.grace,
+                          restarts=self.max_restarts if self.on_failure == "restart" else 0)
         cursors = np.zeros(p.workers, dtype=np.int64)
         bar = _progress_bar(progress, p.steps, p.seconds)
         rt = self.control["rt"]
@@ -449,7 +487,11 @@ class _Live:
                 stop_sent = False
                 try:
                     while not sup.done:
-                        sup.poll(clocks, clocks.step, 0.05)
+                        for info in sup.poll(clocks, clocks.step, 0.05):
+                            t = time.monotonic() - started if started is not None else 0.0
+                            info["t"] = round(t + self.prev.t, 4)
+                            self.restarts.append(info)
+                            self._event({"type": "restart", **info})
                         now = time.monotonic()
                         if now >= next_beat_check:
                             sup.check_heartbeats(clocks, clocks.step, self.wait_timeout)
@@ -600,6 +642,8 @@ class _Live:
                          "events_stride": int(max(1, rt[:, _ks.RT_STRIDE].max()))})
         if self.resume_dir is not None:
             run.extra["segments"] = p.stream + 1
+        if self.on_failure == "restart":
+            run.extra["restarts"] = self.restarts
         run.extra["metrics"] = self._metrics()
         if hasattr(p.policy, "grants"):
             g = self.control["rt_grants"].sum(axis=0)

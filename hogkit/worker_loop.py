@@ -462,7 +462,9 @@ def _python_loop(worker, spec):
     if worker.delay is not None:
         worker.delay.row[3] = time.monotonic_ns()   # a Load pacer's t = 0: the start,
     parent = spec.parent_pid                        # as on the compiled engine
-    k = 0
+    # from the shared clock: 0 in a fresh run, the iterations so far in a restarted
+    # worker (the compiled core compares the same slot with its quota)
+    k = int(worker.clocks.iterations[spec.rank])
     while spec.steps is None or k < spec.steps:
         if not worker.python_step(k):
             break

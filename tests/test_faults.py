@@ -179,3 +179,38 @@ def test_sigkill_of_the_parent_leaves_nothing(tmp_path):
     while _segments_of(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _segments_of(proc.pid) == [], "segments outlived a SIGKILLed parent"
+
+
+@pytest.mark.timeout(180)               # liveness: a restart must not deadlock BSP/SSP
+@pytest.mark.parametrize("policy", ["async", "bsp", "ssp:2"])
+def test_a_killed_worker_is_restarted_and_the_run_finishes(policy, tmp_path):
+    """on_failure="restart": worker 1 is SIGKILLed once at its 300th step; a fresh
+    process takes its place on the same stores, goes on from the shared clocks, and
+    the run does all its steps; the restart is in the summary and the events."""
+    from hogkit.cli import parse_policy
+    out = str(tmp_path / "run")
+    run = train(Faulty(hot(), rank=1, step=300, fault="sigkill",
+                       once=str(tmp_path / "fired")),
+                workers=2, steps=6000, policy=parse_policy(policy), progress=False,
+                eval_every=None, on_failure="restart", max_restarts=1, out=out,
+                checkpoint_every=None)
+    assert sum(w["iterations"] for w in run.per_worker) == 6000
+    assert [w["iterations"] for w in run.per_worker] == [3000, 3000]
+    assert len(run.extra["restarts"]) == 1
+    r = run.extra["restarts"][0]
+    assert r["rank"] == 1 and r["signal"] == "SIGKILL" and r["step"] >= 0
+    import json
+    with open(f"{out}/events.jsonl") as f:
+        kinds = [json.loads(line)["type"] for line in f]
+    assert "restart" in kinds
+    assert np.isfinite(run.final_loss) and run.final_loss < run.initial_loss
+
+
+@pytest.mark.timeout(120)
+def test_restarts_run_out_and_then_the_run_stops(tmp_path):
+    """Every incarnation of worker 1 dies at its 50th step: one restart, then the
+    second death stops the run with the usual error."""
+    with pytest.raises(WorkerFailed) as info:
+        train(Faulty(hot(), rank=1, step=50, fault="sigkill"), workers=2, steps=100_000,
+              progress=False, eval_every=None, on_failure="restart", max_restarts=1)
+    assert info.value.rank == 1 and info.value.signal == "SIGKILL"

@@ -38,9 +38,10 @@ class _Wrapper:
 
 
 class Faulty(_Wrapper):
-    def __init__(self, inner, *, rank=0, step=5, fault="raise", every=False):
+    def __init__(self, inner, *, rank=0, step=5, fault="raise", every=False, once=None):
         super().__init__(inner, "faulty")
         self.rank, self.step, self.fault, self.every = rank, step, fault, every
+        self.once = once            # a path: fire only if it does not exist (then create)
 
     def setup(self, params, data, *, rank, seed):
         return {"inner": self.inner.setup(params, data, rank=rank, seed=seed), "rank": rank,
@@ -51,6 +52,11 @@ class Faulty(_Wrapper):
         ctx["k"] += 1
         grads = self.inner.gradient(ctx["inner"], rng, batch, keep_read=keep_read)
         hit = ctx["rank"] == self.rank and (k == self.step or (self.every and k > self.step))
+        if hit and self.once is not None:
+            if os.path.exists(self.once):
+                hit = False
+            else:
+                open(self.once, "w").close()
         if hit:
             if self.fault == "nan":
                 grads[0].values.flat[0] = float("nan")
