@@ -11,9 +11,10 @@ descriptors, the number of live workers, and the ``hogkit_*`` segments in
 ``/dev/shm`` (count and bytes).
 
 The verdict: every run finished with every kill answered by a restart; parent memory,
-worker memory and descriptors grow by less than 10 % from the second to the last run
-of the same policy and rule (medians over each run's samples; by its second run every
-combination's kernels are loaded, a one-time cost); no segment is left at the end.
+worker memory and descriptors grow by less than 5 % from the second full cycle of runs
+(every policy and rule once) to the last (medians of each run's samples; by the second
+cycle every combination's kernels are loaded, a one-time cost); no segment is left at
+the end.
 """
 
 from __future__ import annotations
@@ -77,7 +78,9 @@ def _combos():
             ("bsp", BSP(), "staleness-aware", StalenessAware(0.05)),
             ("ssp:2", SSP(2), "gap-aware", GapAware(0.05)),
             ("dssp:1:4", DSSP(1, 4), "dc-asgd", DelayCompensated(0.05)),
-            ("ssp:4", SSP(4), "sgd+momentum", SGD(0.02, momentum=0.9))]
+            # momentum 0.9 multiplies the step by 10: lr 0.005 (0.02 diverged with 8
+            # stale workers in the first soak: benchmarks/soak_first_momentum_diverged.json)
+            ("ssp:4", SSP(4), "sgd+momentum", SGD(0.005, momentum=0.9))]
 
 
 def run(quick=False) -> dict:
@@ -167,23 +170,23 @@ def _per_run(samples, runs, key):
 
 
 def _ratios(samples, runs):
-    """For each measure, the largest ratio between the last and the second run of the
-    same policy and rule: by its second run every combination's kernels have been
-    loaded once (a one-time cost, not a leak); a leak keeps growing from one run of it
-    to the next."""
+    """For each measure, the median over the last full cycle of runs (every policy and
+    rule once) over the median over the second cycle: by then every combination's
+    kernels have been loaded once (a one-time cost, not a leak); a leak keeps growing
+    from cycle to cycle. None when the soak had fewer than three cycles."""
     for s in samples:
         ws = s["worker_rss_mb"]
         s["worker_rss_mean_mb"] = sum(ws) / len(ws) if ws else 0.0
+    n = len({r["combo"] for r in runs}) if runs else 0
     out = {}
+    if n == 0 or len(runs) < 3 * n:
+        return out
     for key in ("parent_rss_mb", "worker_rss_mean_mb", "parent_fds"):
         per = _per_run(samples, runs, key)
-        growth = []
-        for combo in {r["combo"] for r in runs}:
-            seen = [v for r, v in zip(runs, per) if r["combo"] == combo and v]
-            if len(seen) >= 3:
-                growth.append(seen[-1] / seen[1])
-        if growth:
-            out[f"{key}_same_run_growth"] = max(growth)
+        second = [v for v in per[n:2 * n] if v]
+        last = [v for v in per[-n:] if v]
+        if second and last:
+            out[f"{key}_growth"] = statistics.median(last) / statistics.median(second)
     return out
 
 
@@ -192,8 +195,8 @@ def verdict(runs, kills, samples, segments_left) -> dict:
     answered = sum(r.get("restarts", 0) for r in runs)
 
     def flat(key):
-        v = ratios.get(f"{key}_same_run_growth")
-        return None if v is None else v < 1.10
+        v = ratios.get(f"{key}_growth")
+        return None if v is None else v < 1.05
 
     checks = {
         "every_run_finished": all(r["ok"] for r in runs),
@@ -220,7 +223,7 @@ def format_table(result) -> str:
                      + (f"{r['updates']:>11,} updates  loss {r['initial_loss']:.3g} -> "
                         f"{r['final_loss']:.3g}  restarts {r['restarts']}"
                         if r["ok"] else f"FAILED {r['error']}"))
-    lines.append("growth from the second to the last run of a policy and rule: " + ", ".join(
+    lines.append("growth from the second cycle of runs to the last: " + ", ".join(
         f"{k} {x:.2f}" for k, x in result["ratios"].items()))
     lines.append("verdict: " + ", ".join(f"{k}={x}" for k, x in v.items()))
     return "\n".join(lines)

@@ -29,6 +29,8 @@ __all__ = ["Finding", "run_checks", "preflight", "format_findings", "SHM_DIR", "
            "FATAL"]
 
 SHM_DIR = "/dev/shm"
+#: below this /dev/shm is flagged as small (Docker's default is 64 MiB)
+SMALL_SHM = 256 * 2**20
 OK, WARN, FATAL = "ok", "warn", "fatal"
 
 
@@ -64,6 +66,11 @@ def shared_memory(needed_bytes: Optional[int] = None, path: str = SHM_DIR) -> Fi
             return Finding("shared memory", FATAL, detail,
                            f"free space in {path}, or a smaller model/preset; in a "
                            f"container: --shm-size")
+    if usage.total < SMALL_SHM:
+        return Finding("shared memory", WARN, detail + f": small (under "
+                       f"{_gib(SMALL_SHM)}), only small models fit (the mf 'large' preset "
+                       f"needs ~110 MiB)", "in a container: --shm-size=1g; else remount "
+                       f"{path} larger")
     return Finding("shared memory", OK, detail)
 
 

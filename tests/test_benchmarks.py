@@ -77,3 +77,49 @@ def test_p3_table_and_plot_from_the_committed_figures(tmp_path):
     text = p3.format_table(r)
     assert "vgg19" in text and "live:" in text
     assert Path(p3.plot(r, str(tmp_path / "p3.png"))).stat().st_size > 0
+
+
+def test_soak_verdict_flags_growth_and_unanswered_kills():
+    """The soak's verdict on planted data: flat memory passes; memory that keeps
+    growing from one run of a policy and rule to the next fails, and so does a kill
+    without a restart or a segment left behind."""
+    from hogkit.benchmarks import soak
+
+    def samples(growth):
+        out = []
+        for i in range(6):                       # six runs of 10 s, two combinations
+            for k in range(5):
+                out.append({"t": i * 10 + k * 2 + 0.5, "workers": 8,
+                            "parent_rss_mb": 200 * growth ** i, "worker_rss_mb": [50] * 8,
+                            "parent_fds": 30})
+        return out
+    runs = [{"segment": i, "combo": i % 2, "t": i * 10, "t_end": i * 10 + 10, "ok": True,
+             "restarts": 1} for i in range(6)]
+    kills = [{"t": i * 10 + 5} for i in range(6)]
+    good = soak.verdict(runs, kills, samples(1.0), 0)
+    assert good["pass"] and good["parent_memory_flat"] is True
+    leak = soak.verdict(runs, kills, samples(1.05), 0)
+    assert not leak["pass"] and leak["parent_memory_flat"] is False
+    assert leak["worker_memory_flat"] is True
+    assert not soak.verdict(runs, kills + [{"t": 59}], samples(1.0), 0)["pass"]
+    assert not soak.verdict(runs, kills, samples(1.0), 3)["pass"]
+
+
+QUICK = ["kernels", "scaling", "instrumentation", "policies", "simulate", "peers"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", QUICK)
+def test_every_scenario_runs_in_quick_mode(name, tmp_path):
+    """``hogkit bench NAME --quick`` end to end (own_loop, p3 and soak have their own
+    tests): a JSON-able result with its ratios, each a finite number measured in the
+    same run, and a table. Speed itself is never asserted."""
+    import json
+    import math
+    mod = importlib.import_module(f"hogkit.benchmarks.{name}")
+    r = mod.run(quick=True)
+    assert r["ratios"], r
+    for key, value in r["ratios"].items():
+        assert isinstance(value, (int, float)) and math.isfinite(value) and value > 0, key
+    json.dumps(r, default=float)
+    assert mod.format_table(r)

@@ -91,3 +91,25 @@ def test_doctor_with_its_smoke_run_exits_0_here():
     r = _hogkit(["doctor"])
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.splitlines()[-1].startswith("ok    smoke run")
+
+
+@pytest.mark.process
+@pytest.mark.faults
+def test_doctor_flags_a_16_mib_dev_shm():
+    """Under ``unshare -m`` with a 16 MiB tmpfs on /dev/shm (skipped where not
+    permitted): the shared-memory line is a warning that names the fix."""
+    import shutil
+    if not shutil.which("unshare"):
+        pytest.skip("no unshare here")
+    probe = subprocess.run(["unshare", "-m", "sh", "-c",
+                            "mount -t tmpfs -o size=16m tmpfs /dev/shm"],
+                           capture_output=True, timeout=30)
+    if probe.returncode != 0:
+        pytest.skip("unshare -m + mount tmpfs not permitted here")
+    script = (f"mount -t tmpfs -o size=16m tmpfs /dev/shm && "
+              f"exec {sys.executable} -m hogkit.cli doctor --no-smoke")
+    r = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr          # a warning is not fatal
+    line = next(x for x in r.stdout.splitlines() if "shared memory" in x)
+    assert line.startswith("warn") and "16.0 MiB" in line and "--shm-size" in line
