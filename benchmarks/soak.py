@@ -27,37 +27,15 @@ import tempfile
 import threading
 import time
 
+from hogkit.procfs import children, rss_kb
+
 SHM = "/dev/shm"
-
-
-def _rss_kb(pid):
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
 
 
 def _workers(ppid):
     """Live worker processes (spawned children) of ``ppid``."""
-    out = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmd = f.read()
-        except OSError:
-            continue
-        if int(fields[1]) == ppid and fields[0] != "Z" and b"spawn_main" in cmd \
-                and b"resource_tracker" not in cmd:
-            out.append(int(pid))
-    return out
+    return [pid for pid, cmd in children(ppid)
+            if "spawn_main" in cmd and "resource_tracker" not in cmd]
 
 
 def _segments():
@@ -101,8 +79,8 @@ def run(quick=False) -> dict:
             ws = _workers(me)
             n, size = _segments()
             samples.append({"t": round(time.monotonic() - t0, 2),
-                            "parent_rss_mb": _rss_kb(me) / 1024,
-                            "worker_rss_mb": [_rss_kb(w) / 1024 for w in ws],
+                            "parent_rss_mb": rss_kb(me) / 1024,
+                            "worker_rss_mb": [rss_kb(w) / 1024 for w in ws],
                             "workers": len(ws),
                             "parent_fds": len(os.listdir(f"/proc/{me}/fd")),
                             "segments": n, "segment_mb": size / 2**20})
