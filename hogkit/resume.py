@@ -69,9 +69,10 @@ class RunState:
 
 
 def pack_hist(hist: np.ndarray) -> list:
-    """A (workers, bins) histogram as per-worker ``[[bin, count], ...]`` (nonzero)."""
-    return [[[int(b), int(c)] for b in np.flatnonzero(row) for c in (row[b],)]
-            for row in hist]
+    """A (workers, bins) histogram as per-worker ``[[bin, count], ...]`` (nonzero),
+    from one copy (the workers may be writing the live one)."""
+    snap = np.array(hist, copy=True)
+    return [[[int(b), int(row[b])] for b in np.flatnonzero(row)] for row in snap]
 
 
 def unpack_hist(packed, out: np.ndarray) -> None:

@@ -590,7 +590,7 @@ class _Live:
 
     def _state(self, t) -> RunState:
         counts = self._counts()
-        return RunState(segment=self.plan.stream, t=self.prev.t + t,
+        return RunState(segment=getattr(self.plan, "stream", 0), t=self.prev.t + t,
                         curve=self._whole_curve(),
                         gap_hist=pack_hist(self.log.gap_hist),
                         lag_hist=pack_hist(self.log.lag_hist),
@@ -641,7 +641,7 @@ class _Live:
                          "events_recorded": int(log.cursor.sum()),
                          "events_stride": int(max(1, rt[:, _ks.RT_STRIDE].max()))})
         if self.resume_dir is not None:
-            run.extra["segments"] = p.stream + 1
+            run.extra["segments"] = getattr(p, "stream", 0) + 1
         if self.on_failure == "restart":
             run.extra["restarts"] = self.restarts
         run.extra["metrics"] = self._metrics()
