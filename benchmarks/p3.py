@@ -39,7 +39,7 @@ WORKERS = 4
 
 
 def simulated(quick=False) -> dict:
-    from hogkit.comm import Network, simulate_comm
+    from hogkit.comm import Network, gains
     from hogkit.profiles import reference
     bws = (1, 5, 10, 100) if quick else BANDWIDTHS_GBPS
     out = {"workers": WORKERS, "servers": WORKERS, "bound": 0, "slice": 40_000,
@@ -53,12 +53,13 @@ def simulated(quick=False) -> dict:
         for g in bws:
             net = Network.gbps(g)
             row = {"gbps": g}
+            res = gains(prof, net, schedules=SCHEDULES, workers=WORKERS,
+                        iterations=6 if quick else 8)
             for s in SCHEDULES:
-                r = simulate_comm(prof, s, net, workers=WORKERS, iterations=6 if quick else 8)
-                row[s] = {"iteration_s": r.iteration_s, "layer0_wait_s": r.layer_wait_s[0],
-                          "link_busy": sum(r.link_busy) / len(r.link_busy)}
-            for s in SCHEDULES:
-                row[s]["gain"] = row["fifo"]["iteration_s"] / row[s]["iteration_s"]
+                r = res["results"][s]
+                row[s] = {"iteration_s": r["iteration_s"], "layer0_wait_s": r["layer_wait_s"][0],
+                          "link_busy": sum(r["link_busy"]) / len(r["link_busy"]),
+                          "gain": res["gain"][s]}
             row["compute_s"] = prof.compute_s
             row["fifo_comm_bound"] = row["fifo"]["iteration_s"] > 1.01 * prof.compute_s
             rows.append(row)

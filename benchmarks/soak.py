@@ -28,8 +28,7 @@ import threading
 import time
 
 from hogkit.procfs import children, rss_kb
-
-SHM = "/dev/shm"
+from hogkit.store import SHM_DIR as SHM
 
 
 def _workers(ppid):

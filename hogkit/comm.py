@@ -189,8 +189,7 @@ def simulate_comm(profile: Profile, schedule="fifo", network: Optional[Network] 
     plan = schedule.plan(profile.sizes, S)
     pieces = [m for layer in plan for m in layer]
     n_layer = [len(layer) for layer in plan]
-    cost = [net.seconds(m.size) if net.bandwidth != math.inf else net.overhead
-            for m in pieces]
+    cost = [net.seconds(m.size) for m in pieces]     # size / inf = 0: overhead only
 
     events, seq = [], [0]
 

@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from typing import Optional
 
 from hogkit.errors import EnvironmentProblem
+from hogkit.store import SHM_DIR
 
 __all__ = ["Finding", "run_checks", "preflight", "format_findings", "SHM_DIR", "OK", "WARN",
            "FATAL"]
 
-SHM_DIR = "/dev/shm"
 #: below this /dev/shm is flagged as small (Docker's default is 64 MiB)
 SMALL_SHM = 256 * 2**20
 OK, WARN, FATAL = "ok", "warn", "fatal"

@@ -148,35 +148,18 @@ class PacedSender:
 
 # --------------------------------------------------------------------------- the model
 
-def _forward_order(model, x):
-    """``[(name, module)]`` of the modules owning parameters, in the order the forward
-    pass first calls them (the order of the layers on the wire)."""
-    import torch
-    from hogkit.profiles import _param_layers
-    owners = dict(_param_layers(model))
-    order, handles = [], []
-    for name, m in owners.items():
-        handles.append(m.register_forward_pre_hook(
-            lambda mod, inp, name=name: order.append(name) if name not in order else None))
-    try:
-        with torch.no_grad():
-            model(x)
-    finally:
-        for h in handles:
-            h.remove()
-    return [(n, owners[n]) for n in order]
-
-
 def _demo(seed, batch, width):
     """The demonstration's model (seeded), its four batches, and its layers in order."""
     import torch
+
+    from hogkit.profiles import forward_layers
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = demo_module(width)
     data = torch.Generator().manual_seed(seed + 1)
     xs = [torch.randn(batch, 3, 32, 32, generator=data) for _ in range(4)]
     ys = [torch.randint(0, 10, (batch,), generator=data) for _ in range(4)]
-    return model, xs, ys, _forward_order(model, xs[0])
+    return model, xs, ys, forward_layers(model, xs[0])
 
 
 def reference_losses(*, iterations: int, batch: int = 32, width: int = 2048,
@@ -285,6 +268,12 @@ class _Trainer:
         self.server_cpu_s = float("nan")
 
     def fail(self, error):
+        """Record the first failure (from the receiver or the sender thread) and wake
+        every wait; a broken connection, seen on either side of the link, is the
+        server gone."""
+        if isinstance(error, (EOFError, ConnectionError)):
+            error = LinkClosed(f"the parameter server closed the link (it died or was "
+                               f"killed): {type(error).__name__}")
         with self.cv:
             if self.error is None:
                 self.error = error
@@ -323,8 +312,7 @@ class _Trainer:
                         self.cv.notify_all()
                     return
         except BaseException as e:  # noqa: BLE001
-            self.fail(e if not isinstance(e, EOFError) else LinkClosed(
-                "the parameter server closed the link (it died or was killed)"))
+            self.fail(e)
 
     def wait_for(self, layer, it):
         """Block until layer ``layer`` is back from iteration ``it``; returns the wait."""
@@ -421,6 +409,8 @@ class _Trainer:
             self.wait_for(layer, cfg["iterations"] - 1)
         for h in handles:
             h.remove()
+        if self.error is not None:
+            raise self.error
         link.close()
         self.conn.send_bytes(_HEADER.pack(_STOP, 0, 0, 0, 0, 0, 1))
         rx.join(_WAIT_S)
@@ -518,8 +508,10 @@ def run_live(schedule="p3", *, bandwidth: float = 200e6, iterations: int = 20,
         raise InvalidArgument("predict=True needs profile=True (the prediction runs on the "
                               "measured profile)")
     import torch
+
+    from hogkit.profiles import forward_layers
     with torch.device("meta"):                  # sizes only: no memory, no RNG use
-        layers = _forward_order(demo_module(width), torch.empty(1, 3, 32, 32))
+        layers = forward_layers(demo_module(width), torch.empty(1, 3, 32, 32))
     sizes = [sum(p.numel() for p in m.parameters(recurse=False)) for _, m in layers]
     cfg = {"schedule": schedule, "bandwidth": bandwidth, "iterations": iterations,
            "warmup": warmup, "batch": batch, "width": width, "lr": lr, "seed": seed,

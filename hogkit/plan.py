@@ -21,8 +21,8 @@ import numpy as np
 from hogkit.errors import InvalidArgument, InvalidType
 from hogkit.validation import check_choice, check_float, check_int
 
-__all__ = ["EVENTS", "EVENTS_FILE_PER_S", "RunPlan", "make_plan", "resolve_workload", "check_out", "config_of", "split_steps",
-           "EVAL_EVERY_LIVE_S"]
+__all__ = ["EVENTS", "EVENTS_FILE_PER_S", "RunPlan", "make_plan", "resolve_workload",
+           "check_out", "config_of", "split_steps", "EVAL_EVERY_LIVE_S"]
 
 #: ``events=``: which updates a live run writes to ``events.jsonl`` ("sampled": at most
 #: :data:`EVENTS_FILE_PER_S` a second of run time, evenly spread; the histograms count

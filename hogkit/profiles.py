@@ -33,7 +33,8 @@ from typing import Optional
 from hogkit.errors import InvalidArgument, InvalidType
 from hogkit.validation import check_float, check_int
 
-__all__ = ["Layer", "Profile", "from_module", "reference", "REFERENCE_PROFILES",
+__all__ = ["Layer", "Profile", "from_module", "forward_layers", "reference",
+           "REFERENCE_PROFILES",
            "DEVICE_FLOPS", "vgg19_module", "resnet50_module", "sockeye_module"]
 
 #: The stated device speed of the reference profiles: 5 TFLOP/s sustained, a mid-range
@@ -180,6 +181,15 @@ def _order_and_flops(module, example_input, layers):
     return order, flops
 
 
+def forward_layers(module, example_input) -> list:
+    """``[(name, module)]`` of the modules owning parameters, in the order one forward
+    pass on ``example_input`` first calls them (the order of the layers on the wire);
+    on the meta device this costs nothing."""
+    owners = dict(_param_layers(module))
+    order, _ = _order_and_flops(module, example_input, list(owners.items()))
+    return [(n, owners[n]) for n in order]
+
+
 def _call(module, example_input):
     if isinstance(example_input, tuple):
         return module(*example_input)
@@ -280,7 +290,6 @@ def _measure(module, example_input, order, by_name, loss_fn, repeats):
             loss = loss_fn(out) if loss_fn is not None else out.float().sum()
             t1 = time.perf_counter()
             loss.backward()
-            t2 = time.perf_counter()
             if rep == 0:
                 continue                              # warm-up
             # work before the first layer (input handling) counts with the first layer
@@ -295,7 +304,6 @@ def _measure(module, example_input, order, by_name, loss_fn, repeats):
                 done = marks_b.get(i, prev)
                 samples_b[i].append(max(0.0, done - prev))
                 prev = done
-            del t2
     finally:
         for h in handles:
             h.remove()
@@ -441,7 +449,7 @@ def sockeye_module(vocab: int = 32_000, embed: int = 512, hidden: int = 512,
     return Seq2Seq()
 
 
-#: name -> (module builder, example input builder on a device, batch, what it assumes)
+#: the reference models :func:`reference` builds, and what each assumes
 REFERENCE_PROFILES = {
     "vgg19": "VGG-19, ImageNet 224x224, batch 32",
     "resnet50": "ResNet-50, ImageNet 224x224, batch 32",

@@ -100,7 +100,7 @@ def load_state(folder):
     return arrays, RunState.from_meta(meta), meta
 
 
-def check_compatible(meta, config, workers) -> None:
+def check_compatible(meta, config) -> None:
     """Refuse a resume whose run differs in what the saved state depends on."""
     old = meta.get("config", {})
     for key in ("workload", "workload_config", "workers", "shards"):
@@ -109,8 +109,6 @@ def check_compatible(meta, config, workers) -> None:
                 f"cannot resume: {key} was {old.get(key)!r}, now {config.get(key)!r}; "
                 f"resume with the same workload, options, workers and shards (the "
                 f"policy, rule and budget may change)")
-    if len(RunState.from_meta(meta).iterations) != workers:     # pragma: no cover
-        raise InvalidArgument("cannot resume: the checkpoint's worker count differs")
 
 
 def remaining(steps, seconds, state: RunState):

@@ -366,7 +366,7 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
     budget = (plan.steps, plan.seconds)
     if resumed is not None:
         _, state, meta = resumed
-        check_compatible(meta, plan.config(), plan.workers)
+        check_compatible(meta, plan.config())
         left_steps, left_seconds = remaining(plan.steps, plan.seconds, state)
         plan = dataclasses.replace(plan, steps=left_steps, seconds=left_seconds,
                                    stream=state.segment + 1)
