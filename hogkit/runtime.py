@@ -31,7 +31,7 @@ import time
 
 import numpy as np
 
-from hogkit import _worker
+from hogkit import _worker, worker_state
 from hogkit.clocks import DONE, FAILED, IDLE, RUNNING, Clocks
 from hogkit.checkpoint import load_into
 from hogkit.errors import Interrupted, InvalidArgument, WorkerFailed
@@ -373,7 +373,7 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
     live = _Live(plan, engine, wait_timeout=wait_timeout, grace=grace,
                  checkpoint_every=checkpoint_every, on_failure=on_failure,
                  max_restarts=max_restarts,
-                 resume=None if resumed is None else (os.fspath(resume), resumed[1]))
+                 resume=None if resumed is None else (os.fspath(resume), *resumed[1:]))
     live.config.update(steps=budget[0], seconds=budget[1])
     if resumed is not None:
         live.config["segments"] = plan.stream + 1
@@ -392,8 +392,11 @@ class _Live:
         self.restarts = []
         self.wait_timeout, self.grace = wait_timeout, grace
         self.checkpoint_every = checkpoint_every
-        self.resume_dir, prev = resume if resume is not None else (None, None)
+        self.resume_dir, prev, self.prev_meta = resume if resume is not None else (None, None,
+                                                                               {})
         self.prev = prev if prev is not None else RunState()
+        self.wstore = self.wviews = None
+        self.restored = []
         self.config = plan.config(engine=engine, environment=environment())
         self.curve = []
         self.dropped = 0
@@ -419,9 +422,11 @@ class _Live:
             self.control = self.cstore.views()
             self.clocks, self.log = Clocks(self.control), StalenessLog(self.control)
             self._carry_over()
-            self._event({"type": "start" if self.resume_dir is None else "resume",
-                         "t": self.prev.t, "config": self.config,
-                         "initial_loss": initial_loss})
+            start = {"type": "start" if self.resume_dir is None else "resume",
+                     "t": self.prev.t, "config": self.config, "initial_loss": initial_loss}
+            if self.resume_dir is not None:
+                start["worker_state"] = len(self.restored)
+            self._event(start)
             wall = self._supervise(errdir, progress)
             return self._collect(initial_loss, wall)
 
@@ -439,6 +444,14 @@ class _Live:
         self.pstore = stack.enter_context(ParamStore.create(params0, tag="params"))
         self.dstore = stack.enter_context(ParamStore.create(data0, tag="data"))
         self.params, self.data = self.pstore.views(), self.dstore.views()
+        self.wstore = stack.enter_context(ParamStore.create(
+            worker_state.initial(p.rule, p.density, params0, p.workers), tag="wstate"))
+        self.wviews = self.wstore.views()
+        if self.resume_dir is not None:
+            saved = worker_state.load_state(self.resume_dir,
+                                            self.prev_meta.get("worker_state"))
+            if saved is not None:
+                self.restored = worker_state.load_into(self.wviews, saved)
         return initial_loss
 
     def _shards(self):
@@ -457,6 +470,8 @@ class _Live:
         p = self.plan
         return [WorkerSpec(rank=r, plan=p, steps=n, params=self.pstore.handle,
                            data=self.dstore.handle, control=self.cstore.handle,
+                           state=self.wstore.handle,
+                           step0=int(self.prev.iterations[r] if self.prev.iterations else 0),
                            engine=self.engine, wait_timeout=self.wait_timeout,
                            parent_pid=os.getpid())
                 for r, n in enumerate(p.quotas())]
@@ -604,8 +619,13 @@ class _Live:
         copied while the workers write, labelled with the update counts it holds at
         most; "quiesced": every worker stopped."""
         state = self._state(t)
+        meta = {}
+        if self.wviews is not None:     # first, so a checkpoint never names a missing one
+            meta["worker_state"] = seq = time.time_ns()
+            worker_state.save_state(self.plan.out, self.wviews, seq)
         self.pstore.save(os.path.join(self.plan.out, CHECKPOINT),
-                         meta={"consistency": consistency, "updates": sum(state.updates),
+                         meta={**meta, "consistency": consistency,
+                               "updates": sum(state.updates),
                                "version_vector": state.updates, "seed": self.plan.seed,
                                "config": self.config, "state": state.to_meta()})
         self._event({"type": "checkpoint", "t": round(state.t, 4),

@@ -155,7 +155,7 @@ class CompiledStep:
     def __init__(self, ctx, *, rank, batch, rule, rule_state, density, density_state,
                  slots, rt, stop, log, rng, policy_bound=-1, dssp=None, grants=None,
                  local_h=0, quota=-1, nonfinite="raise", record=True, stride=1,
-                 pacer=None, params2d=None):
+                 pacer=None, params2d=None, step0=0):
         self.ctx = ctx
         ctx.grow(batch) if batch > ctx.capacity else None
         self.params = tuple(params2d) if params2d is not None else ctx.params
@@ -182,6 +182,7 @@ class CompiledStep:
         cfg[_ks.QUOTA] = quota
         cfg[_ks.TIMING] = int(dssp is not None)
         cfg[_ks.RECORD] = int(record)
+        cfg[_ks.STEP0] = step0
         # the fused SGD kernel, where the workload has one and the step is plain SGD
         cfg[_ks.FUSED] = int(ctx.sgd is not None and int(rule.kind) == _kr.SGD
                              and rule.cfg()[_kr.MU] == 0.0
@@ -235,8 +236,9 @@ class PythonStep:
     """
 
     def __init__(self, workload, ctx, *, rank, rule, rule_state, density, density_state,
-                 reader, clocks, params, nonfinite="raise", shard_of=None):
+                 reader, clocks, params, nonfinite="raise", shard_of=None, step0=0):
         self.workload, self.ctx, self.rank = workload, ctx, rank
+        self.step0 = step0          # density's step index goes on across resumed segments
         self.rule, self.rule_state = rule, rule_state
         self.density, self.density_state = density, density_state
         self.reader, self.clocks = reader, clocks
@@ -278,7 +280,7 @@ class PythonStep:
             for g in grads:
                 g.values *= weight
         if self.density is not None:
-            grads = self.density.filter(grads, self.density_state, step=step)
+            grads = self.density.filter(grads, self.density_state, step=step + self.step0)
             if not grads:
                 return -1
         if local:

@@ -35,6 +35,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from hogkit import worker_state
 from hogkit.clocks import DONE, FAILED, IDLE, RUNNING, Clocks
 from hogkit.errors import NonFiniteGradient
 from hogkit.kernels import step as _ks
@@ -70,6 +71,8 @@ class WorkerSpec:
     params: Any                     # StoreHandle
     data: Any                       # StoreHandle
     control: Any                    # StoreHandle
+    state: Any = None               # StoreHandle of hogkit.worker_state's store, or None
+    step0: int = 0                  # this worker's iterations in earlier segments
     engine: str = "python"          # "compiled" | "python" (decided by the parent)
     wait_timeout: float = 60.0
     parent_pid: int = 0
@@ -87,7 +90,7 @@ class WorkerSpec:
 class _Worker:
     """State of one worker (private to its process)."""
 
-    def __init__(self, spec: WorkerSpec, params, data, control):
+    def __init__(self, spec: WorkerSpec, params, data, control, wviews=None):
         from hogkit.step import PythonStep
         self.spec = spec
         self.rank = spec.rank
@@ -104,10 +107,19 @@ class _Worker:
         self.params = self.local.replica if self.local is not None else params
         self.ctx = spec.plan.workload.setup(self.params, data, rank=spec.rank,
                                             seed=spec.plan.worker_seed)
-        self.rule_state = spec.plan.rule.init(self.params)
-        self.density_state = (spec.plan.density.init(self.params)
-                              if spec.plan.density is not None else None)
+        # rule and density state, stream and cursor outlive the process (a restart, a
+        # resume): bound to, and restored from, hogkit.worker_state's store
+        self.wviews = wviews
+        self.rule_state = worker_state.bind(wviews, spec.rank, spec.plan.rule.init(self.params),
+                                            "rule")
+        self.density_state = worker_state.bind(
+            wviews, spec.rank,
+            spec.plan.density.init(self.params) if spec.plan.density is not None else None,
+            "density")
         self.rng = np.random.default_rng([spec.plan.worker_seed, spec.rank])
+        cursor = getattr(self.ctx, "cursor", None)
+        self.cursor = cursor if isinstance(cursor, np.ndarray) else None
+        worker_state.restore(wviews, spec.rank, rng=self.rng, cursor=self.cursor)
         self.delay = (spec.delay.start(spec.plan.worker_seed, spec.rank)
                       if spec.delay is not None else None)
         self.sizer = None if isinstance(spec.plan.batch, (int, np.integer)) else spec.plan.batch
@@ -118,7 +130,8 @@ class _Worker:
                                density_state=self.density_state, reader=self.reader,
                                clocks=self.clocks, params=self.params,
                                nonfinite=spec.plan.nonfinite,
-                               shard_of=self._shards_of if self.shards > 1 else None)
+                               shard_of=self._shards_of if self.shards > 1 else None,
+                               step0=spec.step0)
 
     # ------------------------------------------------------------------ Python engine
     def _batch(self, k: int):
@@ -204,7 +217,7 @@ class _Worker:
             grants=self.control["rt_grants"][rank],
             local_h=policy.h if self.local is not None else 0,
             quota=-1 if spec.steps is None else spec.steps, nonfinite=spec.plan.nonfinite,
-            pacer=encode_pacer(spec.delay, spec.plan.worker_seed, rank))
+            pacer=encode_pacer(spec.delay, spec.plan.worker_seed, rank), step0=spec.step0)
         self.core.run(0)
 
     def compiled_loop(self) -> int:
@@ -219,6 +232,7 @@ class _Worker:
         while True:
             t0 = time.perf_counter_ns()
             code = core.run(chunk)
+            self.publish()
             t1 = time.perf_counter_ns()
             rt[_ks.RT_BUSY] += t1 - t0
             steps += core.done
@@ -252,6 +266,15 @@ class _Worker:
         return steps
 
     # ------------------------------------------------------------------ both
+    def publish(self) -> None:
+        """This worker's stream, cursor and core step counts to the state store."""
+        core = getattr(self, "core", None)
+        counts = None
+        if core is not None and self.spec.plan.rule.slots[2]:
+            counts = (self.ctx.names, core.rule[4], self.rule_state)
+        worker_state.publish(self.wviews, self.rank, rng=self.rng, cursor=self.cursor,
+                             counts=counts)
+
     def merge(self, k: int) -> None:
         """LocalSGD: merge the local phase into the shared model; staleness of a merge
         = merges by other workers since this phase pulled the shared model."""
@@ -262,6 +285,7 @@ class _Worker:
         self.reader.read()
 
     def finish(self, k: int) -> None:
+        self.publish()
         if self.local is not None:
             if self.local.pending():
                 self.merge(k)
@@ -423,13 +447,15 @@ def warm(workload, rule, density, params, data, seed, batch, engine="python") ->
 
 def run_worker(spec: WorkerSpec) -> None:
     """Process body: attach, loop until the steps are done or the parent says stop."""
-    stores = [ParamStore.attach(h) for h in (spec.params, spec.data, spec.control)]
+    handles = (spec.params, spec.data, spec.control, spec.state)
+    stores = [ParamStore.attach(h) if h is not None else None for h in handles]
     try:
-        params, data, control = (s.views() for s in stores)
+        params, data, control, wviews = (s.views() if s is not None else None
+                                         for s in stores)
         if spec.plan.workload.needs_torch:
             import torch
             torch.set_num_threads(1)
-        worker = _Worker(spec, params, data, control)
+        worker = _Worker(spec, params, data, control, wviews)
         if spec.engine == "compiled":
             worker.prepare_compiled()
             batch = int(spec.plan.batch)
@@ -455,7 +481,8 @@ def run_worker(spec: WorkerSpec) -> None:
         clocks.set_state(spec.rank, DONE)
     finally:
         for s in stores:
-            s.close()
+            if s is not None:
+                s.close()
 
 
 def _python_loop(worker, spec):
@@ -469,8 +496,10 @@ def _python_loop(worker, spec):
         if not worker.python_step(k):
             break
         k += 1
-        if k & 63 == 0 and parent and os.getppid() != parent:
-            break  # orphaned: PDEATHSIG normally kills us first
+        if k & 63 == 0:
+            worker.publish()
+            if parent and os.getppid() != parent:
+                break  # orphaned: PDEATHSIG normally kills us first
     return k
 
 

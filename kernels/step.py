@@ -152,10 +152,12 @@ def cacheable(arrays_cls) -> bool:
 
 # --- per-call settings and results ---------------------------------------------------
 
-#: cfg (int64) fields, written by the Python driver between calls
+#: cfg (int64) fields, written by the Python driver between calls (STEP0: added to the
+#: step index that density's random masks and every-k phase use, so a resumed segment
+#: goes on with the whole run's sequence)
 (ME, BATCH, KEEP_READ, SKIP, STRIDE, BOUND, DSSP, S_LO, EXTRA, RELEASED, LOCAL_H,
- QUOTA, TIMING, RECORD, S_HI, FUSED) = range(16)
-NCFG = 16
+ QUOTA, TIMING, RECORD, S_HI, FUSED, STEP0) = range(17)
+NCFG = 17
 #: rt (int64, one row of RT columns per worker) counters, written by the worker only:
 #: ns waiting on the policy and busy in the loop, gradients skipped as non-finite,
 #: samples processed, monotonic ns it left the start barrier / finished, ns of
@@ -373,7 +375,8 @@ def _run_steps(n, wl, rng, cursor, params, bufs, rule, dens, ctl, log, cfg, io, 
             rt[me, RT_NONFINITE] += 1
         else:
             gap = end(params, G, R, RD, cnt, kind, rcfg, S1, S2, K, how, fraction,
-                      threshold, residual, every, seed, D, mask, k, slots, me, others,
+                      threshold, residual, every, seed, D, mask, k + cfg[STEP0], slots, me,
+                      others,
                       local_h > 0)
             if gap < 0:
                 rt[me, RT_HELD] += 1
