@@ -21,7 +21,7 @@ from hogkit.errors import InvalidArgument, InvalidType
 
 EXIT_OK, EXIT_WORKER_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
-RULES = ("sgd", "staleness-aware", "dc-asgd", "gap-aware")
+RULES = ("sgd", "staleness-aware", "dc-asgd", "dc-asgd-adaptive", "gap-aware")
 BENCH_SCENARIOS = ("kernels", "peers", "scaling", "instrumentation", "policies", "simulate",
                    "own_loop", "p3", "soak")
 
@@ -155,6 +155,28 @@ def build_parser():
     doc.add_argument("--workers", type=_positive_int, default=2,
                      help="the worker count to check limits and cores for (default 2)")
     doc.add_argument("--no-smoke", action="store_true", help="skip the 1-second smoke run")
+    doc.add_argument("--workload", default=None, choices=_workload_names(),
+                     help="check /dev/shm against this workload's planned stores (built "
+                          "as a run builds them)")
+    doc.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
+                     help="a setting of --workload, as for run (repeatable)")
+    sw = sub.add_parser("sweep", help="run a grid of runs (live or simulated) into one "
+                                      "results table; resumable")
+    sw.add_argument("--grid", action="append", default=[], metavar="KNOB=V1,V2,...",
+                    help="a knob and its values (repeatable: every combination), e.g. "
+                         "--grid workers=1,2,4 --grid rule=sgd,dc-asgd --grid seed=0,1,2")
+    sw.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE",
+                    help="a knob every cell shares, e.g. --set workload=logreg --set "
+                         "steps=20000 --set o.preset=hot (see hogkit.sweep for the knobs)")
+    sw.add_argument("--mode", default="sim", choices=("sim", "live"),
+                    help="simulated (default, virtual time) or live runs")
+    sw.add_argument("--out", required=True, metavar="FILE",
+                    help="results table (.jsonl, one row per run), appended: cells "
+                         "already in it are skipped")
+    sw.add_argument("--plot", default=None, metavar="X:Y[:LINE]",
+                    help="also draw Y against knob X, one line per LINE (mean and std "
+                         "over the rest) into FILE's .png")
+    sw.add_argument("--no-progress", action="store_true", help="no progress bar")
     rep = sub.add_parser("report", help="print a results folder's summary and re-draw plots")
     rep.add_argument("folder")
     return parser
@@ -239,6 +261,36 @@ def parse_batch(text, *, per_worker=32, workers=1):
     return AdaptiveBatch(n, predictor=args[1] if len(args) > 1 else "last")
 
 
+_DENSITY_FORMS = ('a fraction F, "topk:F", "random:F" or "every:K", with ":dropped" '
+                  'for no residual (e.g. "random:0.25:dropped")')
+
+
+def parse_density(spec):
+    """A density from a fraction or ``"topk:F"`` | ``"random:F"`` | ``"every:K"``, with
+    ``":dropped"`` appended for no residual; ``1``/``"1.0"``: None (everything sent)."""
+    from hogkit.density import Density
+    if isinstance(spec, (int, float)) and not isinstance(spec, bool):
+        return None if float(spec) == 1.0 else Density(float(spec))
+    if not isinstance(spec, str):
+        raise InvalidType(f"density must be a number or a string ({_DENSITY_FORMS}), got "
+                          f"{type(spec).__name__}")
+    parts = [p.strip() for p in spec.strip().lower().split(":")]
+    residual = True
+    if parts[-1] == "dropped":
+        residual, parts = False, parts[:-1]
+    try:
+        if len(parts) == 1:
+            return parse_density(float(parts[0])) if residual else Density(
+                float(parts[0]), residual=False)
+        if len(parts) == 2 and parts[0] in ("topk", "random"):
+            return Density(float(parts[1]), how=parts[0], residual=residual)
+        if len(parts) == 2 and parts[0] == "every":
+            return Density(1.0, every=int(parts[1]), residual=residual)
+    except ValueError:
+        pass
+    raise InvalidArgument(f"density {spec!r} is not {_DENSITY_FORMS}")
+
+
 def parse_straggler(text: str):
     """``"RANK:FACTOR"`` → ``(rank, Slowdown(factor))``."""
     from hogkit.delays import Slowdown
@@ -263,13 +315,15 @@ def _make_rule(name, lr, momentum, workload):
         return rules.SGD(lr=lr, momentum=momentum)
     if name == "staleness-aware":
         return rules.StalenessAware(lr=lr, momentum=momentum)
-    if name == "dc-asgd":
+    if name in ("dc-asgd", "dc-asgd-adaptive"):
         if momentum:
-            raise InvalidArgument(f"--momentum {momentum} with --rule dc-asgd: DC-ASGD has no "
+            raise InvalidArgument(f"--momentum {momentum} with --rule {name}: DC-ASGD has no "
                                   f"momentum term; drop --momentum or pick sgd, "
                                   f"staleness-aware or gap-aware")
-        return rules.DelayCompensated(lr=lr)
-    return rules.GapAware(lr=lr, momentum=momentum)
+        return rules.DelayCompensated(lr=lr, adaptive=name == "dc-asgd-adaptive")
+    if name == "gap-aware":
+        return rules.GapAware(lr=lr, momentum=momentum)
+    raise InvalidArgument(f"unknown rule {name!r}; expected one of {', '.join(RULES)}")
 
 
 def _default_out():
@@ -426,9 +480,62 @@ def _cmd_bench(args):
     return EXIT_OK
 
 
+def _pairs(items, flag, many):
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise InvalidArgument(f"{flag} {item!r} is not KNOB=VALUE"
+                                  + (",VALUE..." if many else ""))
+        vals = [_option_value(v) for v in value.split(",")] if many else _option_value(value)
+        out[key] = vals
+    return out
+
+
+def _cmd_sweep(args):
+    from hogkit.sweeps import cells, plot, sweep
+    grid, base = _pairs(args.grid, "--grid", True), _pairs(args.set, "--set", False)
+    spec = None
+    if args.plot is not None:
+        spec = args.plot.split(":")
+        if len(spec) not in (2, 3):
+            raise InvalidArgument(f"--plot {args.plot!r} is not X:Y or X:Y:LINE")
+    if not grid:                       # one cell: the --set knobs alone
+        grid = {"seed": [base.pop("seed", 0)]}
+    n = len(cells(grid, base))
+    print(f"hogkit sweep: {n} cells ({args.mode}), results in {args.out}", file=sys.stderr)
+    rows = sweep(grid, base=base, out=args.out,
+                 mode=args.mode, progress=False if args.no_progress else None)
+    knobs = list(grid)
+    cols = knobs + ["final_loss", "gap_mean", "updates", "wall_s"]
+    print("  ".join(f"{c:>12}" for c in cols))
+    for r in rows:
+        print("  ".join(f"{_cell_text(r.get(c)):>12}" for c in cols))
+    if spec is not None:
+        png = os.path.splitext(args.out)[0] + ".png"
+        plot(rows, spec[0], spec[1], line=spec[2] if len(spec) == 3 else None, path=png)
+        print(f"plot: {png}")
+    print(f"results: {args.out}")
+    return EXIT_OK
+
+
+def _cell_text(v):
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return "-" if v is None else str(v)
+
+
 def _cmd_doctor(args):
-    from hogkit.doctor import FATAL, format_findings, run_checks
-    findings = run_checks(workers=args.workers, with_smoke=not args.no_smoke)
+    from hogkit.doctor import FATAL, format_findings, planned_bytes, run_checks
+    needed = None
+    if args.workload is not None:
+        from hogkit import workloads
+        wl = workloads.get(args.workload, **parse_options(args.option))
+        needed = planned_bytes(wl, args.workers)
+    elif args.option:
+        raise InvalidArgument("-o/--option needs --workload (the workload it sets)")
+    findings = run_checks(workers=args.workers, needed_bytes=needed,
+                          with_smoke=not args.no_smoke)
     print(format_findings(findings))
     bad = [f for f in findings if f.status == FATAL]
     return EXIT_WORKER_FAILED if bad else EXIT_OK
@@ -465,7 +572,8 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     handler = {"run": _cmd_run, "sim": _cmd_sim, "bench": _cmd_bench,
-               "report": _cmd_report, "doctor": _cmd_doctor}[args.command]
+               "report": _cmd_report, "doctor": _cmd_doctor,
+               "sweep": _cmd_sweep}[args.command]
     # SIGTERM is an interruption like Ctrl-C for the whole command (building data,
     # compiling, writing results), not only while workers run: every path unwinds
     # through the context managers that release shared memory.

@@ -26,8 +26,8 @@ from typing import Optional
 from hogkit.errors import EnvironmentProblem
 from hogkit.store import SHM_DIR
 
-__all__ = ["Finding", "run_checks", "preflight", "format_findings", "SHM_DIR", "OK", "WARN",
-           "FATAL"]
+__all__ = ["Finding", "run_checks", "preflight", "format_findings", "planned_bytes", "SHM_DIR",
+           "OK", "WARN", "FATAL"]
 
 #: below this /dev/shm is flagged as small (Docker's default is 64 MiB)
 SMALL_SHM = 256 * 2**20
@@ -72,6 +72,27 @@ def shared_memory(needed_bytes: Optional[int] = None, path: str = SHM_DIR) -> Fi
                        f"needs ~110 MiB)", "in a container: --shm-size=1g; else remount "
                        f"{path} larger")
     return Finding("shared memory", OK, detail)
+
+
+def planned_bytes(workload, workers: int, *, rule=None, density=None, seed: int = 0) -> int:
+    """The shared memory a live run of ``workload`` with ``workers`` workers takes: its
+    parameters and data (built, as the run builds them), every worker's rule and
+    density state (:mod:`hogkit.worker_state`), and the control arrays."""
+    import numpy as np
+
+    from hogkit.clocks import Clocks
+    from hogkit.reader import StalenessLog
+    from hogkit.rules import SGD
+    from hogkit.worker_loop import runtime_specs
+    from hogkit.worker_state import initial
+
+    params, data = workload.build(seed)
+    rule = rule if rule is not None else SGD(lr=workload.default_lr)
+    arrays = {**params, **data, **initial(rule, density, params, workers)}
+    control = {**Clocks.specs(workers), **StalenessLog.specs(workers), **runtime_specs(workers)}
+    n = sum(np.asarray(a).nbytes for a in arrays.values())
+    n += sum(int(np.prod(shape)) * np.dtype(dt).itemsize for shape, dt in control.values())
+    return int(n)
 
 
 def files_needed(workers: int) -> int:

@@ -42,6 +42,26 @@ def test_shared_memory_against_the_planned_size(tmp_path):
     assert missing.status == doctor.FATAL and "does not exist" in missing.detail
 
 
+def test_the_planned_size_counts_parameters_data_and_every_workers_state():
+    from hogkit import SGD, workloads
+    wl = workloads.get("mf", preset="hot")
+    params, data = wl.build(0)
+    model = sum(a.nbytes for a in params.values())
+    base = sum(a.nbytes for a in {**params, **data}.values())
+    plain = doctor.planned_bytes(wl, 4)
+    assert base < plain < base + 2**20                   # + streams, cursors, control
+    momentum = doctor.planned_bytes(wl, 4, rule=SGD(lr=0.1, momentum=0.9))
+    assert momentum - plain == 4 * model                 # one momentum per worker
+
+
+def test_doctor_prints_the_planned_size_of_a_workload():
+    r = _hogkit(["doctor", "--no-smoke", "--workload", "mf", "-o", "preset=hot"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "the run needs" in r.stdout.splitlines()[0]
+    r = _hogkit(["doctor", "--no-smoke", "-o", "preset=hot"])
+    assert r.returncode == 2 and "needs --workload" in r.stderr
+
+
 def test_oversubscription_is_a_warning_not_an_error():
     f = doctor.cores(workers=10_000)
     assert f.status == doctor.WARN and "hogkit sim" in f.fix
@@ -113,3 +133,11 @@ def test_doctor_flags_a_16_mib_dev_shm():
     assert r.returncode == 0, r.stdout + r.stderr          # a warning is not fatal
     line = next(x for x in r.stdout.splitlines() if "shared memory" in x)
     assert line.startswith("warn") and "16.0 MiB" in line and "--shm-size" in line
+    # a planned run that does not fit is fatal (exit 1), with its size
+    script = (f"mount -t tmpfs -o size=16m tmpfs /dev/shm && exec {sys.executable} -m "
+              f"hogkit.cli doctor --no-smoke --workload mf -o preset=large")
+    r = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 1, r.stdout + r.stderr
+    line = next(x for x in r.stdout.splitlines() if "shared memory" in x)
+    assert line.startswith("fatal") and "the run needs" in line
