@@ -27,7 +27,7 @@ _EXPORTS = {
     "EpochBalancedBatch": "hogkit.batching",
     "Slowdown": "hogkit.delays", "Pauses": "hogkit.delays", "Load": "hogkit.delays",
     "Constant": "hogkit.delays", "LogNormal": "hogkit.delays", "StepTimes": "hogkit.delays",
-    "simulate": "hogkit.simulator", "replay": "hogkit.races",
+    "simulate": "hogkit.simulator", "replay": "hogkit.races", "sweep": "hogkit.sweeps",
     "SGD": "hogkit.rules", "StalenessAware": "hogkit.rules",
     "DelayCompensated": "hogkit.rules", "GapAware": "hogkit.rules",
     "chain": "hogkit.compose",

@@ -1,0 +1,345 @@
+"""Grids of runs into one tidy table: ``hogkit.sweep(grid)`` and ``hogkit sweep``.
+
+A *cell* is a dict of knobs; a *grid* is a dict ``knob -> [values]`` (every
+combination), or a list of such dicts (their union: e.g. each rule with its own
+learning-rate grid). ``base`` holds the knobs every cell shares. Each cell runs once,
+live (:func:`hogkit.train`: real processes) or simulated (:func:`hogkit.simulate`:
+virtual time, any number of workers), and becomes one **row**: the cell's knobs, then
+what it measured (final and initial loss, the workload's metrics as ``m.<name>``, the
+update gap and clock lag summaries, updates, wall and virtual seconds, the engine, the
+realised straggler slowdown, and the loss curve as ``[t, updates, loss]`` points).
+
+**Resumable.** Rows go to ``out`` (JSON lines), one line per finished cell, flushed and
+fsynced before the next cell starts. A cell whose key (its knobs, canonical JSON) is
+already in the file is skipped, so an interrupted sweep started again does only what is
+left; SIGINT stops the running cell and leaves every finished row (a torn last line,
+after a SIGKILL mid-write, is ignored on reading).
+
+**Knobs.** ``workload`` (a name), ``o.<option>`` (a workload option, e.g. ``o.preset``),
+``mode`` (``"live"`` or ``"sim"``), ``workers``, ``steps``, ``seconds``, ``seed``,
+``policy`` (``"async"``, ``"bsp"``, ``"ssp:S"``, ``"dssp:LO:HI"``, ``"local:H[:overlap]"``
+or a policy object), ``rule`` (``"sgd"``, ``"staleness-aware"``, ``"dc-asgd"``,
+``"dc-asgd-adaptive"``, ``"gap-aware"`` or a rule object) with ``lr`` and ``momentum``,
+``density`` (a fraction, ``"topk:F"``, ``"random:F"``, ``"every:K"``, with ``":dropped"``
+for no residual, or a :class:`~hogkit.density.Density`), ``batch`` (an int or the CLI's
+``"adaptive:B[:narx]"`` forms), ``straggler`` (``"RANK:FACTOR"``, or a dict ``{rank:
+model}``), ``delays`` (simulated step times, the CLI's forms), ``shards``, ``nonfinite``,
+``eval_every``. Unknown knobs, bad values and a knob the mode cannot take are refused
+for every cell before the first one runs.
+
+A run that diverges (a non-finite gradient with ``nonfinite="raise"``) is a row with
+``diverged: true`` and no loss: in a learning-rate grid that is a result, not a crash.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+from typing import Iterable, Mapping
+
+from hogkit.errors import InvalidArgument, InvalidType, NonFiniteGradient, WorkerFailed
+
+__all__ = ["sweep", "cells", "load", "aggregate", "plot", "KNOBS"]
+
+KNOBS = ("workload", "mode", "workers", "steps", "seconds", "seed", "policy", "rule", "lr",
+         "momentum", "density", "batch", "straggler", "delays", "shards", "nonfinite",
+         "eval_every")
+MODES = ("live", "sim")
+_SIM_ONLY, _LIVE_ONLY = ("delays",), ()
+
+
+# --------------------------------------------------------------------------- cells
+
+def cells(grid, base=None) -> list:
+    """Every cell of ``grid`` (a dict of lists, or a list of them), ``base`` under each,
+    in order, without repeats."""
+    if isinstance(grid, Mapping):
+        grid = [grid]
+    if not isinstance(grid, (list, tuple)) or not grid:
+        raise InvalidType("grid must be a dict knob -> list of values, or a non-empty "
+                          "list of such dicts")
+    base = dict(base or {})
+    out, seen = [], set()
+    for part in grid:
+        if not isinstance(part, Mapping):
+            raise InvalidType(f"grid part {part!r} is not a dict knob -> list of values")
+        keys = list(part)
+        values = []
+        for k in keys:
+            v = part[k]
+            if isinstance(v, (str, bytes)) or not isinstance(v, Iterable):
+                raise InvalidType(f"grid[{k!r}] must be a list of values, got {v!r}; "
+                                  f"write [{v!r}] for one value (or put it in base)")
+            values.append(list(v))
+        for combo in itertools.product(*values):
+            cell = {**base, **dict(zip(keys, combo))}
+            key = cell_key(cell)
+            if key not in seen:
+                seen.add(key)
+                out.append(cell)
+    return out
+
+
+def _canon(v):
+    if isinstance(v, Mapping):
+        return {str(k): _canon(x) for k, x in sorted(v.items(), key=lambda i: str(i[0]))}
+    if isinstance(v, (list, tuple)):
+        return [_canon(x) for x in v]
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    return repr(v)          # hogkit's policies, rules, densities: frozen dataclasses
+
+
+def cell_key(cell) -> str:
+    """The cell's identity in a results file: its knobs as canonical JSON."""
+    return json.dumps(_canon(cell), sort_keys=True)
+
+
+def _kwargs(cell, mode_default):
+    """``(mode, fn kwargs)`` for one cell; raises on anything wrong with it."""
+    from hogkit import workloads
+    from hogkit.cli import (_make_rule, parse_batch, parse_density, parse_policy,
+                            parse_straggler)
+    cell = dict(cell)
+    unknown = [k for k in cell if k not in KNOBS and not k.startswith("o.")]
+    if unknown:
+        raise InvalidArgument(f"unknown sweep knob(s) {unknown}; expected {list(KNOBS)} or "
+                              f"o.<workload option>")
+    mode = cell.pop("mode", mode_default)
+    if mode not in MODES:
+        raise InvalidArgument(f"mode={mode!r}; expected 'live' or 'sim'")
+    for k in _SIM_ONLY:
+        if k in cell and mode != "sim":
+            raise InvalidArgument(f"knob {k!r} is for simulated cells only (mode='sim')")
+    options = {k[2:]: cell.pop(k) for k in list(cell) if k.startswith("o.")}
+    wl = workloads.get(cell.pop("workload", "mf"), **options)
+    kw = {"workload": wl, "keep_params": False}
+    if mode == "live":
+        kw["progress"] = False
+    lr, momentum = cell.pop("lr", None), cell.pop("momentum", 0.0)
+    rule = cell.pop("rule", "sgd")
+    if isinstance(rule, str):
+        kw["rule"] = _make_rule(rule, lr, momentum, wl)
+    else:
+        if lr is not None or momentum:
+            raise InvalidArgument("lr/momentum go with a rule name; a rule object carries "
+                                  "its own")
+        kw["rule"] = rule
+    if "policy" in cell:
+        p = cell.pop("policy")
+        kw["policy"] = parse_policy(p) if isinstance(p, str) else p
+    if "density" in cell:
+        d = cell.pop("density")
+        kw["density"] = parse_density(d) if isinstance(d, (str, int, float)) else d
+    if "batch" in cell:
+        b = cell.pop("batch")
+        kw["batch"] = (parse_batch(b, per_worker=wl.default_batch,
+                                   workers=cell.get("workers", 2))
+                       if isinstance(b, str) else b)
+    if "straggler" in cell:
+        s = cell.pop("straggler")
+        if isinstance(s, str):
+            s = [s]
+        kw["stragglers"] = (dict(parse_straggler(x) for x in s) if isinstance(s, list)
+                            else s)
+    kw.update(cell)            # workers, steps, seconds, seed, delays, shards, ...
+    if "steps" not in kw and "seconds" not in kw:
+        kw["steps"] = wl.default_steps
+    # every knob checked now, as the run will check it (nothing is built)
+    from hogkit.plan import make_plan
+    plan_kw = {k: v for k, v in kw.items() if k not in ("delays", "progress")}
+    make_plan(**plan_kw, max_workers=1 << 20 if mode == "sim" else 4096,
+              spawn=mode == "live")
+    if mode == "sim" and "delays" in kw:
+        from hogkit.delays import parse_delays
+        if isinstance(kw["delays"], str):
+            parse_delays(kw["delays"])
+    return mode, kw
+
+
+def _run(mode, kw):
+    from hogkit.runtime import train
+    from hogkit.simulator import simulate
+    return (simulate if mode == "sim" else train)(**kw)
+
+
+# --------------------------------------------------------------------------- rows
+
+def _stats(part):
+    return {"mean": round(float(part.get("mean", 0.0)), 4), "p50": part.get("p50"),
+            "p99": part.get("p99"), "max": part.get("max")}
+
+
+def _row(cell, key, mode, run) -> dict:
+    s = run.summary()
+    row = {"key": key, **_canon(cell), "mode": mode, "diverged": False, "error": None}
+    row.update(final_loss=s["final_loss"], initial_loss=s["initial_loss"],
+               updates=s["updates"], wall_s=s["wall_s"],
+               virtual_s=s.get("virtual_time_s"), engine=s.get("engine"))
+    for name, v in (s.get("metrics") or {}).items():
+        row[f"m.{name}"] = v
+    for name, part in (("gap", s["staleness"]["update_gap"]),
+                       ("lag", s["staleness"]["clock_lag"])):
+        for k, v in _stats(part).items():
+            row[f"{name}_{k}"] = v
+    slow = [w["slowdown_realised"] for w in s["per_worker"] if "slowdown_realised" in w]
+    row["slowdown_realised"] = max(slow) if slow else None
+    row["wait_fraction"] = round(sum(s["wait_fraction"]) / max(len(s["wait_fraction"]), 1),
+                                 4)
+    row["curve"] = [[c["t"], c["updates"], c["loss"]] for c in s["loss_curve"]]
+    return row
+
+
+def _diverged(cell, key, mode, error) -> dict:
+    return {"key": key, **_canon(cell), "mode": mode, "diverged": True,
+            "error": str(error).splitlines()[0][:300], "final_loss": None}
+
+
+def load(path) -> list:
+    """The rows of a results file (a torn last line is skipped)."""
+    rows = []
+    if not os.path.exists(path):
+        return rows
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue        # the line a SIGKILL cut short
+    return rows
+
+
+def _append(path, row):
+    with open(path, "a") as f:
+        f.write(json.dumps(row, allow_nan=False, default=float) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+# --------------------------------------------------------------------------- sweep
+
+def sweep(grid, *, base=None, out=None, mode="sim", progress=None) -> list:
+    """Run every cell of ``grid`` (see the module docstring) not already in ``out``;
+    returns all rows of the sweep (earlier ones from ``out`` included), in cell order.
+
+    ``mode``: ``"sim"`` (default) or ``"live"`` for cells without a ``mode`` knob.
+    ``out``: a ``.jsonl`` results file (appended; makes the sweep resumable), or None
+    (rows only returned). ``progress``: a tqdm bar (None: when stderr is a terminal).
+    """
+    from hogkit.mainguard import check_main_guard
+    todo = cells(grid, base)
+    plans = [(c, cell_key(c), *_kwargs(c, mode)) for c in todo]      # all checked first
+    if any(m == "live" for _, _, m, _ in plans):
+        check_main_guard("hogkit.sweep() with live cells")
+    done = {}
+    if out is not None:
+        out = os.fspath(out)
+        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+        done = {r["key"]: r for r in load(out) if "key" in r}
+    left = [p for p in plans if p[1] not in done]
+    bar = _bar(progress, len(plans), len(plans) - len(left))
+    try:
+        for cell, key, m, kw in left:
+            if bar is not None:
+                bar.set_postfix_str(_short(cell), refresh=False)
+            try:
+                row = _row(cell, key, m, _run(m, kw))
+            except (NonFiniteGradient, WorkerFailed) as e:
+                if "non-finite" not in str(e):
+                    raise
+                row = _diverged(cell, key, m, e)
+            done[key] = row
+            if out is not None:
+                _append(out, row)
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+    return [done[k] for _, k, _, _ in plans if k in done]
+
+
+def _short(cell):
+    return " ".join(f"{k}={v}" for k, v in cell.items() if not isinstance(v, (dict, list)))[:60]
+
+
+def _bar(progress, total, initial):
+    import sys
+    if progress is None:
+        progress = sys.stderr.isatty()
+    if not progress:
+        return None
+    from tqdm import tqdm
+    return tqdm(total=total, initial=initial, unit="run", desc="sweep", leave=False)
+
+
+# --------------------------------------------------------------------------- analysis
+
+def aggregate(rows, y, by) -> dict:
+    """``{group: (mean, std, n)}`` of ``y`` over rows grouped by the knobs ``by`` (a
+    tuple of names; the group is the tuple of their values); rows where ``y`` is
+    missing or non-finite count in ``n`` only through ``diverged``."""
+    groups = {}
+    for r in rows:
+        g = tuple(r.get(b) for b in by)
+        groups.setdefault(g, []).append(r.get(y))
+    out = {}
+    for g, vals in groups.items():
+        xs = [float(v) for v in vals if v is not None and math.isfinite(float(v))]
+        if not xs:
+            out[g] = (None, None, len(vals))
+            continue
+        mean = sum(xs) / len(xs)
+        std = (sum((x - mean) ** 2 for x in xs) / (len(xs) - 1)) ** 0.5 if len(xs) > 1 else 0.0
+        out[g] = (mean, std, len(xs))
+    return out
+
+
+def plot(rows, x, y, *, line=None, path=None, ax=None, logx=False, logy=False,
+         title=None):
+    """``y`` against knob ``x``, one line per value of ``line``: the mean over the other
+    knobs (seeds) with a ±1 std band. Writes ``path`` (PNG) when given; returns the
+    axes."""
+    import matplotlib
+    if ax is None:
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig = None
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(6, 4))
+    by = (line, x) if line else (x,)
+    agg = aggregate(rows, y, by)
+    lines = sorted({g[0] for g in agg}, key=str) if line else [None]
+    for lv in lines:
+        pts = sorted(((g[-1], v) for g, v in agg.items()
+                      if (not line or g[0] == lv) and v[0] is not None),
+                     key=lambda p: p[0])
+        if not pts:
+            continue
+        xs = [p[0] for p in pts]
+        ms = [p[1][0] for p in pts]
+        sd = [p[1][1] for p in pts]
+        label = f"{line}={lv}" if line else None
+        ax.plot(xs, ms, marker="o", label=label)
+        ax.fill_between(xs, [m - s for m, s in zip(ms, sd)], [m + s for m, s in zip(ms, sd)],
+                        alpha=0.2)
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    if logx:
+        ax.set_xscale("log", base=2)
+    if logy:
+        ax.set_yscale("log")
+    if title:
+        ax.set_title(title)
+    if line:
+        ax.legend(fontsize=8)
+    if fig is not None and path is not None:
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+    return ax

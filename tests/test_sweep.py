@@ -1,0 +1,110 @@
+"""hogkit.sweep / ``hogkit sweep``: grids into one table, resumable, checked up front."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from hogkit import sweep
+from hogkit.errors import InvalidArgument, InvalidType
+from hogkit.sweeps import aggregate, cells, load, plot
+
+HOT = {"workload": "mf", "o.preset": "hot", "steps": 1500}
+
+
+def test_cells_are_the_product_of_each_part_and_the_union_of_parts():
+    grid = [{"rule": ["sgd"], "lr": [0.1, 0.2]}, {"rule": ["dc-asgd"], "lr": [0.1]},
+            {"rule": ["sgd"], "lr": [0.1]}]                       # a repeat: once
+    got = cells(grid, base={"seed": 3})
+    assert got == [{"seed": 3, "rule": "sgd", "lr": 0.1}, {"seed": 3, "rule": "sgd", "lr": 0.2},
+                   {"seed": 3, "rule": "dc-asgd", "lr": 0.1}]
+    with pytest.raises(InvalidType, match="list of values"):
+        cells({"lr": 0.1})
+    with pytest.raises(InvalidType, match="list of values"):
+        cells({"policy": "bsp"})
+
+
+def test_every_cell_is_checked_before_the_first_runs(tmp_path):
+    out = tmp_path / "t.jsonl"
+    with pytest.raises(InvalidArgument, match="unknown sweep knob"):
+        sweep({"seed": [0, 1]}, base={**HOT, "colour": "red"}, out=out)
+    with pytest.raises(InvalidArgument, match="policy"):
+        sweep({"policy": ["async", "ssp:x"]}, base=HOT, out=out)
+    with pytest.raises(InvalidArgument, match="density"):
+        sweep({"density": [0.5, "half"]}, base=HOT, out=out)
+    with pytest.raises(InvalidArgument, match="simulated cells only"):
+        sweep({"seed": [0]}, base={**HOT, "delays": "constant:1e-3"}, mode="live", out=out)
+    assert not out.exists()
+
+
+def test_a_simulated_sweep_resumes_without_redoing_cells(tmp_path):
+    out = tmp_path / "t.jsonl"
+    first = sweep({"workers": [1, 4], "seed": [0, 1]}, base=HOT, out=out)
+    assert [(r["workers"], r["seed"]) for r in first] == [(1, 0), (1, 1), (4, 0), (4, 1)]
+    r = first[2]
+    assert r["mode"] == "sim" and r["updates"] == 1500 and r["final_loss"] < r["initial_loss"]
+    assert r["gap_mean"] > 0 and first[0]["gap_mean"] == 0         # 1 worker: no staleness
+    assert r["curve"][0][1] == 0 and r["curve"][-1][1] == 1500
+    # the same sweep, grown by a seed: only the two new cells run and are appended
+    again = sweep({"workers": [1, 4], "seed": [0, 1, 2]}, base=HOT, out=out)
+    lines = out.read_text().splitlines()
+    assert len(lines) == 6 and len(again) == 6
+    assert [json.loads(x) for x in lines[:4]] == first
+    # a torn last line (a SIGKILL mid-write) is skipped, and that cell runs again
+    with open(out, "a") as f:
+        f.write('{"key": "half a li')
+    assert len(load(out)) == 6
+
+
+def test_a_diverging_cell_is_a_row_not_a_crash(tmp_path):
+    rows = sweep({"lr": [0.05, 1e6]}, base=HOT, out=tmp_path / "t.jsonl")
+    ok, bad = rows
+    assert not ok["diverged"] and ok["final_loss"] is not None
+    assert bad["diverged"] and bad["final_loss"] is None and "non-finite" in bad["error"]
+
+
+def test_aggregate_and_plot_mean_and_std_over_seeds(tmp_path):
+    rows = [{"workers": w, "rule": r, "seed": s, "final_loss": w + s + (r == "b")}
+            for w in (1, 2) for r in ("a", "b") for s in (0, 1, 2)]
+    rows.append({"workers": 2, "rule": "a", "seed": 3, "final_loss": None})
+    agg = aggregate(rows, "final_loss", ("rule", "workers"))
+    assert agg[("a", 1)] == (2.0, 1.0, 3)
+    assert agg[("b", 2)] == (4.0, 1.0, 3)
+    png = tmp_path / "p.png"
+    plot(rows, "workers", "final_loss", line="rule", path=str(png))
+    assert png.stat().st_size > 1000
+
+
+@pytest.mark.process
+@pytest.mark.faults
+@pytest.mark.timeout(240)
+def test_sigint_leaves_a_valid_partial_table_and_a_rerun_finishes_it(tmp_path):
+    out = str(tmp_path / "live.jsonl")
+    args = [sys.executable, "-m", "hogkit.cli", "sweep", "--mode", "live", "--out", out,
+            "--grid", "seed=0,1,2", "--set", "o.preset=hot", "--set", "seconds=1.5",
+            "--set", "workers=2", "--no-progress"]
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not load(out) and p.poll() is None:
+        time.sleep(0.05)
+    assert len(load(out)) >= 1, p.stderr.read() if p.poll() is not None else "no row"
+    p.send_signal(signal.SIGINT)
+    assert p.wait(timeout=60) == 130, p.stderr.read()
+    done = load(out)
+    assert 1 <= len(done) < 3 and all(r["mode"] == "live" for r in done)
+    with open(out) as f:                     # every line whole
+        assert [json.loads(x) for x in f] == done
+    r = subprocess.run(args, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr
+    rows = load(out)
+    assert [x["seed"] for x in rows] == [x["seed"] for x in done] + sorted(
+        {0, 1, 2} - {x["seed"] for x in done})
+    assert rows[:len(done)] == done
+    mine = f"hogkit_{p.pid}_"
+    assert not [n for n in os.listdir("/dev/shm") if n.startswith(mine)]
