@@ -69,6 +69,14 @@ MLP_EPOCHS = (2, 4, 8, 12, 16, 24, 32, 48)
 EPOCHS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24)
 #: throughput runs per hogkit contender (the median is reported)
 ROUNDS = 3
+#: --quick: the same contenders on the small "hot" mf preset, each at the middle lr of
+#: its grid only, at most QUICK_EPOCHS epochs, one throughput round of 0.5 s (a smoke
+#: run of the whole comparison in about a minute, not a measurement)
+QUICK_EPOCHS = 4
+
+
+def _lrs(grid, quick):
+    return grid[len(grid) // 2:len(grid) // 2 + 1] if quick else grid
 
 
 # --- the plain loops (the ceiling) ------------------------------------------------------
@@ -224,10 +232,10 @@ def _hit(curve, target):
     return next((p["t"] for p in curve if p["loss"] <= target), None)
 
 
-def _mf_plain(wl, params, data, target, max_epochs):
+def _mf_plain(wl, params, data, target, max_epochs, quick=False):
     u, i, r = data["u"], data["i"], data["r"]
     runs = []
-    for lr in LR["plain_mf"]:
+    for lr in _lrs(LR["plain_mf"], quick):
         P, Q = params["P"].copy(), params["Q"].copy()
         plain_mf_epoch(P[:2].copy(), Q[:2].copy(), u[:0], i[:0], r[:0], lr)   # compile
         curve = _plain_curve(plain_mf_epoch, (P, Q), (u, i, r, lr),
@@ -240,12 +248,12 @@ def _mf_plain(wl, params, data, target, max_epochs):
             "all_lr": runs}
 
 
-def _mf_libmf(lib, wl, data, target, threads, max_epochs):
+def _mf_libmf(lib, wl, data, target, threads, max_epochs, quick=False):
     X = np.stack([data["u"].astype(np.float32), data["i"].astype(np.float32), data["r"]],
                  axis=1)
     n = len(X)
     runs = []
-    for eta in LR["libmf"]:
+    for eta in _lrs(LR["libmf"], quick):
         curve = []
         for iters in EPOCHS:
             if iters > max_epochs:
@@ -292,7 +300,7 @@ def _hogkit(wl, target, workers, engine, lrs, max_epochs, n_samples, rate_second
                          "diverged": diverged})
     best = _best(runs)
     rates = []
-    for _ in range(ROUNDS):
+    for _ in range(1 if rate_seconds < 1 else ROUNDS):
         run = train(wl, workers=workers, seconds=rate_seconds, rule=SGD(best["lr"]),
                     engine=engine, eval_every=None, progress=False, keep_params=False)
         rates.append(run.extra["samples"] / run.wall_s)
@@ -305,23 +313,24 @@ def _mf(preset, quick):
     wl = workloads.get("mf", preset=preset)
     params, data = wl.build(0)
     target = TARGETS[preset]
-    max_epochs = 8 if quick else 16
+    max_epochs = QUICK_EPOCHS if quick else 16
     n = len(data["r"])
-    rate_s = 1.0 if quick else 3.0
+    rate_s = 0.5 if quick else 3.0
     out = {"preset": preset, "target_mse": target, "n_ratings": n,
            "initial_mse": wl.loss(params, data), "contenders": {}}
     c = out["contenders"]
-    c["plain"] = _mf_plain(wl, params, data, target, max_epochs)
+    c["plain"] = _mf_plain(wl, params, data, target, max_epochs, quick)
     libs = libmf_builds()
     for threads in (1, 2):
-        got = [_mf_libmf(lib, wl, data, target, threads, max_epochs) for lib in libs]
+        got = [_mf_libmf(lib, wl, data, target, threads, max_epochs, quick) for lib in libs]
         if got:
             best = max(got, key=lambda g: g["samples_per_s"])
             best["builds"] = {g["label"]: g["samples_per_s"] for g in got}
             c[f"libmf_{threads}"] = best
     for workers in (1, 2):
         c[f"hogkit_compiled_{workers}"] = _hogkit(wl, target, workers, "compiled",
-                                                  LR["hogkit_mf"], max_epochs, n, rate_s)
+                                                  _lrs(LR["hogkit_mf"], quick), max_epochs,
+                                                  n, rate_s)
     c["hogkit_python_1"] = _hogkit(wl, target, 1, "python", LR["hogkit_mf"][:1],
                                    min(max_epochs, 4), n, rate_s)
     return out
@@ -331,12 +340,12 @@ def _logreg(quick):
     wl = workloads.get("logreg")
     params, data = wl.build(0)
     n = len(data["y"])
-    max_epochs = 8 if quick else 16
+    max_epochs = QUICK_EPOCHS if quick else 16
     out = {"target_logloss": LOGREG_TARGET, "n_samples": n,
            "initial_logloss": wl.loss(params, data), "contenders": {}}
     runs = []
     args = (data["indptr"], data["indices"], data["values"], data["y"])
-    for lr in LR["plain_logreg"]:
+    for lr in _lrs(LR["plain_logreg"], quick):
         w = params["w"].copy()
         plain_logreg_epoch(w, *args[:3], data["y"][:0], lr)       # compile (0 samples)
         curve = _plain_curve(plain_logreg_epoch, (w,), (*args, lr),
@@ -349,8 +358,8 @@ def _logreg(quick):
                                   / best["curve"][-1]["t"], **best, "all_lr": runs}
     for workers in (1, 2):
         out["contenders"][f"hogkit_compiled_{workers}"] = _hogkit(
-            wl, LOGREG_TARGET, workers, "compiled", LR["hogkit_logreg"], max_epochs, n,
-            1.0 if quick else 3.0)
+            wl, LOGREG_TARGET, workers, "compiled", _lrs(LR["hogkit_logreg"], quick),
+            max_epochs, n, 0.5 if quick else 3.0)
     return out
 
 
@@ -420,10 +429,10 @@ def _torch_hogwild(wl, params, data, lr, processes, steps_each, batch, seed=0):
     return dt, final
 
 
-def _mlp_torch(wl, params, data, processes, max_epochs, batch):
+def _mlp_torch(wl, params, data, processes, max_epochs, batch, lrs=MLP_LR):
     n = len(data["y"])
     runs = []
-    for lr in MLP_LR:
+    for lr in lrs:
         curve = []
         for epochs in MLP_EPOCHS:
             if epochs > max_epochs:
@@ -449,22 +458,22 @@ def _mlp(quick):
     wl = workloads.get("mlp")
     params, data = wl.build(0)
     n = len(data["y"])
-    max_epochs = 16 if quick else 48
+    max_epochs = QUICK_EPOCHS if quick else 48
     batch = wl.default_batch
     out = {"target_loss": MLP_TARGET, "n_samples": n, "batch": batch,
            "initial_loss": wl.loss(params, data), "contenders": {}}
     c = out["contenders"]
     for workers in (1, 2):
         c[f"torch_hogwild_{workers}"] = _mlp_torch(wl, params, data, workers, max_epochs,
-                                                   batch)
-        c[f"hogkit_python_{workers}"] = _hogkit(wl, MLP_TARGET, workers, "python", MLP_LR,
-                                                max_epochs, n, 1.0 if quick else 3.0,
-                                                grid=MLP_EPOCHS)
+                                                   batch, _lrs(MLP_LR, quick))
+        c[f"hogkit_python_{workers}"] = _hogkit(wl, MLP_TARGET, workers, "python",
+                                                _lrs(MLP_LR, quick), max_epochs, n,
+                                                0.5 if quick else 3.0, grid=MLP_EPOCHS)
     return out
 
 
 def run(quick=False, presets=None) -> dict:
-    presets = presets or (("default",) if quick else ("default", "large"))
+    presets = presets or (("hot",) if quick else ("default", "large"))
     result = {"scenario": "peers", "quick": quick, "cpus": os.cpu_count(),
               "mf": {p: _mf(p, quick) for p in presets}, "logreg": _logreg(quick),
               "mlp": _mlp(quick)}

@@ -105,15 +105,15 @@ def test_soak_verdict_flags_growth_and_unanswered_kills():
     assert not soak.verdict(runs, kills, samples(1.0), 3)["pass"]
 
 
-# peers --quick builds LIBMF and runs every contender to its target: minutes, not a test
-QUICK = ["kernels", "scaling", "instrumentation", "policies", "simulate"]
+# peers --quick: every contender (LIBMF when it can be built) at one lr on small data
+QUICK = ["kernels", "scaling", "instrumentation", "policies", "simulate", "peers"]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", QUICK)
 def test_every_scenario_runs_in_quick_mode(name, tmp_path):
     """``hogkit bench NAME --quick`` end to end (own_loop, p3 and soak have their own
-    tests; peers is too long for one): a JSON-able result with its ratios, each a
+    tests): a JSON-able result with its ratios, each a
     finite number measured in the same run (an overhead may come out negative on a
     noisy machine), and a table. Speed itself is never asserted."""
     import json
