@@ -42,7 +42,11 @@ def main(doc, run, plot, config, quick, default_out, argv=None) -> dict:
         with open(path) as f:
             results = json.load(f)
     else:
-        results = run(quick if args.quick else config)
+        import inspect
+        cfg = quick if args.quick else config
+        # a sweep-based experiment keeps its resumable table (cells.jsonl) in OUT
+        results = (run(cfg, args.out) if "out_dir" in inspect.signature(run).parameters
+                   else run(cfg))
         with open(path, "w") as f:
             json.dump(results, f, indent=1)
         print(f"results: {path}")

@@ -44,16 +44,37 @@ def test_density_experiment_runs_on_its_quick_grid(tmp_path, experiments_on_path
     assert (tmp_path / "density_staleness.png").exists()
 
 
-def test_p3_writeup_tables_are_its_results(experiments_on_path):
-    """Every number in the P3 write-up's tables is rendered from its results file: the
-    block between the markers must be exactly what ``tables(results)`` gives."""
-    mod = importlib.import_module("p3")
-    results = json.loads((ROOT / "docs" / "experiments" / "p3" / "results.json").read_text())
-    text = (ROOT / "docs" / "experiments" / "p3.md").read_text()
+@pytest.mark.parametrize("name", ["p3", "staleness_rules"])
+def test_writeup_tables_are_its_results(name, experiments_on_path):
+    """Every number in the write-up's tables is rendered from its results file by the
+    experiment's own code: the block between the markers must be exactly what
+    ``tables(results)`` gives (a number edited by hand fails here)."""
+    mod = importlib.import_module(name)
+    results = json.loads((ROOT / "docs" / "experiments" / name / "results.json").read_text())
+    text = (ROOT / "docs" / "experiments" / f"{name}.md").read_text()
     start, end = "<!-- tables: start -->", "<!-- tables: end -->"
     assert start in text and end in text
     block = text.split(start, 1)[1].split(end, 1)[0].strip()
     assert block == mod.tables(results).strip()
+
+
+def test_staleness_rules_cells_rerun_to_their_stored_figures(experiments_on_path):
+    """Two cheap cells of the staleness-rules sweep, re-run through ``hogkit.sweep``
+    (the simulator is deterministic per seed), give the stored final losses."""
+    from hogkit import sweep
+    mod = importlib.import_module("staleness_rules")
+    results = json.loads((ROOT / "docs" / "experiments" / "staleness_rules" /
+                          "results.json").read_text())
+    cfg = results["config"]
+    base = {"workload": cfg["workload"], "steps": cfg["steps"], "delays": cfg["delays"]}
+    for rule, mom in (("gap-aware", 0.0), ("sgd", cfg["momentum"])):
+        stored = next(r for r in results["rows"] if r["rule"] == rule and r["momentum"] == mom
+                      and r["workers"] == 4 and r["seed"] == 1)
+        cell = {k: stored[k] for k in ("rule", "momentum", "lr", "workers", "seed")}
+        row, = sweep({k: [v] for k, v in cell.items()}, base=base)
+        assert row["final_loss"] == pytest.approx(stored["final_loss"], rel=1e-9), cell
+        assert row["gap_mean"] == pytest.approx(stored["gap_mean"], rel=1e-9)
+    assert set(mod.RULES) == {mod.name_of(r) for r in results["rows"]}
 
 
 def test_p3_results_support_the_claims_the_writeup_makes(experiments_on_path):
