@@ -11,12 +11,17 @@ vector of updates it reflects at most); the one at the end is **quiesced**.
 **Resuming** (:func:`hogkit.train` ``(resume=DIR)``, ``hogkit run --resume DIR``) starts a
 new *segment* of the same run: the same data (built from the same seed), the
 checkpoint's parameters, the remaining budget (steps not yet done, seconds not yet
-spent), fresh random streams (the segment number is mixed into the workers' seeds, so
-no minibatch sequence is replayed), the histograms carried over, and a summary, loss
-curve and ``events.jsonl`` (appended) that cover the whole run. What a fuzzy
-checkpoint cannot carry: updates made after it was taken are lost (at most
-``checkpoint_every`` seconds of work), and per-worker rule and density state
-(momentum, residuals) restarts from zero, as after a crash of any Hogwild! run.
+spent), each worker's own state from ``worker_state.npz`` (:mod:`hogkit.worker_state`:
+rule state such as momentum, density residuals, its random stream and sampler cursor;
+density's step index goes on from the worker's earlier iterations), the histograms
+carried over, and a summary, loss curve and ``events.jsonl`` (appended) that cover the
+whole run. From the quiesced checkpoint at the end of a run this is exact: one worker
+resumed computes what one uninterrupted run does. What a fuzzy checkpoint cannot
+carry: updates made after it was taken are lost (at most ``checkpoint_every`` seconds
+of work), and the worker state is copied while the workers write, like the
+parameters. A checkpoint without a matching ``worker_state.npz`` (an older run)
+resumes with fresh worker state and fresh streams (the segment number is mixed into
+the workers' seeds, so no minibatch sequence is replayed).
 """
 
 from __future__ import annotations
