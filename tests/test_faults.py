@@ -125,7 +125,7 @@ def _start_cli(tmp_path):
         workers = [pid for pid, cmd in children(proc.pid) if "spawn_main" in cmd
                    and "resource_tracker" not in cmd]
         segs = [n for n in os.listdir("/dev/shm") if n.startswith(f"hogkit_{proc.pid}_")]
-        if len(workers) == 2 and len(segs) == 3:
+        if len(workers) == 2 and len(segs) == 4:
             time.sleep(0.5)
             return proc, workers
         if proc.poll() is not None:
