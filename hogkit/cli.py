@@ -280,8 +280,10 @@ def parse_density(spec):
         residual, parts = False, parts[:-1]
     try:
         if len(parts) == 1:
-            return parse_density(float(parts[0])) if residual else Density(
-                float(parts[0]), residual=False)
+            fraction = float(parts[0])
+            if fraction == 1.0 and residual:
+                return None
+            return Density(fraction, residual=residual)
         if len(parts) == 2 and parts[0] in ("topk", "random"):
             return Density(float(parts[1]), how=parts[0], residual=residual)
         if len(parts) == 2 and parts[0] == "every":

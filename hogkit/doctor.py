@@ -80,18 +80,16 @@ def planned_bytes(workload, workers: int, *, rule=None, density=None, seed: int 
     density state (:mod:`hogkit.worker_state`), and the control arrays."""
     import numpy as np
 
-    from hogkit.clocks import Clocks
-    from hogkit.reader import StalenessLog
     from hogkit.rules import SGD
-    from hogkit.worker_loop import runtime_specs
+    from hogkit.worker_loop import control_specs
     from hogkit.worker_state import initial
 
     params, data = workload.build(seed)
     rule = rule if rule is not None else SGD(lr=workload.default_lr)
     arrays = {**params, **data, **initial(rule, density, params, workers)}
-    control = {**Clocks.specs(workers), **StalenessLog.specs(workers), **runtime_specs(workers)}
     n = sum(np.asarray(a).nbytes for a in arrays.values())
-    n += sum(int(np.prod(shape)) * np.dtype(dt).itemsize for shape, dt in control.values())
+    n += sum(int(np.prod(shape)) * np.dtype(dt).itemsize
+             for shape, dt in control_specs(workers).values())
     return int(n)
 
 

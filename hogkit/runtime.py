@@ -46,7 +46,7 @@ from hogkit.run import Run
 from hogkit.store import ParamStore, sweep_dead_segments
 from hogkit.validation import check_choice, check_float, check_int
 from hogkit.workloads.base import metrics_of
-from hogkit.worker_loop import WorkerSpec, runtime_specs, warm
+from hogkit.worker_loop import WorkerSpec, control_specs, warm
 
 ENGINES = ("auto", "compiled", "python")
 
@@ -417,8 +417,7 @@ class _Live:
                 stack.callback(self.events.close)
             errdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="hogkit-err-"))
             self.cstore = stack.enter_context(ParamStore.create(
-                {**Clocks.specs(p.workers, self._shards()), **StalenessLog.specs(p.workers),
-                 **runtime_specs(p.workers)}, tag="ctl"))
+                control_specs(p.workers, self._shards()), tag="ctl"))
             self.control = self.cstore.views()
             self.clocks, self.log = Clocks(self.control), StalenessLog(self.control)
             self._carry_over()

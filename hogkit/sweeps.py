@@ -47,7 +47,7 @@ KNOBS = ("workload", "mode", "workers", "steps", "seconds", "seed", "policy", "r
          "momentum", "density", "batch", "straggler", "delays", "shards", "nonfinite",
          "eval_every")
 MODES = ("live", "sim")
-_SIM_ONLY, _LIVE_ONLY = ("delays",), ()
+_SIM_ONLY = ("delays",)
 
 
 # --------------------------------------------------------------------------- cells

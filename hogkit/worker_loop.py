@@ -61,6 +61,13 @@ def runtime_specs(workers: int) -> dict:
             "rt_grants": ((workers, _ks.GRANT_BINS), np.int64)}
 
 
+def control_specs(workers: int, shards: int = 1, **log) -> dict:
+    """Every array of a run's control store: clocks, staleness log (``log``: its ring
+    and bins) and the runtime's counters."""
+    return {**Clocks.specs(workers, shards), **StalenessLog.specs(workers, **log),
+            **runtime_specs(workers)}
+
+
 @dataclass
 class WorkerSpec:
     """Everything one worker needs; pickled by the parent, loaded in the child: the
@@ -110,16 +117,20 @@ class _Worker:
         # rule and density state, stream and cursor outlive the process (a restart, a
         # resume): bound to, and restored from, hogkit.worker_state's store
         self.wviews = wviews
-        self.rule_state = worker_state.bind(wviews, spec.rank, spec.plan.rule.init(self.params),
-                                            "rule")
-        self.density_state = worker_state.bind(
-            wviews, spec.rank,
-            spec.plan.density.init(self.params) if spec.plan.density is not None else None,
-            "density")
+        rule, density = spec.plan.rule, spec.plan.density
+        if wviews is not None:
+            self.rule_state = worker_state.bind(wviews, spec.rank, "rule")
+            self.density_state = (worker_state.bind(wviews, spec.rank, "density")
+                                  if density is not None else None)
+        else:
+            self.rule_state = rule.init(self.params)
+            self.density_state = density.init(self.params) if density is not None else None
         self.rng = np.random.default_rng([spec.plan.worker_seed, spec.rank])
         cursor = getattr(self.ctx, "cursor", None)
         self.cursor = cursor if isinstance(cursor, np.ndarray) else None
         worker_state.restore(wviews, spec.rank, rng=self.rng, cursor=self.cursor)
+        self.core = None                  # the compiled step (prepare_compiled)
+        self.counts = None                # its Gap-Aware counts, published with the stream
         self.delay = (spec.delay.start(spec.plan.worker_seed, spec.rank)
                       if spec.delay is not None else None)
         self.sizer = None if isinstance(spec.plan.batch, (int, np.integer)) else spec.plan.batch
@@ -218,6 +229,8 @@ class _Worker:
             local_h=policy.h if self.local is not None else 0,
             quota=-1 if spec.steps is None else spec.steps, nonfinite=spec.plan.nonfinite,
             pacer=encode_pacer(spec.delay, spec.plan.worker_seed, rank), step0=spec.step0)
+        if spec.plan.rule.slots[2]:
+            self.counts = (self.ctx.names, self.core.rule[4], self.rule_state)
         self.core.run(0)
 
     def compiled_loop(self) -> int:
@@ -268,12 +281,8 @@ class _Worker:
     # ------------------------------------------------------------------ both
     def publish(self) -> None:
         """This worker's stream, cursor and core step counts to the state store."""
-        core = getattr(self, "core", None)
-        counts = None
-        if core is not None and self.spec.plan.rule.slots[2]:
-            counts = (self.ctx.names, core.rule[4], self.rule_state)
         worker_state.publish(self.wviews, self.rank, rng=self.rng, cursor=self.cursor,
-                             counts=counts)
+                             counts=self.counts)
 
     def merge(self, k: int) -> None:
         """LocalSGD: merge the local phase into the shared model; staleness of a merge
@@ -396,8 +405,7 @@ def private_control():
     (a small log): for warming the kernels, and for an optimizer used outside
     :func:`hogkit.spawn` (staleness always 0)."""
     views = {k: np.zeros(shape, dtype) for k, (shape, dtype) in
-             {**Clocks.specs(1), **StalenessLog.specs(1, ring=4, bins=4),
-              **runtime_specs(1)}.items()}
+             control_specs(1, ring=4, bins=4).items()}
     clocks, log = Clocks(views), StalenessLog(views)
     clocks.state[0] = RUNNING
     return views, clocks, log

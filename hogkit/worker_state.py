@@ -34,7 +34,8 @@ import numpy as np
 
 from hogkit.checkpoint import read, save
 
-__all__ = ["FILE", "initial", "bind", "publish", "restore", "save_state", "load_state"]
+__all__ = ["FILE", "initial", "bind", "publish", "restore", "save_state", "load_state",
+           "load_into"]
 
 FILE = "worker_state.npz"
 RNG_WORDS = 8
@@ -42,29 +43,26 @@ _MASK = (1 << 64) - 1
 
 
 def initial(rule, density, params, workers) -> dict:
-    """The store's arrays for ``workers`` workers, as a fresh run starts them."""
+    """The store's arrays for ``workers`` workers, as a fresh run starts them (each
+    ``init`` is called once: every worker's block starts from the same arrays, which
+    the store copies in)."""
+    parts = {"rule": rule.init(params),
+             "density": density.init(params) if density is not None else {}}
+    rng, cursor = np.zeros(RNG_WORDS, np.int64), np.zeros(1, np.int64)
     out = {}
     for r in range(workers):
-        for key, a in rule.init(params).items():
-            out[f"{r}/rule/{key}"] = a
-        if density is not None:
-            for key, a in density.init(params).items():
-                out[f"{r}/density/{key}"] = a
-        out[f"{r}/rng"] = np.zeros(RNG_WORDS, np.int64)
-        out[f"{r}/cursor"] = np.zeros(1, np.int64)
+        for part, state in parts.items():
+            for key, a in state.items():
+                out[f"{r}/{part}/{key}"] = a
+        out[f"{r}/rng"], out[f"{r}/cursor"] = rng, cursor
     return out
 
 
-def bind(views, rank, state, part) -> dict:
-    """``state`` (a rule's or density's ``init``) with each array replaced by its view in
-    the store; the shapes and dtypes are the store's own, made from the same ``init``."""
-    if views is None or state is None:
-        return state
-    out = {}
-    for key, a in state.items():
-        v = views.get(f"{rank}/{part}/{key}")
-        out[key] = v if v is not None and v.shape == a.shape and v.dtype == a.dtype else a
-    return out
+def bind(views, rank, part) -> dict:
+    """Worker ``rank``'s ``part`` (``"rule"`` or ``"density"``) state: the store's views
+    under their ``init`` keys, written in place by every update."""
+    prefix = f"{rank}/{part}/"
+    return {k[len(prefix):]: v for k, v in views.items() if k.startswith(prefix)}
 
 
 def _words(rng) -> list:
@@ -127,7 +125,7 @@ def load_state(folder, seq: int):
     """The saved arrays of ``folder`` if they belong to checkpoint ``seq``, else None
     (an older run, or a crash between the two files)."""
     path = os.path.join(folder, FILE)
-    if not os.path.exists(path):
+    if seq is None or not os.path.exists(path):
         return None
     arrays, meta = read(path)
     return arrays if meta.get("seq") == seq else None

@@ -31,8 +31,9 @@ def test_a_published_stream_restores_to_the_same_next_draws():
 def test_bound_state_writes_the_store_and_counts_are_published():
     rule, density = GapAware(lr=0.1), Density(0.5)
     params, views = _views(rule, density)
-    state = ws.bind(views, 1, rule.init(params), "rule")
-    dstate = ws.bind(views, 1, density.init(params), "density")
+    state = ws.bind(views, 1, "rule")
+    dstate = ws.bind(views, 1, "density")
+    assert set(state) == set(rule.init(params)) and set(dstate) == set(density.init(params))
     state["v/w"][2, 1] = 3.0
     dstate["r/b"][0] = 5.0
     assert views["1/rule/v/w"][2, 1] == 3.0 and views["0/rule/v/w"][2, 1] == 0.0
