@@ -12,8 +12,8 @@ worker:
 - ``<rank>/rng``: the worker's PCG64 state (``RNG_WORDS`` uint64-as-int64 words, word 0
   a "published" flag) and ``<rank>/cursor``: its sampler cursor; the worker *publishes*
   these, and the compiled core's own Gap-Aware step counts (into the rule state's
-  ``k/<name>``), between chunks of the compiled core (about every millisecond), every
-  64 iterations of the Python engine, and when it finishes.
+  ``k/<name>``), every 16th chunk of the compiled core (about every 16 ms), every 64
+  iterations of the Python engine, and when it finishes.
 
 A periodic checkpoint copies the store while the workers write (fuzzy, like the
 parameters; a half-written 128-bit state is still a state of the same stream, the

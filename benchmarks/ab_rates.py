@@ -1,0 +1,29 @@
+"""Samples/s of one workload, live, at two revisions side by side (an A/B of a change).
+
+    PYTHONPATH=<checkout of revision A> python benchmarks/ab_rates.py logreg 2.0 1 2
+    PYTHONPATH=<checkout of revision B> python benchmarks/ab_rates.py logreg 2.0 1 2
+
+Arguments: workload, lr, worker counts. Each worker count runs 3 times for 3 s
+(``eval_every=None``); prints the hogkit path in use and ``workers [M samples/s...]``
+per line. Alternate A and B runs: this machine's rate drifts between minutes.
+"""
+
+import sys
+
+
+def main():
+    import hogkit
+    from hogkit import SGD, train
+    workload, lr, *workers = sys.argv[1:]
+    print(hogkit.__file__)
+    for w in map(int, workers):
+        rates = []
+        for _ in range(3):
+            r = train(workload, workers=w, seconds=3, rule=SGD(float(lr)), eval_every=None,
+                      progress=False, keep_params=False)
+            rates.append(round(r.extra["samples"] / r.wall_s / 1e6, 2))
+        print(w, rates, r.extra["engine"], flush=True)
+
+
+if __name__ == "__main__":
+    main()
