@@ -598,5 +598,17 @@ def main(argv=None):
             signal.signal(signal.SIGTERM, old)
 
 
+def console(argv=None):
+    """The ``hogkit`` command: :func:`main`, and once a run is interrupted (everything
+    stopped and released by then), a second Ctrl-C while the interpreter exits does
+    not turn exit status 130 into death by signal."""
+    import signal
+    rc = main(argv)
+    if rc == EXIT_INTERRUPTED:
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, signal.SIG_IGN)
+    return rc
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    sys.exit(console())

@@ -24,6 +24,7 @@ import multiprocessing as mp
 import multiprocessing.connection
 import os
 import pickle
+import sys
 import signal
 import tempfile
 import threading
@@ -84,19 +85,27 @@ def _parent_signals():
             signal.signal(s, h)
 
 
-@contextlib.contextmanager
-def _signals_ignored():
-    """Shutdown must not be cut short by a second Ctrl-C (SIGKILL still works, and
-    then the resource tracker unlinks the segments)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
+class _signals_deferred:
+    """Shutdown must not be cut short by a second Ctrl-C, and a Ctrl-C that lands
+    while the workers are being stopped must not be lost either: SIGINT/SIGTERM are
+    held for the block and raised as :class:`Interrupted` when it ends, unless an
+    exception is already on its way out (then that one wins; it is an interruption
+    or a failure already). SIGKILL still works, and then the resource tracker
+    unlinks the segments."""
+
+    def __enter__(self):
+        self.got, self.old = [], {}
+        if threading.current_thread() is threading.main_thread():
+            self.old = {s: signal.signal(s, lambda signum, frame: self.got.append(signum))
+                        for s in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, kind, value, tb):
+        for s, h in self.old.items():
             signal.signal(s, h)
+        if self.got and kind is None and sys.exc_info()[0] is None:
+            raise Interrupted(self.got[0])
+        return False
 
 
 def _signal_name(exitcode):
@@ -533,7 +542,7 @@ class _Live:
                                      else int(clocks.iterations.sum()))
                             bar.refresh()
                 except WorkerFailed as failure:
-                    with _signals_ignored():
+                    with _signals_deferred():
                         sup.shutdown(clocks)
                     t_fail = time.monotonic() - started if started is not None else 0.0
                     self._event({"type": "failure", "t": round(t_fail, 4),
@@ -542,7 +551,7 @@ class _Live:
                     raise
                 wall = (rt[:, _ks.RT_T1].max() - t0_ns.min()) * 1e-9
         finally:
-            with _signals_ignored():
+            with _signals_deferred():
                 if bar is not None:
                     bar.close()
                 sup.shutdown(clocks)

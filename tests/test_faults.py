@@ -214,3 +214,28 @@ def test_restarts_run_out_and_then_the_run_stops(tmp_path):
         train(Faulty(hot(), rank=1, step=50, fault="sigkill"), workers=2, steps=100_000,
               progress=False, eval_every=None, on_failure="restart", max_restarts=1)
     assert info.value.rank == 1 and info.value.signal == "SIGKILL"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_during_shutdown_is_held_then_raised_not_lost(sig):
+    from hogkit.errors import Interrupted
+    from hogkit.runtime import _signals_deferred
+    before = signal.getsignal(sig)
+    with pytest.raises(Interrupted) as e:
+        with _signals_deferred():
+            os.kill(os.getpid(), sig)
+            time.sleep(0.01)                 # the handler runs; the block goes on
+            finished = True
+    assert finished and e.value.signum == sig
+    assert signal.getsignal(sig) is before
+
+
+def test_an_exception_already_leaving_wins_over_a_held_signal():
+    from hogkit.runtime import _signals_deferred
+    with pytest.raises(WorkerFailed):
+        try:
+            raise WorkerFailed(1, reason="boom")
+        finally:
+            with _signals_deferred():
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.01)
