@@ -86,19 +86,8 @@ def run(config: dict, out_dir=None) -> dict:
 
 def tuned(results):
     """``{(name, W): (lr, mean, std, diverged seeds, n)}`` at each cell's best lr."""
-    from hogkit.sweeps import aggregate
-    rows = results["rows"]
-    n_seeds = len(results["config"]["seeds"])
-    agg = aggregate([{**r, "name": name_of(r)} for r in rows], "final_loss",
-                    ("name", "workers", "lr"))
-    best = {}
-    for (name, w, lr), (mean, std, n) in agg.items():
-        div = n_seeds - n if mean is not None else n_seeds
-        score = (div, mean if mean is not None else float("inf"))
-        cur = best.get((name, w))
-        if cur is None or score < cur[0]:
-            best[(name, w)] = (score, (lr, mean, std, div, n_seeds))
-    return {k: v[1] for k, v in best.items()}
+    return _common.tuned(results["rows"], lambda r: (name_of(r), r["workers"]),
+                         len(results["config"]["seeds"]))
 
 
 def gaps(results):

@@ -71,7 +71,9 @@ def _add_training_options(p):
                         "B: fixed[:B] (even) | adaptive[:B[:last|ema|narx]] (LB-BSP) | "
                         "epoch[:B] (DBS)")
     p.add_argument("--straggler", action="append", default=[], metavar="RANK:FACTOR",
-                   help="slow worker RANK down by FACTOR (repeatable)")
+                   help="slow worker RANK down by FACTOR; RANK:load:AMP:PERIOD for a "
+                        "time-varying slowdown, RANK:pauses:PROB:SECONDS for random "
+                        "pauses (repeatable)")
     p.add_argument("--nonfinite", default="raise", choices=("raise", "skip"))
     p.add_argument("--shards", type=_positive_int, default=1,
                    help="per-shard staleness: count a sparse update's gap only over "
@@ -293,21 +295,31 @@ def parse_density(spec):
     raise InvalidArgument(f"density {spec!r} is not {_DENSITY_FORMS}")
 
 
+_STRAGGLER_FORMS = ('RANK:FACTOR (e.g. 1:3, worker 1 runs three times slower), '
+                    'RANK:load:AMPLITUDE:PERIOD (a time-varying slowdown 1 + A(1 + '
+                    'sin 2πt/P)/2) or RANK:pauses:PROB:SECONDS')
+
+
 def parse_straggler(text: str):
-    """``"RANK:FACTOR"`` → ``(rank, Slowdown(factor))``."""
-    from hogkit.delays import Slowdown
+    """``"RANK:FACTOR"`` → ``(rank, Slowdown(factor))``; ``"RANK:load:A:P"`` →
+    ``(rank, Load(A, P))``; ``"RANK:pauses:PROB:S"`` → ``(rank, Pauses(PROB, S))``."""
+    from hogkit.delays import Load, Pauses, Slowdown
     from hogkit.validation import check_int
-    parts = str(text).split(":")
-    if len(parts) != 2:
-        raise InvalidArgument(f"straggler {text!r} must look like RANK:FACTOR, e.g. 1:3 "
-                              f"(worker 1 runs three times slower)")
+    parts = [p.strip() for p in str(text).lower().split(":")]
+    kinds = {"load": Load, "pauses": Pauses}
+    if len(parts) == 2:
+        kind, nums = Slowdown, parts[1:]
+    elif len(parts) == 4 and parts[1] in kinds:
+        kind, nums = kinds[parts[1]], parts[2:]
+    else:
+        raise InvalidArgument(f"straggler {text!r}: expected {_STRAGGLER_FORMS}")
     try:
-        rank, factor = int(parts[0]), float(parts[1])
+        rank, args = int(parts[0]), [float(x) for x in nums]
     except ValueError:
-        raise InvalidArgument(f"straggler {text!r} must look like RANK:FACTOR with an int "
-                              f"rank and a number factor, e.g. 1:3") from None
+        raise InvalidArgument(f"straggler {text!r} needs an int rank and numbers; expected "
+                              f"{_STRAGGLER_FORMS}") from None
     check_int("straggler rank", rank, min_value=0)
-    return rank, Slowdown(factor)
+    return rank, kind(*args)
 
 
 def _make_rule(name, lr, momentum, workload):

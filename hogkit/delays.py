@@ -146,6 +146,18 @@ class _Pacer:
         self.compute_ns = 0
         self.paused_ns = 0
 
+    def load(self, now_ns=None) -> float:
+        """The slowdown factor the model imposes now: Slowdown's factor, Load's
+        ``f(t)``, 1.0 for Pauses (unpredictable by design). What a node's load monitor
+        would report: the exogenous input of LB-BSP's NARX predictor."""
+        kind, a, b, t0 = self.row
+        if kind == _PACE_SLOWDOWN:
+            return float(a)
+        if kind == _PACE_LOAD:
+            t = ((time.monotonic_ns() if now_ns is None else now_ns) - t0) * 1e-9
+            return 1.0 + a * 0.5 * (1.0 + math.sin(2.0 * math.pi * t / b))
+        return 1.0
+
     def pause(self, busy_ns: int) -> int:
         """Wait the extra time for a step that was busy ``busy_ns``; returns it."""
         from hogkit.kernels.step import pace_ns

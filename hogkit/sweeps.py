@@ -22,9 +22,11 @@ or a policy object), ``rule`` (``"sgd"``, ``"staleness-aware"``, ``"dc-asgd"``,
 ``"dc-asgd-adaptive"``, ``"gap-aware"`` or a rule object) with ``lr`` and ``momentum``,
 ``density`` (a fraction, ``"topk:F"``, ``"random:F"``, ``"every:K"``, with ``":dropped"``
 for no residual, or a :class:`~hogkit.density.Density`), ``batch`` (an int or the CLI's
-``"adaptive:B[:narx]"`` forms), ``straggler`` (``"RANK:FACTOR"``, or a dict ``{rank:
-model}``), ``delays`` (simulated step times, the CLI's forms), ``shards``, ``nonfinite``,
-``eval_every``. Unknown knobs, bad values and a knob the mode cannot take are refused
+``"adaptive:B[:narx]"`` forms), ``straggler`` (``"RANK:FACTOR"``, ``"RANK:load:AMP:PERIOD"``,
+``"RANK:pauses:PROB:SECONDS"``, a list of them, or a dict ``{rank: model}``), ``delays``
+(simulated step times, the CLI's forms), ``shards``, ``nonfinite``, ``eval_every``,
+``engine`` (as ``train``/``simulate`` take it: to compare like with like where one
+cell could take the compiled step and another not). Unknown knobs, bad values and a knob the mode cannot take are refused
 for every cell before the first one runs.
 
 A run that diverges (a non-finite gradient with ``nonfinite="raise"``) is a row with
@@ -45,7 +47,7 @@ __all__ = ["sweep", "cells", "load", "aggregate", "plot", "KNOBS"]
 
 KNOBS = ("workload", "mode", "workers", "steps", "seconds", "seed", "policy", "rule", "lr",
          "momentum", "density", "batch", "straggler", "delays", "shards", "nonfinite",
-         "eval_every")
+         "eval_every", "engine")
 MODES = ("live", "sim")
 _SIM_ONLY = ("delays",)
 
@@ -149,7 +151,12 @@ def _kwargs(cell, mode_default):
         kw["steps"] = wl.default_steps
     # every knob checked now, as the run will check it (nothing is built)
     from hogkit.plan import make_plan
-    plan_kw = {k: v for k, v in kw.items() if k not in ("delays", "progress")}
+    plan_kw = {k: v for k, v in kw.items() if k not in ("delays", "progress", "engine")}
+    if "engine" in kw:
+        from hogkit.runtime import ENGINES
+        from hogkit.validation import check_choice
+        check_choice("engine", kw["engine"],
+                     ("auto", "fused", "python") if mode == "sim" else ENGINES)
     make_plan(**plan_kw, max_workers=1 << 20 if mode == "sim" else 4096,
               spawn=mode == "live")
     if mode == "sim" and "delays" in kw:

@@ -156,11 +156,16 @@ class _Worker:
         return b, self.spec.plan.workers * b / self.spec.plan.global_batch
 
     def _observe(self, k, b, compute_ns):
+        """Feed the sizer this iteration's speed and publish its prediction. The load
+        input (NARX's exogenous signal) is the worker's straggler load now (1.0 without
+        one): the iteration just measured ran under it, and with a load that varies
+        over seconds the next millisecond-long iteration runs under about the same."""
         sizer = self.sizer
-        sizer.observe(self.rank, b, max(compute_ns, 1) * 1e-9)
+        load = self.delay.load() if self.delay is not None else 1.0
+        sizer.observe(self.rank, b, max(compute_ns, 1) * 1e-9, load=load)
         if self.spec.plan.epoch_steps and (k + 1) % self.spec.plan.epoch_steps == 0:
             sizer.end_epoch(self.rank)
-        self.control["rt_speed"][k % 2, self.rank] = sizer.speed(self.rank)
+        self.control["rt_speed"][k % 2, self.rank] = sizer.speed(self.rank, load=load)
 
     def _shards_of(self, grads):
         """Shard ids an update touches: row r of an n-row parameter p is in shard

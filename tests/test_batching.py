@@ -185,3 +185,32 @@ def test_parse_batch(text, config):
 def test_parse_batch_errors(text, match):
     with pytest.raises(InvalidArgument, match=match):
         parse_batch(text)
+
+
+def test_the_pacer_reports_its_load_as_the_narx_input():
+    """What a live worker hands NARX: the slowdown its straggler model imposes now."""
+    from hogkit.delays import Load, Pauses, Slowdown
+    p = Load(2.0, 4.0).start(0, 1)
+    t0 = int(p.row[3])
+    assert p.load(t0) == pytest.approx(2.0)                  # 1 + A/2 at t = 0
+    assert p.load(t0 + 1_000_000_000) == pytest.approx(3.0)  # a quarter period: 1 + A
+    assert p.load(t0 + 3_000_000_000) == pytest.approx(1.0)  # three quarters: no load
+    assert Slowdown(3.0).start(0, 0).load() == 3.0
+    assert Pauses(0.5, 0.01).start(0, 0).load() == 1.0
+
+
+@pytest.mark.parametrize("text, model", [
+    ("1:3", ("slowdown", 3.0)), ("0:load:2:5", ("load", 2.0, 5.0)),
+    ("2:pauses:0.1:0.01", ("pauses", 0.1, 0.01))])
+def test_parse_straggler_forms(text, model):
+    from hogkit.cli import parse_straggler
+    rank, m = parse_straggler(text)
+    assert rank == int(text.split(":")[0])
+    assert (m.kind, *[v for k, v in m.config().items() if k != "kind"]) == model
+
+
+@pytest.mark.parametrize("text", ["1", "1:load:2", "1:fast:1:2", "x:3", "1:load:a:2"])
+def test_parse_straggler_errors_name_every_form(text):
+    from hogkit.cli import parse_straggler
+    with pytest.raises(InvalidArgument, match="RANK:load:AMPLITUDE:PERIOD"):
+        parse_straggler(text)

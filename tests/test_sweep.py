@@ -40,7 +40,17 @@ def test_every_cell_is_checked_before_the_first_runs(tmp_path):
         sweep({"density": [0.5, "half"]}, base=HOT, out=out)
     with pytest.raises(InvalidArgument, match="simulated cells only"):
         sweep({"seed": [0]}, base={**HOT, "delays": "constant:1e-3"}, mode="live", out=out)
+    with pytest.raises(InvalidArgument, match="engine"):
+        sweep({"engine": ["python", "compiled"]}, base=HOT, out=out)     # sim: fused
+    with pytest.raises(InvalidArgument, match="RANK:load"):
+        sweep({"straggler": ["1:load:2"]}, base=HOT, mode="live", out=out)
     assert not out.exists()
+
+
+def test_the_engine_knob_picks_the_step_and_both_give_the_same_run():
+    fused, python = sweep({"engine": ["fused", "python"]}, base=HOT)
+    assert (fused["engine"], python["engine"]) == ("fused", "python")
+    assert fused["final_loss"] == python["final_loss"]
 
 
 def test_a_simulated_sweep_resumes_without_redoing_cells(tmp_path):
