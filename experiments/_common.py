@@ -69,3 +69,56 @@ def tuned(rows, group, n_seeds, y="final_loss"):
         if g not in best or score < best[g][0]:
             best[g] = (score, (lr, mean, std, div, n_seeds))
     return {g: v[1] for g, v in best.items()}
+
+
+def slim(row):
+    """A sweep row for a results file: no key, the curve as ``[t, loss]`` pairs (six
+    significant digits), or None for a diverged run."""
+    out = {k: v for k, v in row.items() if k not in ("curve", "key")}
+    out["curve"] = ([[round(t, 6), float(f"{loss:.6g}")] for t, _, loss in row["curve"]]
+                    if row.get("curve") else None)
+    return out
+
+
+def mean_curve(runs):
+    """Mean loss over seeds at each evaluation time (runs share the time grid)."""
+    n = min(len(r["curve"]) for r in runs)
+    return ([runs[0]["curve"][i][0] for i in range(n)],
+            [sum(r["curve"][i][1] for r in runs) / len(runs) for i in range(n)])
+
+
+def value_at(curve_t, curve_y, t):
+    for (t0, y0), (t1, y1) in zip(zip(curve_t, curve_y), zip(curve_t[1:], curve_y[1:])):
+        if t0 <= t <= t1:
+            return y0 + (y1 - y0) * (t - t0) / (t1 - t0) if t1 > t0 else y1
+    return curve_y[-1]
+
+
+def time_to(curve, target):
+    """First time a (t, loss) curve reaches ``target`` (linear between points), or None."""
+    for (t0, y0), (t1, y1) in zip(curve, curve[1:]):
+        if y1 <= target:
+            if y0 <= target or y1 == y0:
+                return t0 if y0 <= target else t1
+            return t0 + (t1 - t0) * (y0 - target) / (y0 - y1)
+    return None
+
+
+def mean_std(xs):
+    """``(mean, sample std)`` of a non-empty list (std 0.0 for one value)."""
+    import statistics
+    return statistics.mean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0)
+
+
+def at_tuned(rows, best, group):
+    """``{g: the finished runs of group g at its tuned lr}`` (``best`` from :func:`tuned`)."""
+    return {g: [r for r in rows if group(r) == g and r["lr"] == cell[0]
+                and r["final_loss"] is not None] for g, cell in best.items()}
+
+
+def loss_cell(cell):
+    """``mean ± std`` of a tuned cell, with its diverged count."""
+    lr, mean, std, div, n = cell
+    if mean is None:
+        return f"diverged ({n}/{n})"
+    return f"{mean:.4f} ± {std:.4f}" + (f" ({div}/{n} diverged)" if div else "")

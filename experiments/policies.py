@@ -20,8 +20,9 @@ deterministic per seed), W = 16 virtual workers with log-normal step times (medi
   Async.
 
 **Each policy at its own learning rate**: every (scenario, workload, policy) runs the
-workload's lr grid over three seeds, and the tables report the lr with the lowest mean
-loss at the end of the budget (a diverged seed makes an lr lose). "Time to target" is
+workload's lr grid over three seeds, and the tables report the lr with the lowest
+mean loss over the last quarter of the budget (each seed's evaluations there
+averaged, then mean ± std over seeds; a diverged seed makes an lr lose). "Time to target" is
 the first virtual time at which a seed's loss curve (evaluated 20 times per run,
 linearly interpolated) reaches the target, the loss the best policy's mean curve has
 at half the budget; a seed that never reaches it counts as not reached.
@@ -82,12 +83,7 @@ def run(config: dict, out_dir=None) -> dict:
     for label, part in grid(config):
         got = sweep(part, base={"workers": config["workers"], "seconds": config["seconds"]},
                     out=path, mode="sim", progress=True)
-        for r in got:
-            row = {k: v for k, v in r.items() if k not in ("curve", "key")}
-            row["scenario"] = label
-            row["curve"] = ([[round(t, 6), float(f"{loss:.6g}")] for t, _, loss in r["curve"]]
-                            if r.get("curve") else None)
-            rows.append(row)
+        rows += [{**_common.slim(r), "scenario": label} for r in got]
     return {"config": config, "rows": rows, "environment": environment()}
 
 
@@ -97,38 +93,27 @@ def _group(r):
     return (r["scenario"], r["workload"], r["policy"])
 
 
+def late_loss(row, seconds):
+    """A run's mean loss over its evaluations in the last quarter of the budget (None
+    for a diverged run)."""
+    if not row["curve"]:
+        return None
+    ys = [y for t, y in row["curve"] if t >= 0.75 * seconds]
+    return sum(ys) / len(ys)
+
+
 def tuned(results):
-    """``{(scenario, workload, policy): (lr, mean, std, diverged, n)}``."""
-    return _common.tuned(results["rows"], _group, len(results["config"]["seeds"]))
+    """``{(scenario, workload, policy): (lr, mean, std, diverged, n)}`` of the mean
+    loss over the last quarter: an lr is picked on where its curves settle, not on
+    where an oscillating curve happens to end."""
+    T = results["config"]["seconds"]
+    rows = [{**r, "late": late_loss(r, T)} for r in results["rows"]]
+    return _common.tuned(rows, _group, len(results["config"]["seeds"]), y="late")
 
 
 def _runs(results, key, lr):
     return [r for r in results["rows"] if _group(r) == key and r["lr"] == lr
             and r["final_loss"] is not None]
-
-
-def mean_curve(runs):
-    """Mean loss over seeds at each evaluation time (runs share the time grid)."""
-    n = min(len(r["curve"]) for r in runs)
-    return ([runs[0]["curve"][i][0] for i in range(n)],
-            [sum(r["curve"][i][1] for r in runs) / len(runs) for i in range(n)])
-
-
-def _at(curve_t, curve_y, t):
-    for (t0, y0), (t1, y1) in zip(zip(curve_t, curve_y), zip(curve_t[1:], curve_y[1:])):
-        if t0 <= t <= t1:
-            return y0 + (y1 - y0) * (t - t0) / (t1 - t0) if t1 > t0 else y1
-    return curve_y[-1]
-
-
-def time_to(curve, target):
-    """First time a (t, loss) curve reaches ``target`` (linear between points), or None."""
-    for (t0, y0), (t1, y1) in zip(curve, curve[1:]):
-        if y1 <= target:
-            if y0 <= target or y1 == y0:
-                return t0 if y0 <= target else t1
-            return t0 + (t1 - t0) * (y0 - target) / (y0 - y1)
-    return None
 
 
 def targets(results):
@@ -139,8 +124,8 @@ def targets(results):
     for (sc, wl, pol), (lr, mean, *_rest) in t.items():
         if mean is None:
             continue
-        ts, ys = mean_curve(_runs(results, (sc, wl, pol), lr))
-        y = _at(ts, ys, half)
+        ts, ys = _common.mean_curve(_runs(results, (sc, wl, pol), lr))
+        y = _common.value_at(ts, ys, half)
         out[(sc, wl)] = min(out.get((sc, wl), math.inf), y)
     return out
 
@@ -155,10 +140,11 @@ def summary(results):
         if not runs:
             out[key] = {"cell": cell, "runs": 0}
             continue
-        times = [time_to(r["curve"], tg[key[:2]]) for r in runs]
+        times = [_common.time_to(r["curve"], tg[key[:2]]) for r in runs]
         reached = [x for x in times if x is not None]
         m = len(reached)
         out[key] = {"cell": cell, "runs": len(runs),
+                    "final": _common.mean_std([r["final_loss"] for r in runs]),
                     "updates": sum(r["updates"] for r in runs) / len(runs),
                     "wait": sum(r["wait_fraction"] for r in runs) / len(runs),
                     "gap": sum(r["gap_mean"] for r in runs) / len(runs),
@@ -169,13 +155,6 @@ def summary(results):
     return out
 
 
-def _loss(cell):
-    lr, mean, std, div, n = cell
-    if mean is None:
-        return f"diverged ({n}/{n})"
-    return f"{mean:.4f} ± {std:.4f}" + (f" ({div}/{n} diverged)" if div else "")
-
-
 def tables(results) -> str:
     """The write-up's tables, from ``results`` only."""
     cfg, s, tg = results["config"], summary(results), targets(results)
@@ -184,19 +163,22 @@ def tables(results) -> str:
         for wl in cfg["lrs"]:
             lines += [f"**{sc}, {wl}** (target {tg[(sc, wl)]:.4f}; budget "
                       f"{cfg['seconds']:g} virtual s)", "",
-                      "| policy | lr | loss at budget | time to target (s) | updates | "
-                      "wait fraction | mean gap |", "|---|---|---|---|---|---|---|"]
+                      "| policy | lr | mean loss, last quarter | loss at budget | "
+                      "time to target (s) | updates | wait fraction | mean gap |",
+                      "|---|---|---|---|---|---|---|---|"]
             for pol in spec["policies"]:
                 x = s[(sc, wl, pol)]
                 lr = x["cell"][0]
                 if not x["runs"]:
-                    lines.append(f"| {pol} | – | {_loss(x['cell'])} | – | – | – | – |")
+                    lines.append(f"| {pol} | – | {_common.loss_cell(x['cell'])} | – | – | – | – "
+                                 f"| – |")
                     continue
                 n = x["runs"]
                 tt = ("not reached" if not x["reached"] else
                       f"{x['tt_mean']:.3f} ± {x['tt_std']:.3f}"
                       + (f" ({x['reached']}/{n})" if x["reached"] < n else ""))
-                lines.append(f"| {pol} | {lr:g} | {_loss(x['cell'])} | {tt} | "
+                lines.append(f"| {pol} | {lr:g} | {_common.loss_cell(x['cell'])} | "
+                             f"{x['final'][0]:.4f} ± {x['final'][1]:.4f} | {tt} | "
                              f"{x['updates']:,.0f} | {x['wait']:.2f} | {x['gap']:.1f} |")
             lines.append("")
     return "\n".join(lines).rstrip()
@@ -215,7 +197,7 @@ def plot(results: dict, out_dir: str) -> str:
             runs = _runs(results, (sc, wl, pol), cell[0])
             if not runs:
                 continue
-            ts, ys = mean_curve(runs)
+            ts, ys = _common.mean_curve(runs)
             ax.plot(ts, ys, label=f"{pol} (lr {cell[0]:g})",
                     ls="--" if pol.startswith("dssp") else "-",
                     lw=2.2 if pol in ("bsp", "async") else 1.2)

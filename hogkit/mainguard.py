@@ -17,7 +17,8 @@ names the fix, raised in the parent before anything is spawned:
   parent's script (``multiprocessing`` marks that phase), as a last net.
 
 Interactive sessions, ``python -c`` and notebooks have no script to re-import: nothing
-is checked there.
+is checked there. A script read from standard input (``python - <<EOF``) names a file
+that does not exist, which a worker cannot re-import: refused with the fix.
 """
 
 from __future__ import annotations
@@ -37,6 +38,14 @@ def check_main_guard(what: str) -> None:
     import multiprocessing as mp
     if getattr(mp.current_process(), "_inheriting", False):
         raise InvalidArgument(_message(what, None))
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    if path is not None and not os.path.isfile(path):
+        # `python - <<EOF`: __file__ is "<stdin>"; a spawned worker would try to
+        # re-import it from that path and die with FileNotFoundError at step 0
+        raise InvalidArgument(
+            f"{what} spawns workers that re-import the main script, and this one has no "
+            f"file ({path!r}: read from standard input?); save it as a .py file with "
+            f"the call under `if __name__ == \"__main__\":`, or use python -c")
     line = _unguarded_line()
     if line is not None:
         raise InvalidArgument(_message(what, line))

@@ -179,14 +179,23 @@ def _stats(part):
             "p99": part.get("p99"), "max": part.get("max")}
 
 
+def _finite(x):
+    return None if x is None or (isinstance(x, float) and not math.isfinite(x)) else x
+
+
 def _row(cell, key, mode, run) -> dict:
     s = run.summary()
+    if _finite(s["final_loss"]) is None:
+        # the parameters grew until the loss overflowed (the guard checks gradients,
+        # and nonfinite="skip" drops them): diverged as surely as a non-finite gradient
+        return _diverged(cell, key, mode, "the loss became non-finite: the parameters "
+                         "overflowed")
     row = {"key": key, **_canon(cell), "mode": mode, "diverged": False, "error": None}
     row.update(final_loss=s["final_loss"], initial_loss=s["initial_loss"],
-               updates=s["updates"], wall_s=s["wall_s"],
+               updates=s["updates"], samples=s.get("samples"), wall_s=s["wall_s"],
                virtual_s=s.get("virtual_time_s"), engine=s.get("engine"))
     for name, v in (s.get("metrics") or {}).items():
-        row[f"m.{name}"] = v
+        row[f"m.{name}"] = _finite(v)
     for name, part in (("gap", s["staleness"]["update_gap"]),
                        ("lag", s["staleness"]["clock_lag"])):
         for k, v in _stats(part).items():
@@ -195,7 +204,7 @@ def _row(cell, key, mode, run) -> dict:
     row["slowdown_realised"] = max(slow) if slow else None
     row["wait_fraction"] = round(sum(s["wait_fraction"]) / max(len(s["wait_fraction"]), 1),
                                  4)
-    row["curve"] = [[c["t"], c["updates"], c["loss"]] for c in s["loss_curve"]]
+    row["curve"] = [[c["t"], c["updates"], _finite(c["loss"])] for c in s["loss_curve"]]
     return row
 
 

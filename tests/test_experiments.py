@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENTS = ["density_staleness", "staleness_rules", "sim_vs_real", "hogwild_sparsity",
-               "p3"]
+               "p3", "policies", "batching", "local_sgd"]
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +44,25 @@ def test_density_experiment_runs_on_its_quick_grid(tmp_path, experiments_on_path
     assert (tmp_path / "density_staleness.png").exists()
 
 
-@pytest.mark.parametrize("name", ["p3", "staleness_rules"])
+@pytest.mark.slow
+@pytest.mark.process
+@pytest.mark.parametrize("name", ["batching", "local_sgd", "policies"])
+def test_sweep_experiments_run_on_their_quick_grid(name, tmp_path, experiments_on_path):
+    """End to end on the quick grid: the sweep's table on disk, results, the plot, and
+    tables() rendering every configured row from them."""
+    pytest.importorskip("matplotlib")
+    mod = importlib.import_module(name)
+    results = mod.main(["--quick", "--out", str(tmp_path)])
+    rows = results["rows"]
+    assert rows and all(r["final_loss"] is None or r["final_loss"] > 0 for r in rows)
+    assert len((tmp_path / "cells.jsonl").read_text().splitlines()) == len(rows)
+    assert (tmp_path / f"{name}.png").exists()
+    text = mod.tables(results)
+    assert text.count("\n|") >= len(rows) // max(len(mod.QUICK.get("seeds", [0])), 1) // 3
+
+
+@pytest.mark.parametrize("name", ["p3", "staleness_rules", "policies", "batching",
+                                  "local_sgd"])
 def test_writeup_tables_are_its_results(name, experiments_on_path):
     """Every number in the write-up's tables is rendered from its results file by the
     experiment's own code: the block between the markers must be exactly what
@@ -99,3 +117,29 @@ def test_p3_results_support_the_claims_the_writeup_makes(experiments_on_path):
     assert max(sch["p3"]["iteration_s"]) < min(sch["fifo"]["iteration_s"])
     assert all(abs(row["prediction_error"]) < 0.16 for row in sch.values())
     assert all(row["server_agrees"] for row in lv["schedules"].values())
+
+
+def test_policies_cells_rerun_to_their_stored_figures(experiments_on_path):
+    """Two cells of the policies sweep (one per scenario) re-run through
+    ``hogkit.sweep`` give the stored losses and update counts (deterministic per seed)."""
+    from hogkit import sweep
+    mod = importlib.import_module("policies")
+    results = json.loads((ROOT / "docs" / "experiments" / "policies" /
+                          "results.json").read_text())
+    cfg = results["config"]
+    for label, policy in (("transient", "ssp:4"), ("heterogeneous", "dssp:1:4")):
+        stored = next(r for r in results["rows"] if r["scenario"] == label and
+                      r["workload"] == "mf" and r["policy"] == policy and r["seed"] == 1
+                      and r["lr"] == 0.1)
+        cell = {k: stored[k] for k in ("workload", "delays", "policy", "lr", "seed")}
+        row, = sweep({k: [v] for k, v in cell.items()},
+                     base={"workers": cfg["workers"], "seconds": cfg["seconds"]})
+        assert row["final_loss"] == pytest.approx(stored["final_loss"], rel=1e-9), cell
+        assert row["updates"] == stored["updates"]
+        assert mod.late_loss(_common_slim(row), cfg["seconds"]) == pytest.approx(
+            mod.late_loss(stored, cfg["seconds"]), rel=1e-5)
+
+
+def _common_slim(row):
+    import _common
+    return _common.slim(row)

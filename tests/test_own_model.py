@@ -219,6 +219,17 @@ def test_a_script_without_the_main_guard_gets_a_one_line_hint(tmp_path):
     assert "bootstrapping" not in proc.stderr
 
 
+@pytest.mark.process
+def test_a_script_read_from_stdin_is_refused_with_the_fix():
+    proc = subprocess.run([sys.executable, "-"], capture_output=True, text=True, timeout=120,
+                          input="import hogkit\nhogkit.train('mf', workers=2, steps=100, "
+                                "progress=False)\n")
+    assert proc.returncode == 1
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "standard input" in last and "python -c" in last, proc.stderr
+    assert "FileNotFoundError" not in proc.stderr
+
+
 def test_a_guarded_call_is_not_flagged(tmp_path):
     from hogkit.mainguard import _guarded
     import ast

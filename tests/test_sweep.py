@@ -77,6 +77,11 @@ def test_a_diverging_cell_is_a_row_not_a_crash(tmp_path):
     ok, bad = rows
     assert not ok["diverged"] and ok["final_loss"] is not None
     assert bad["diverged"] and bad["final_loss"] is None and "non-finite" in bad["error"]
+    # finite (or skipped) gradients, overflowing parameters: a diverged row too, never an
+    # inf/nan that JSON cannot hold (it crashed a sweep once)
+    over, = sweep({"lr": [1.0]}, base={**HOT, "nonfinite": "skip"}, out=tmp_path / "t.jsonl")
+    assert over["diverged"] and "overflowed" in over["error"]
+    assert load(tmp_path / "t.jsonl")[-1] == over
 
 
 def test_aggregate_and_plot_mean_and_std_over_seeds(tmp_path):
