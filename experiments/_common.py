@@ -122,3 +122,16 @@ def loss_cell(cell):
     if mean is None:
         return f"diverged ({n}/{n})"
     return f"{mean:.4f} ± {std:.4f}" + (f" ({div}/{n} diverged)" if div else "")
+
+
+def pm(pair, spec=".4f"):
+    """``"mean ± std"`` of a :func:`mean_std` pair, both in ``spec``."""
+    return f"{pair[0]:{spec}} ± {pair[1]:{spec}}"
+
+
+def workers_axis(ax, ws):
+    """A log2 x-axis of (virtual) worker counts, log y."""
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(ws, [str(w) for w in ws])
+    ax.set_xlabel("virtual workers (mean update gap ≈ W − 1)")

@@ -39,6 +39,7 @@ from __future__ import annotations
 import os
 
 import _common
+from _common import pm
 
 METHODS = {                     # name -> (policy, batch spec with {B})
     "fixed (even split)": ("bsp", "fixed:{B}"),
@@ -161,9 +162,8 @@ def tables(results) -> str:
                 "{:.4f} ± {:.4f} | ".format(*every[(st, m, lr)][:2]) for lr in cfg["lrs"])
             lines.append(
                 f"| {m} | {x['cell'][0]:g} | {_common.loss_cell(x['cell'])} | {per_lr}"
-                f"{x['samples'][0]:,.0f} ± {x['samples'][1]:,.0f} | "
-                f"{x['wait'][0]:.2f} ± {x['wait'][1]:.2f} | "
-                f"{x['slow'][0]:.2f} ± {x['slow'][1]:.2f} |")
+                f"{pm(x['samples'], ',.0f')} | {pm(x['wait'], '.2f')} | "
+                f"{pm(x['slow'], '.2f')} |")
         lines.append("")
     lines += ["One worker, Python step, µs per step by batch size (the cost resizing can "
               "move):", "", "| workload | " + " | ".join(

@@ -8,16 +8,22 @@ part is either dropped or kept as a per-worker residual added to the next update
 of updates for d ∈ ``densities`` × W ∈ ``workers`` virtual workers, residual on and
 off, on sparse logistic regression with plain SGD.
 
-Setup: ``hogkit.simulate`` (virtual time, exact staleness, deterministic), log-normal
-step times, the same total number of updates per cell.
+Setup: ``hogkit.sweep`` of ``hogkit.simulate`` runs (virtual time, exact staleness,
+deterministic per seed), log-normal step times, the same total number of updates per
+cell, three seeds. **Each (density, unsent part, W) at its own learning rate**, tuned
+on ``lrs`` by the lowest mean final loss over the seeds (a diverged seed makes an lr
+lose): dropping part of every update also shrinks the step, so without tuning a
+filter's "staleness tolerance" would partly be a smaller learning rate's.
 
     python experiments/density_staleness.py [--quick] [--out docs/experiments/density_staleness]
 
-Writes ``results.json`` and, from it only, ``density_staleness.png``.
+Writes ``cells.jsonl`` (the sweep's table: resumable), ``results.json`` and, from it
+only, ``density_staleness.png``; :func:`tables` renders the write-up's table.
 """
 
 from __future__ import annotations
 
+import os
 
 import _common
 
@@ -28,55 +34,98 @@ CONFIG = {
     "residual": [True, False],
     "steps": 30_000,
     "delays": "lognormal:1e-3:0.5",
-    "seed": 0,
+    "seeds": [0, 1, 2],
+    "lrs": [0.25, 0.5, 1.0, 2.0],
 }
-QUICK = {**CONFIG, "workers": [1, 32], "densities": [1.0, 0.25], "steps": 6_000}
+QUICK = {**CONFIG, "workers": [1, 32], "densities": [1.0, 0.25], "steps": 6_000,
+         "seeds": [0], "lrs": [0.5]}
 
 
-def run(config: dict) -> dict:
-    from hogkit import Density, simulate
+def spec(d, residual):
+    """The sweep's density string (1.0: the full update)."""
+    return 1.0 if d == 1.0 else f"topk:{d:g}" + ("" if residual else ":dropped")
+
+
+def filters(config):
+    """``[(d, residual or None)]`` in table order."""
+    return [(d, r) for d in config["densities"]
+            for r in (config["residual"] if d < 1.0 else [None])]
+
+
+def run(config: dict, out_dir=None) -> dict:
+    from hogkit import sweep
     from hogkit.report import environment
-    cells = []
-    for d in config["densities"]:
-        for residual in (config["residual"] if d < 1.0 else [True]):
-            for w in config["workers"]:
-                dens = None if d == 1.0 else Density(d, how="topk", residual=residual)
-                r = simulate(config["workload"], workers=w, density=dens,
-                             steps=config["steps"], seed=config["seed"],
-                             delays=config["delays"], keep_params=False)
-                cell = {"density": d, "residual": residual if d < 1.0 else None,
-                        "workers": w, "final_loss": r.final_loss,
-                        "initial_loss": r.initial_loss,
-                        "gap_mean": r.staleness["update_gap"]["mean"],
-                        "curve": [(p["updates"], p["loss"]) for p in r.loss_curve]}
-                cells.append(cell)
-                print(f"d={d:<5} residual={str(cell['residual']):<5} W={w:<3} "
-                      f"loss {r.final_loss:.4f} (mean gap {cell['gap_mean']:.1f})", flush=True)
-    return {"config": config, "cells": cells, "environment": environment()}
+    path = os.path.join(out_dir, "cells.jsonl") if out_dir else None
+    rows = sweep({"density": [spec(d, r) for d, r in filters(config)],
+                  "workers": config["workers"], "lr": config["lrs"],
+                  "seed": config["seeds"]},
+                 base={"workload": config["workload"], "steps": config["steps"],
+                       "delays": config["delays"]}, out=path, mode="sim", progress=True)
+    return {"config": config, "rows": [_common.slim(r) for r in rows],
+            "environment": environment()}
+
+
+def _key(r):
+    d = r["density"]
+    if d in (1, 1.0):
+        return (1.0, None, r["workers"])
+    bits = str(d).split(":")
+    return (float(bits[1]), bits[-1] != "dropped", r["workers"])
+
+
+def tuned(results):
+    """``{(d, residual, W): (lr, mean, std, diverged, n)}``."""
+    return _common.tuned(results["rows"], _key, len(results["config"]["seeds"]))
+
+
+def gaps(results):
+    from hogkit.sweeps import aggregate
+    return {w: m for (w,), (m, _, _) in aggregate(results["rows"], "gap_mean",
+                                                    ("workers",)).items()}
+
+
+def _cell(lr, mean, std, div, n):
+    if mean is None:
+        return f"diverged ({n}/{n})"
+    return f"{mean:.4f} ± {std:.4f} (lr {lr:g})" + (f", {div}/{n} diverged" if div else "")
+
+
+def tables(results) -> str:
+    cfg = results["config"]
+    ws, t, g = cfg["workers"], tuned(results), gaps(results)
+    lines = ["| density | unsent part | " + " | ".join(f"W={w}" for w in ws) + " |",
+             "|---|---|" + "---|" * len(ws)]
+    for d, r in filters(cfg):
+        unsent = "—" if r is None else ("residual" if r else "dropped")
+        lines.append(f"| {d:g} | {unsent} | " + " | ".join(_cell(*t[(d, r, w)]) for w in ws)
+                     + " |")
+    lines += ["", "| W | " + " | ".join(str(w) for w in ws) + " |",
+              "|---|" + "---|" * len(ws),
+              "| mean update gap | " + " | ".join(f"{g[w]:.1f}" for w in ws) + " |"]
+    return "\n".join(lines)
 
 
 def plot(results: dict, out_dir: str) -> str:
     plt = _common.pyplot()
-    cfg, cells = results["config"], results["cells"]
-    ws = cfg["workers"]
+    cfg = results["config"]
+    ws, t = cfg["workers"], tuned(results)
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    for d in cfg["densities"]:
-        for residual in (cfg["residual"] if d < 1.0 else [None]):
-            row = [next(c for c in cells if c["density"] == d and c["residual"] == residual
-                        and c["workers"] == w) for w in ws]
-            label = "d = 1 (full update)" if d == 1.0 else \
-                f"d = {d}, {'residual kept' if residual else 'rest dropped'}"
-            ax.plot(ws, [c["final_loss"] for c in row], marker="o", label=label,
-                    ls="-" if residual in (True, None) else ":")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.axhline(cells[0]["initial_loss"], color="gray", lw=0.8, ls="--")
-    ax.text(ws[0], cells[0]["initial_loss"] * 1.08, "initial loss", fontsize=8)
-    ax.set_xticks(ws, [str(w) for w in ws])
-    ax.set_xlabel("virtual workers (mean update gap ≈ W − 1)")
+    for d, r in filters(cfg):
+        cells = [t[(d, r, w)] for w in ws]
+        ys = [c[1] for c in cells]
+        sd = [c[2] or 0.0 for c in cells]
+        label = "d = 1 (full update)" if r is None else \
+            f"d = {d:g}, {'residual kept' if r else 'rest dropped'}"
+        line, = ax.plot(ws, ys, marker="o", label=label, ls="-" if r in (True, None) else ":")
+        ok = [(w, y, s) for w, y, s in zip(ws, ys, sd) if y is not None]
+        if ok:
+            ax.fill_between([w for w, _, _ in ok], [y - s for _, y, s in ok],
+                            [y + s for _, y, s in ok], color=line.get_color(), alpha=0.15)
+    _common.workers_axis(ax, ws)
     ax.set_ylabel(f"log-loss after {cfg['steps']:,} updates")
-    ax.set_title(f"{cfg['workload']}, simulated: update density (top-k) × staleness",
-                 fontsize=10)
+    ax.set_title(f"{cfg['workload']}, simulated: update density (top-k) × staleness, each "
+                 f"cell at its tuned lr, mean ± std over {len(cfg['seeds'])} seeds",
+                 fontsize=9)
     ax.legend(fontsize=8)
     ax.grid(True, alpha=0.3)
     return _common.save(fig, out_dir, "density_staleness.png")

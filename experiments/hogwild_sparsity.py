@@ -6,80 +6,142 @@ the occasional overwritten update does not slow convergence per update. Conflict
 grow with skew: with Zipf-popular features, every update touches the same few hot
 coordinates.
 
-Setup: ``hogkit.train("logreg")`` with feature popularity Zipf(a), a ∈ ``zipfs``
-(0 = uniform), 1 and 2 live worker processes, the same total number of updates;
-measured: updates/s (→ speed-up), final loss (→ progress per update), and the
-measured update gap τ. Run:
+Setup: ``hogkit.sweep`` of live ``hogkit.train("logreg")`` runs with feature
+popularity Zipf(a), a ∈ ``zipfs`` (0 = uniform), 1 and 2 worker processes, the same
+total number of updates, three seeds; measured: updates/s (→ speed-up, 2 workers over
+1 at the same seed), final loss (→ progress per update, the same ratio), and the
+update gap τ (mean, p99 and max). Mean ± std over seeds. Run:
 
     python experiments/hogwild_sparsity.py [--quick] [--out docs/experiments/hogwild_sparsity]
 
-It writes ``results.json`` and, from that file only, ``speedup.png``.
+It writes ``cells.jsonl`` (the sweep's rows, resumable), ``results.json`` and, from
+that file only, ``speedup.png``; :func:`tables` renders the write-up's table.
 """
 
 from __future__ import annotations
 
-import statistics
+import os
 
 import _common
+from _common import pm
 
 CONFIG = {
     "zipfs": [0.0, 1.1, 1.5, 2.0],
     "workers": [1, 2],
     "steps": 120_000,
-    "repeats": 3,
-    "seed": 0,
+    "seeds": [0, 1, 2],
+    # the same question at smaller batches (Zipf 1.1): samples per run held at
+    # samples_per_run, so a batch-1 run is not over before it is measured
+    "batches": [1, 8],
+    "samples_per_run": 2_000_000,
 }
-QUICK = {**CONFIG, "zipfs": [0.0, 2.0], "steps": 20_000, "repeats": 1}
+QUICK = {**CONFIG, "zipfs": [0.0, 2.0], "steps": 20_000, "seeds": [0], "batches": [8],
+         "samples_per_run": 200_000}
 
 
-def run(config: dict) -> dict:
-    """Train every (zipf, workers) cell ``repeats`` times; return the medians."""
-    import hogkit
-    cells = []
-    for a in config["zipfs"]:
-        for w in config["workers"]:
-            runs = [hogkit.train("logreg", workers=w, steps=config["steps"],
-                                 seed=config["seed"] + k, workload_options={"zipf": a},
-                                 eval_every=None, progress=False, keep_params=False)
-                    for k in range(config["repeats"])]
-            cells.append({
-                "zipf": a, "workers": w,
-                "updates_per_s": statistics.median(r.updates_per_s for r in runs),
-                "final_loss": statistics.median(r.final_loss for r in runs),
-                "initial_loss": runs[0].initial_loss,
-                "gap_mean": statistics.median(r.staleness["update_gap"]["mean"] for r in runs),
-                "gap_p99": statistics.median(r.staleness["update_gap"]["p99"] for r in runs),
-            })
-    for c in cells:
-        base = next(b for b in cells if b["zipf"] == c["zipf"] and b["workers"] == 1)
-        c["speedup"] = c["updates_per_s"] / base["updates_per_s"]
-        c["loss_ratio_vs_1"] = c["final_loss"] / base["final_loss"]
+def run(config: dict, out_dir=None) -> dict:
+    from hogkit import sweep
     from hogkit.report import environment
-    return {"config": config, "cells": cells, "environment": environment()}
+    path = os.path.join(out_dir, "cells.jsonl") if out_dir else None
+    rows = sweep({"o.zipf": config["zipfs"], "workers": config["workers"],
+                  "seed": config["seeds"]},
+                 base={"workload": "logreg", "steps": config["steps"], "eval_every": None},
+                 out=path, mode="live", progress=True)
+    small = [{"batch": [b], "steps": [config["samples_per_run"] // b]}
+             for b in config.get("batches", [])]
+    for part in small:
+        part.update({"o.zipf": [1.1], "workers": config["workers"], "seed": config["seeds"]})
+    if small:
+        rows += sweep(small, base={"workload": "logreg", "eval_every": None}, out=path,
+                      mode="live", progress=True)
+    keep = [{k: v for k, v in r.items() if k not in ("curve", "key")} for r in rows]
+    return {"config": config, "rows": keep, "environment": environment()}
+
+
+def cells(results):
+    """``{(zipf, W): dict}``: mean ± std over seeds of the rate, loss and gaps, and of
+    the per-seed speed-up and loss ratio against one worker."""
+    rows, out = [r for r in results["rows"] if "batch" not in r], {}
+    for a in results["config"]["zipfs"]:
+        one = {r["seed"]: r for r in rows if r["o.zipf"] == a and r["workers"] == 1}
+        for w in results["config"]["workers"]:
+            rs = [r for r in rows if r["o.zipf"] == a and r["workers"] == w]
+            rate = [r["updates"] / r["wall_s"] for r in rs]
+            out[(a, w)] = {
+                "n": len(rs),
+                "rate": _common.mean_std(rate),
+                "speedup": _common.mean_std([x / (one[r["seed"]]["updates"]
+                                                  / one[r["seed"]]["wall_s"])
+                                             for x, r in zip(rate, rs)]),
+                "loss": _common.mean_std([r["final_loss"] for r in rs]),
+                "loss_ratio": _common.mean_std([r["final_loss"] / one[r["seed"]]["final_loss"]
+                                                for r in rs]),
+                "gap_mean": _common.mean_std([r["gap_mean"] for r in rs]),
+                "gap_p99": max(r["gap_p99"] for r in rs),
+                "gap_max": max(r["gap_max"] for r in rs)}
+    return out
+
+
+def by_batch(results):
+    """``{(batch, W): (rate mean/std, speed-up mean/std, gap mean/std)}`` of the
+    small-batch part (Zipf 1.1), speed-up per seed against one worker."""
+    rows, out = [r for r in results["rows"] if "batch" in r], {}
+    for b in results["config"].get("batches", []):
+        one = {r["seed"]: r["updates"] / r["wall_s"] for r in rows
+               if r["batch"] == b and r["workers"] == 1}
+        for w in results["config"]["workers"]:
+            rs = [r for r in rows if r["batch"] == b and r["workers"] == w]
+            rate = [r["updates"] / r["wall_s"] for r in rs]
+            out[(b, w)] = (_common.mean_std(rate),
+                           _common.mean_std([x / one[r["seed"]] for x, r in zip(rate, rs)]),
+                           _common.mean_std([r["gap_mean"] for r in rs]))
+    return out
+
+
+def tables(results) -> str:
+    c = cells(results)
+    lines = ["| Zipf a | workers | updates/s | speed-up | final log-loss | loss ratio vs 1 | "
+             "mean update gap | p99 gap (max over seeds) | max gap |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for (a, w), x in c.items():
+        lines.append(f"| {a:g} | {w} | {pm(x['rate'], ',.0f')} | {pm(x['speedup'], '.2f')} | "
+                     f"{pm(x['loss'])} | {pm(x['loss_ratio'], '.3f')} | "
+                     f"{pm(x['gap_mean'], '.2f')} | {x['gap_p99']} | {x['gap_max']} |")
+    small = by_batch(results)
+    if small:
+        lines += ["", f"Smaller batches at Zipf 1.1 ({results['config']['samples_per_run']:,} "
+                  "samples per run; batch 64 is the table above):", "",
+                  "| batch | workers | updates/s | speed-up | mean update gap |",
+                  "|---|---|---|---|---|"]
+        for (b, w), (rate, sp, gap) in small.items():
+            lines.append(f"| {b} | {w} | {pm(rate, ',.0f')} | {pm(sp, '.2f')} | "
+                         f"{pm(gap, '.2f')} |")
+    return "\n".join(lines)
 
 
 def plot(results: dict, out_dir: str) -> str:
     plt = _common.pyplot()
-    cells = results["cells"]
+    c = cells(results)
     top = max(results["config"]["workers"])
     zs = results["config"]["zipfs"]
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    sp = [next(c["speedup"] for c in cells if c["zipf"] == z and c["workers"] == top)
-          for z in zs]
-    axes[0].bar([str(z) for z in zs], sp)
+    sp = [c[(z, top)]["speedup"] for z in zs]
+    axes[0].bar([f"{z:g}" for z in zs], [m for m, _ in sp], yerr=[s for _, s in sp],
+                capsize=4)
     axes[0].axhline(top, ls="--", c="gray", label="linear")
     axes[0].set_xlabel("Zipf exponent of feature popularity (0 = uniform)")
     axes[0].set_ylabel(f"speed-up, {top} workers over 1")
     axes[0].legend()
     for w in results["config"]["workers"]:
-        axes[1].plot([str(z) for z in zs],
-                     [next(c["final_loss"] for c in cells if c["zipf"] == z and c["workers"] == w)
-                      for z in zs], marker="o", label=f"{w} worker(s)")
+        ls = [c[(z, w)]["loss"] for z in zs]
+        axes[1].errorbar([f"{z:g}" for z in zs], [m for m, _ in ls], yerr=[s for _, s in ls],
+                         marker="o", capsize=3, label=f"{w} worker(s)")
     axes[1].set_xlabel("Zipf exponent")
     axes[1].set_ylabel(f"log-loss after {results['config']['steps']:,} updates")
     axes[1].legend()
     fig.suptitle("Hogwild! sparse logistic regression: same updates, 1 vs "
-                 f"{top} lock-free workers")
+                 f"{top} lock-free workers, mean ± std over "
+                 f"{len(results['config']['seeds'])} seeds", fontsize=10)
     return _common.save(fig, out_dir, "speedup.png")
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 
 import _common
+from _common import pm
 
 CONFIG = {
     "workload": "mlp",
@@ -89,10 +90,8 @@ def tables(results) -> str:
             lines.append(f"| {pol} | – | {_common.loss_cell(x['cell'])} | – | – | – | – |")
             continue
         lines.append(f"| {pol} | {x['cell'][0]:g} | {_common.loss_cell(x['cell'])} | "
-                     f"{x['acc'][0]:.4f} ± {x['acc'][1]:.4f} | "
-                     f"{x['samples'][0]:,.0f} ± {x['samples'][1]:,.0f} | "
-                     f"{x['wait'][0]:.2f} ± {x['wait'][1]:.2f} | "
-                     f"{x['gap'][0]:.2f} ± {x['gap'][1]:.2f} |")
+                     f"{pm(x['acc'])} | {pm(x['samples'], ',.0f')} | "
+                     f"{pm(x['wait'], '.2f')} | {pm(x['gap'], '.2f')} |")
     return "\n".join(lines)
 
 

@@ -56,6 +56,20 @@ def run(config: dict) -> dict:
     return out
 
 
+def tables(results) -> str:
+    """The write-up's table: per case, mean and range over the repeats of the total
+    variation distance and of the mean update gap, real and simulated."""
+    def cell(xs):
+        return f"{sum(xs) / len(xs):.3f} ({min(xs):.3f}–{max(xs):.3f})"
+
+    lines = ["| case | TV | mean gap, real | mean gap, simulated |", "|---|---|---|---|"]
+    for case, reps in results["cases"].items():
+        lines.append(f"| {case} | {cell([r['tv'] for r in reps])} | "
+                     f"{cell([r['mean_real'] for r in reps])} | "
+                     f"{cell([r['mean_sim'] for r in reps])} |")
+    return "\n".join(lines)
+
+
 def plot(results: dict, out_dir: str) -> str:
     plt = _common.pyplot()
     cases = results["cases"]

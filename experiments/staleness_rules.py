@@ -1,4 +1,5 @@
-"""Staleness-correcting update rules as the number of workers grows (simulated).
+"""Staleness-correcting update rules as the number of workers grows (simulated, and
+live at two workers).
 
 Claims checked:
 
@@ -12,8 +13,12 @@ Claims checked:
   and "with GA, momentum helps even with many workers".
 
 Setup: ``hogkit.sweep`` of ``hogkit.simulate`` runs (virtual time, exact staleness,
-deterministic per seed) on ``mf`` (default preset), W ∈ ``workers`` virtual workers
-with log-normal step times, the same number of updates in every cell, three seeds.
+deterministic per seed) on ``mf`` (default preset) and ``logreg`` (each with its own
+lr grid), W ∈ ``workers`` virtual workers with log-normal step times, the same number
+of updates in every cell, three seeds. Then a **live** column: 2 real worker processes
+for a fixed wall time, each rule at the lr it was tuned to at W = 4 (simulated), three
+seeds (live runs are not deterministic; their spread is the machine's as much as the
+seed's).
 **Each rule at its own learning rate**: every (rule, W) cell runs the rule's lr grid
 and the table reports the lr with the lowest mean final loss over the seeds (a
 diverged seed makes an lr lose). Momentum variants run at a **matched effective
@@ -24,8 +29,9 @@ written).
 
     python experiments/staleness_rules.py [--quick] [--out docs/experiments/staleness_rules]
 
-Writes ``cells.jsonl`` (the sweep's table, one row per run: resumable),
-``results.json`` (the rows without their curves, and the config) and, from it only,
+Writes ``cells.jsonl`` and ``live.jsonl`` (the sweeps' tables, one row per run:
+resumable), ``results.json`` (the rows without their curves, and the config) and, from
+it only,
 ``staleness_rules.png``; :func:`tables` renders the write-up's tables from it.
 """
 
@@ -36,15 +42,16 @@ import os
 import _common
 
 CONFIG = {
-    "workload": "mf",
+    "workloads": {"mf": [0.05, 0.1, 0.2], "logreg": [0.1, 0.2, 0.4]},
     "workers": [1, 4, 16, 64],
     "steps": 20_000,
     "delays": "lognormal:1e-3:0.5",
     "seeds": [0, 1, 2],
-    "lrs": [0.05, 0.1, 0.2],
     "momentum": 0.9,
+    "live": {"workers": 2, "seconds": 3.0, "lr_from": 4},
 }
-QUICK = {**CONFIG, "workers": [1, 16], "steps": 4_000, "seeds": [0, 1], "lrs": [0.1]}
+QUICK = {**CONFIG, "workloads": {"mf": [0.1]}, "workers": [1, 16], "steps": 4_000,
+         "seeds": [0, 1], "live": {"workers": 2, "seconds": 1.0, "lr_from": 16}}
 
 #: name -> (sweep rule, uses momentum)
 RULES = {
@@ -58,13 +65,13 @@ RULES = {
 }
 
 
-def grid(config):
+def grid(config, workload, lrs):
     mu = config["momentum"]
     parts = []
     for name, (rule, mom) in RULES.items():
-        lrs = [round(lr * (1 - mu), 6) for lr in config["lrs"]] if mom else config["lrs"]
-        parts.append({"rule": [rule], "momentum": [mu if mom else 0.0], "lr": lrs,
-                      "workers": config["workers"], "seed": config["seeds"]})
+        grid_lrs = [round(lr * (1 - mu), 6) for lr in lrs] if mom else lrs
+        parts.append({"workload": [workload], "rule": [rule], "momentum": [mu if mom else 0.0],
+                      "lr": grid_lrs, "workers": config["workers"], "seed": config["seeds"]})
     return parts
 
 
@@ -74,27 +81,45 @@ def name_of(row):
 
 
 def run(config: dict, out_dir=None) -> dict:
+    """The simulated grid per workload, then the live column: W = 2 real workers for a
+    fixed wall time, each rule at the lr it was tuned to at ``live["lr_from"]``
+    simulated workers."""
     from hogkit import sweep
     from hogkit.report import environment
     path = os.path.join(out_dir, "cells.jsonl") if out_dir else None
-    rows = sweep(grid(config), base={"workload": config["workload"],
-                                     "steps": config["steps"], "delays": config["delays"]},
-                 out=path, mode="sim", progress=True)
+    rows = []
+    for wl, lrs in config["workloads"].items():
+        rows += sweep(grid(config, wl, lrs), base={"steps": config["steps"],
+                                                   "delays": config["delays"]},
+                      out=path, mode="sim", progress=True)
     keep = [{k: v for k, v in r.items() if k not in ("curve", "key")} for r in rows]
+    sim = {"config": config, "rows": keep}
+    live = config["live"]
+    best = tuned(sim)
+    parts = [{"workload": [wl], "rule": [RULES[name][0]],
+              "momentum": [config["momentum"] if RULES[name][1] else 0.0],
+              "lr": [best[(wl, name, live["lr_from"])][0]], "seed": config["seeds"]}
+             for wl in config["workloads"] for name in RULES]
+    live_rows = sweep(parts, base={"workers": live["workers"], "seconds": live["seconds"]},
+                      out=os.path.join(out_dir, "live.jsonl") if out_dir else None,
+                      mode="live", progress=True)
+    keep += [{k: v for k, v in r.items() if k not in ("curve", "key")} for r in live_rows]
     return {"config": config, "rows": keep, "environment": environment()}
 
 
 def tuned(results):
-    """``{(name, W): (lr, mean, std, diverged seeds, n)}`` at each cell's best lr."""
-    return _common.tuned(results["rows"], lambda r: (name_of(r), r["workers"]),
+    """``{(workload, name, W): (lr, mean, std, diverged seeds, n)}`` at each simulated
+    cell's best lr."""
+    sim = [r for r in results["rows"] if r.get("mode", "sim") == "sim"]
+    return _common.tuned(sim, lambda r: (r["workload"], name_of(r), r["workers"]),
                          len(results["config"]["seeds"]))
 
 
 def gaps(results):
-    """Mean update gap per W (over every converged run)."""
+    """Mean update gap per (workload, W) over every converged simulated run."""
     from hogkit.sweeps import aggregate
-    return {w: m for (w,), (m, _, _) in aggregate(results["rows"], "gap_mean",
-                                                    ("workers",)).items()}
+    sim = [r for r in results["rows"] if r.get("mode", "sim") == "sim"]
+    return {k: m for k, (m, _, _) in aggregate(sim, "gap_mean", ("workload", "workers")).items()}
 
 
 def _cell(lr, mean, std, div, n):
@@ -104,50 +129,92 @@ def _cell(lr, mean, std, div, n):
     return text + (f", {div}/{n} diverged" if div else "")
 
 
+_METRIC = {"mf": "MSE", "logreg": "log-loss"}
+
+
+def live_table(results):
+    """``{(workload, name): (lr, (mean, std) loss, (mean, std) updates, n)}`` of the live
+    rows."""
+    out = {}
+    for wl in results["config"]["workloads"]:
+        for name in RULES:
+            rs = [r for r in results["rows"] if r.get("mode") == "live"
+                  and r["workload"] == wl and name_of(r) == name]
+            ok = [r for r in rs if r["final_loss"] is not None]
+            if rs:
+                out[(wl, name)] = (rs[0]["lr"],
+                                   _common.mean_std([r["final_loss"] for r in ok]) if ok
+                                   else None,
+                                   _common.mean_std([r["updates"] for r in ok]) if ok
+                                   else None, len(rs) - len(ok), len(rs))
+    return out
+
+
 def tables(results) -> str:
     """The write-up's tables, from ``results`` only."""
-    ws = results["config"]["workers"]
-    t = tuned(results)
-    g = gaps(results)
-    lines = ["| rule | " + " | ".join(f"W={w}" for w in ws) + " |",
-             "|---|" + "---|" * len(ws)]
-    for name in RULES:
-        lines.append(f"| {name} | " + " | ".join(_cell(*t[(name, w)]) for w in ws) + " |")
-    lines += ["", "| W | " + " | ".join(str(w) for w in ws) + " |",
-              "|---|" + "---|" * len(ws),
-              "| mean update gap | " + " | ".join(f"{g[w]:.1f}" for w in ws) + " |"]
-    return "\n".join(lines)
+    cfg = results["config"]
+    ws = cfg["workers"]
+    t, g = tuned(results), gaps(results)
+    lines = []
+    for wl in cfg["workloads"]:
+        lines += [f"**{wl}** ({_METRIC.get(wl, 'loss')} after {cfg['steps']:,} simulated "
+                  f"updates)", "", "| rule | " + " | ".join(f"W={w}" for w in ws) + " |",
+                  "|---|" + "---|" * len(ws)]
+        for name in RULES:
+            lines.append(f"| {name} | " + " | ".join(_cell(*t[(wl, name, w)]) for w in ws)
+                         + " |")
+        lines += ["", "| W | " + " | ".join(str(w) for w in ws) + " |",
+                  "|---|" + "---|" * len(ws),
+                  "| mean update gap | " + " | ".join(f"{g[(wl, w)]:.1f}" for w in ws)
+                  + " |", ""]
+    live, lv = live_table(results), cfg["live"]
+    if live:
+        lines += [f"**Live**, {lv['workers']} worker processes, {lv['seconds']:g} s each, "
+                  f"every rule at its lr tuned at W = {lv['lr_from']} (simulated):", "",
+                  "| rule | " + " | ".join(f"{wl}: loss | {wl}: updates"
+                                           for wl in cfg["workloads"]) + " |",
+                  "|---|" + "---|---|" * len(cfg["workloads"])]
+        for name in RULES:
+            cells = []
+            for wl in cfg["workloads"]:
+                lr, loss, upd, div, n = live[(wl, name)]
+                cells.append("diverged" if loss is None else
+                             f"{loss[0]:.4f} ± {loss[1]:.4f} (lr {lr:g})"
+                             + (f", {div}/{n} diverged" if div else ""))
+                cells.append("–" if upd is None else f"{upd[0]:,.0f} ± {upd[1]:,.0f}")
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines).rstrip()
 
 
 def plot(results: dict, out_dir: str) -> str:
     plt = _common.pyplot()
-    ws = results["config"]["workers"]
+    cfg = results["config"]
+    ws, wls = cfg["workers"], list(cfg["workloads"])
     t = tuned(results)
-    finite = [v[1] for v in t.values() if v[1] is not None]
-    top = max(finite) * 3 if finite else 1.0
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    for name in RULES:
-        cells = [t[(name, w)] for w in ws]
-        ys = [c[1] if c[1] is not None else top for c in cells]
-        sd = [c[2] or 0.0 for c in cells]
-        line, = ax.plot(ws, ys, marker="o", label=name,
-                        ls="--" if "momentum" in name else "-")
-        ax.fill_between(ws, [y - s for y, s in zip(ys, sd)], [y + s for y, s in zip(ys, sd)],
-                        color=line.get_color(), alpha=0.15)
-        for w, c in zip(ws, cells):
-            if c[1] is None:
-                ax.plot([w], [top], marker="x", ms=12, mew=2.5, color=line.get_color())
-    ax.axhline(top, color="gray", lw=0.5)
-    ax.text(ws[0], top * 1.1, "x = diverged at every lr", fontsize=8)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xticks(ws, [str(w) for w in ws])
-    ax.set_xlabel("virtual workers (mean update gap ≈ W − 1)")
-    ax.set_ylabel(f"MSE after {results['config']['steps']:,} updates")
-    ax.set_title(f"mf, simulated, each rule at its best lr; mean ± std over "
-                 f"{len(results['config']['seeds'])} seeds", fontsize=10)
-    ax.legend(fontsize=8)
-    ax.grid(True, alpha=0.3)
+    fig, axes = plt.subplots(1, len(wls), figsize=(6.5 * len(wls), 4.5), squeeze=False)
+    for ax, wl in zip(axes.flat, wls):
+        finite = [v[1] for k, v in t.items() if k[0] == wl and v[1] is not None]
+        top = max(finite) * 3 if finite else 1.0
+        for name in RULES:
+            cells = [t[(wl, name, w)] for w in ws]
+            ys = [c[1] if c[1] is not None else top for c in cells]
+            sd = [c[2] or 0.0 for c in cells]
+            line, = ax.plot(ws, ys, marker="o", label=name,
+                            ls="--" if "momentum" in name else "-")
+            ax.fill_between(ws, [y - s for y, s in zip(ys, sd)],
+                            [y + s for y, s in zip(ys, sd)], color=line.get_color(),
+                            alpha=0.15)
+            for w, c in zip(ws, cells):
+                if c[1] is None:
+                    ax.plot([w], [top], marker="x", ms=12, mew=2.5, color=line.get_color())
+        ax.axhline(top, color="gray", lw=0.5)
+        ax.text(ws[0], top * 1.1, "x = diverged at every lr", fontsize=8)
+        _common.workers_axis(ax, ws)
+        ax.set_ylabel(f"{_METRIC.get(wl, 'loss')} after {cfg['steps']:,} updates")
+        ax.set_title(f"{wl}, simulated, each rule at its best lr; mean ± std over "
+                     f"{len(cfg['seeds'])} seeds", fontsize=10)
+        ax.legend(fontsize=8)
+        ax.grid(True, alpha=0.3)
     return _common.save(fig, out_dir, "staleness_rules.png")
 
 

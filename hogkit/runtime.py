@@ -24,8 +24,8 @@ import multiprocessing as mp
 import multiprocessing.connection
 import os
 import pickle
-import sys
 import signal
+import sys
 import tempfile
 import threading
 import time

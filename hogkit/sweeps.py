@@ -26,8 +26,8 @@ for no residual, or a :class:`~hogkit.density.Density`), ``batch`` (an int or th
 ``"RANK:pauses:PROB:SECONDS"``, a list of them, or a dict ``{rank: model}``), ``delays``
 (simulated step times, the CLI's forms), ``shards``, ``nonfinite``, ``eval_every``,
 ``engine`` (as ``train``/``simulate`` take it: to compare like with like where one
-cell could take the compiled step and another not). Unknown knobs, bad values and a knob the mode cannot take are refused
-for every cell before the first one runs.
+cell could take the compiled step and another not). Unknown knobs, bad values and a
+knob the mode cannot take are refused for every cell before the first one runs.
 
 A run that diverges (a non-finite gradient with ``nonfinite="raise"``) is a row with
 ``diverged: true`` and no loss: in a learning-rate grid that is a result, not a crash.

@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENTS = ["density_staleness", "staleness_rules", "sim_vs_real", "hogwild_sparsity",
-               "p3", "policies", "batching", "local_sgd"]
+               "p3", "policies", "batching", "local_sgd", "rnn_density"]
 
 
 @pytest.fixture(scope="module")
@@ -38,15 +38,17 @@ def test_density_experiment_runs_on_its_quick_grid(tmp_path, experiments_on_path
     pytest.importorskip("matplotlib")
     mod = importlib.import_module("density_staleness")
     results = mod.main(["--quick", "--out", str(tmp_path)])
-    cells = results["cells"]
-    assert len(cells) == 2 + 2 * 2          # d=1 once; d=0.25 with and without residual
-    assert all(c["final_loss"] > 0 for c in cells)
+    rows = results["rows"]
+    assert len(rows) == 2 + 2 * 2          # d=1 once; d=0.25 with and without residual
+    assert all(c["final_loss"] > 0 for c in rows)
+    assert set(mod.tuned(results)) == {(1.0, None, 1), (1.0, None, 32), (0.25, True, 1),
+                                       (0.25, True, 32), (0.25, False, 1), (0.25, False, 32)}
     assert (tmp_path / "density_staleness.png").exists()
 
 
 @pytest.mark.slow
 @pytest.mark.process
-@pytest.mark.parametrize("name", ["batching", "local_sgd", "policies"])
+@pytest.mark.parametrize("name", ["batching", "local_sgd", "policies", "rnn_density"])
 def test_sweep_experiments_run_on_their_quick_grid(name, tmp_path, experiments_on_path):
     """End to end on the quick grid: the sweep's table on disk, results, the plot, and
     tables() rendering every configured row from them."""
@@ -55,14 +57,16 @@ def test_sweep_experiments_run_on_their_quick_grid(name, tmp_path, experiments_o
     results = mod.main(["--quick", "--out", str(tmp_path)])
     rows = results["rows"]
     assert rows and all(r["final_loss"] is None or r["final_loss"] > 0 for r in rows)
-    assert len((tmp_path / "cells.jsonl").read_text().splitlines()) == len(rows)
+    assert sum(len(p.read_text().splitlines()) for p in tmp_path.glob("cells*.jsonl")) \
+        == len(rows)
     assert (tmp_path / f"{name}.png").exists()
     text = mod.tables(results)
     assert text.count("\n|") >= len(rows) // max(len(mod.QUICK.get("seeds", [0])), 1) // 3
 
 
 @pytest.mark.parametrize("name", ["p3", "staleness_rules", "policies", "batching",
-                                  "local_sgd"])
+                                  "local_sgd", "density_staleness", "rnn_density",
+                                  "sim_vs_real", "hogwild_sparsity"])
 def test_writeup_tables_are_its_results(name, experiments_on_path):
     """Every number in the write-up's tables is rendered from its results file by the
     experiment's own code: the block between the markers must be exactly what
@@ -84,11 +88,13 @@ def test_staleness_rules_cells_rerun_to_their_stored_figures(experiments_on_path
     results = json.loads((ROOT / "docs" / "experiments" / "staleness_rules" /
                           "results.json").read_text())
     cfg = results["config"]
-    base = {"workload": cfg["workload"], "steps": cfg["steps"], "delays": cfg["delays"]}
-    for rule, mom in (("gap-aware", 0.0), ("sgd", cfg["momentum"])):
+    base = {"steps": cfg["steps"], "delays": cfg["delays"]}
+    for wl, rule, mom in (("mf", "gap-aware", 0.0), ("logreg", "sgd", cfg["momentum"])):
         stored = next(r for r in results["rows"] if r["rule"] == rule and r["momentum"] == mom
-                      and r["workers"] == 4 and r["seed"] == 1)
-        cell = {k: stored[k] for k in ("rule", "momentum", "lr", "workers", "seed")}
+                      and r["workers"] == 4 and r["seed"] == 1 and r["workload"] == wl
+                      and r["mode"] == "sim")
+        cell = {k: stored[k] for k in ("workload", "rule", "momentum", "lr", "workers",
+                                       "seed")}
         row, = sweep({k: [v] for k, v in cell.items()}, base=base)
         assert row["final_loss"] == pytest.approx(stored["final_loss"], rel=1e-9), cell
         assert row["gap_mean"] == pytest.approx(stored["gap_mean"], rel=1e-9)
@@ -143,3 +149,40 @@ def test_policies_cells_rerun_to_their_stored_figures(experiments_on_path):
 def _common_slim(row):
     import _common
     return _common.slim(row)
+
+
+def _stored(name):
+    return json.loads((ROOT / "docs" / "experiments" / name / "results.json").read_text())
+
+
+def test_density_staleness_cell_reruns_to_its_stored_figure(experiments_on_path):
+    from hogkit import sweep
+    results = _stored("density_staleness")
+    cfg = results["config"]
+    stored = next(r for r in results["rows"] if r["density"] == "topk:0.1:dropped"
+                  and r["workers"] == 8 and r["seed"] == 2 and r["lr"] == cfg["lrs"][1])
+    row, = sweep({"density": [stored["density"]], "workers": [8], "lr": [stored["lr"]],
+                  "seed": [2]}, base={"workload": cfg["workload"], "steps": cfg["steps"],
+                                      "delays": cfg["delays"]})
+    assert row["final_loss"] == pytest.approx(stored["final_loss"], rel=1e-9)
+
+
+@pytest.mark.slow
+def test_rnn_density_cell_reruns_to_its_stored_figure(experiments_on_path):
+    """The simulator runs the torch model on one thread per process in the experiment;
+    the same here, so the sums happen in the same order."""
+    import torch
+    from hogkit import sweep
+    mod = importlib.import_module("rnn_density")
+    results = _stored("rnn_density")
+    stored = next(r for r in results["rows"] if r["density"] == "random:0.1"
+                  and r["o.activation"] == "relu" and r["seed"] == 0)
+    _, grid, base = next(p for p in mod.parts(results["config"])
+                         if p[2]["o.activation"] == "relu" and p[2]["lr"] == stored["lr"])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        row, = sweep({"density": ["random:0.1"], "seed": [0]}, base=base)
+    finally:
+        torch.set_num_threads(threads)
+    assert row["m.val_bpc"] == pytest.approx(stored["m.val_bpc"], rel=1e-6)

@@ -1,0 +1,234 @@
+"""Stale-value tolerance of a recurrent network: update density × activation × lr.
+
+Question (the stale-value tolerance study on RNNs that hogkit's density knob comes
+from): how much of each update can a worker hold back, spatially (top-k or random
+entries) or temporally (one update in k), before a recurrent network trains worse, and
+how does that depend on the recurrent activation, the learning rate and whether the
+unsent part is kept as a residual or dropped (a flag "since it changes the result")?
+
+Setup: ``hogkit.sweep`` of ``hogkit.simulate`` runs (deterministic per seed): the
+``rnn`` workload (a character-level Elman RNN in torch, hidden 64, embedding 32,
+truncated BPTT over 16 characters) on generated order-2 Markov text (50,000
+characters, known entropy rate), W = 8 virtual workers with log-normal step times,
+1,000 updates per run, three seeds. Update density (``hogkit.density``): spatial
+``topk:d`` and ``random:d`` for d ∈ {0.5, 0.25, 0.1, 0.05} and temporal ``every:k``
+(one update in k sent, density 1/k) for k ∈ {2, 4, 10, 20}; each with the unsent part
+kept as a residual (error feedback) or dropped. Activation ∈ {sigmoid, tanh, relu};
+lr ∈ {0.5, 1.0} as a factor of the study (not tuned away). Reported: validation
+bits per character (``m.val_bpc``) after the budget, mean ± std over seeds, and
+**d\\***: the lowest density of the ladder at which a filter still trains within 1 %
+of the full-density run's bits/char at the same activation and lr, going down the
+ladder from the top (the first level that is worse ends it; "none" if even the top
+level is).
+
+    python experiments/rnn_density.py [--quick] [--out docs/experiments/rnn_density]
+
+Runs two simulation processes at a time (one per core). Writes ``cells-*.jsonl`` (one
+resumable sweep table per activation and lr), ``results.json`` and
+``rnn_density.png``; :func:`tables` renders the write-up's tables from results.json.
+"""
+
+from __future__ import annotations
+
+import os
+
+import _common
+
+CONFIG = {
+    "options": {"text": "markov", "hidden": 64, "embed": 32, "bptt": 16, "chars": 50_000},
+    "workers": 8,
+    "steps": 1_000,
+    "delays": "lognormal:1e-3:0.5",
+    "seeds": [0, 1, 2],
+    "activations": ["sigmoid", "tanh", "relu"],
+    "lrs": [0.5, 1.0],
+    "fractions": [0.5, 0.25, 0.1, 0.05],
+    "every": [2, 4, 10, 20],
+    "tolerance": 0.01,
+    "processes": 2,
+}
+QUICK = {**CONFIG, "steps": 200, "seeds": [0], "activations": ["tanh"], "lrs": [0.5],
+         "fractions": [0.25], "every": [4], "options": {**CONFIG["options"],
+                                                       "chars": 10_000, "hidden": 16}}
+FILTERS = [(kind, unsent) for kind in ("topk", "random", "every")
+           for unsent in ("residual", "dropped")]
+
+
+def ladder(config, kind):
+    """``[(density spec without the unsent suffix, density)]``, densest first."""
+    if kind == "every":
+        return [(f"every:{k}", 1.0 / k) for k in config["every"]]
+    return [(f"{kind}:{d:g}", d) for d in config["fractions"]]
+
+
+def parts(config):
+    """One sweep per (activation, lr): ``[(file name, grid, base)]``."""
+    out = []
+    for act in config["activations"]:
+        for lr in config["lrs"]:
+            specs = [1.0] + [s + ("" if unsent == "residual" else ":dropped")
+                             for kind, unsent in FILTERS for s, _ in ladder(config, kind)]
+            base = {"workload": "rnn", "workers": config["workers"],
+                    "steps": config["steps"], "delays": config["delays"],
+                    "o.activation": act, "lr": lr,
+                    **{f"o.{k}": v for k, v in config["options"].items()}}
+            out.append((f"cells-{act}-{lr:g}.jsonl",
+                        {"density": specs, "seed": config["seeds"]}, base))
+    return out
+
+
+def _one(args):
+    path, grid, base = args
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+    torch.set_num_threads(1)
+    from hogkit import sweep
+    return sweep(grid, base=base, out=path, mode="sim", progress=False)
+
+
+def run(config: dict, out_dir=None) -> dict:
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+    from hogkit.report import environment
+    out_dir = out_dir or "."
+    jobs = [(os.path.join(out_dir, name), grid, base) for name, grid, base in parts(config)]
+    with ProcessPoolExecutor(config["processes"], mp_context=mp.get_context("spawn")) as ex:
+        tables = list(ex.map(_one, jobs))
+    rows = []
+    for got in tables:
+        for r in got:
+            row = _common.slim(r)
+            row.pop("curve")             # the figures are end-of-budget metrics
+            rows.append(row)
+    return {"config": config, "rows": rows, "environment": environment()}
+
+
+# --------------------------------------------------------------------------- analysis
+
+def _parse(spec):
+    """``(kind, unsent, density)`` of a row's density spec (1.0: the full update)."""
+    if spec in (1, 1.0, "1", "1.0"):
+        return "full", None, 1.0
+    bits = str(spec).split(":")
+    unsent = "dropped" if bits[-1] == "dropped" else "residual"
+    kind = bits[0]
+    d = 1.0 / int(bits[1]) if kind == "every" else float(bits[1])
+    return kind, unsent, d
+
+
+def cells(results):
+    """``{(activation, lr, kind, unsent, density): (mean, std, n)}`` of val bits/char."""
+    from hogkit.sweeps import aggregate
+    rows = []
+    for r in results["rows"]:
+        kind, unsent, d = _parse(r["density"])
+        rows.append({**r, "_k": (r["o.activation"], r["lr"], kind, unsent, d)})
+    return {k[0]: v for k, v in aggregate(rows, "m.val_bpc", ("_k",)).items()}
+
+
+def d_star(results):
+    """``{(activation, lr, kind, unsent): d* or None}`` (see the module docstring)."""
+    cfg, c = results["config"], cells(results)
+    out = {}
+    for act in cfg["activations"]:
+        for lr in cfg["lrs"]:
+            base = c[(act, lr, "full", None, 1.0)][0]
+            for kind, unsent in FILTERS:
+                best = None
+                for _, d in ladder(cfg, kind):
+                    m = c.get((act, lr, kind, unsent, d), (None,))[0]
+                    if m is None or base is None or m > base * (1 + cfg["tolerance"]):
+                        break
+                    best = d
+                out[(act, lr, kind, unsent)] = best
+    return out
+
+
+def _fmt_d(kind, d):
+    if d is None:
+        return "none"
+    return f"every {round(1 / d)}" if kind == "every" else f"{d:g}"
+
+
+def tables(results) -> str:
+    cfg, c, ds = results["config"], cells(results), d_star(results)
+    combos = [(a, lr) for a in cfg["activations"] for lr in cfg["lrs"]]
+    head = "| | " + " | ".join(f"{a}, lr {lr:g}" for a, lr in combos) + " |"
+    rule = "|---|" + "---|" * len(combos)
+
+    def bpc(key):
+        m = c.get(key)
+        return "diverged" if m is None or m[0] is None else f"{m[0]:.3f} ± {m[1]:.3f}"
+
+    lines = ["Validation bits/char with the full update (the baseline each d* is measured "
+             "against):", "", head, rule,
+             "| full update | " + " | ".join(bpc((a, lr, "full", None, 1.0))
+                                             for a, lr in combos) + " |", "",
+             f"d*: the lowest density still within {cfg['tolerance']:.0%} of the baseline "
+             "(ladder " + ", ".join(f"{d:g}" for d in cfg["fractions"]) + " for top-k and "
+             "random; every " + ", ".join(str(k) for k in cfg["every"]) + " steps):", "",
+             head, rule]
+    for kind, unsent in FILTERS:
+        lines.append(f"| {kind}, {unsent} | " + " | ".join(
+            _fmt_d(kind, ds[(a, lr, kind, unsent)]) for a, lr in combos) + " |")
+    lo = cfg["fractions"][-1]
+    k_lo = cfg["every"][-1]
+    lines += ["", f"Validation bits/char at the sparsest level (d = {lo:g}; every {k_lo}):",
+              "", head, rule]
+    for kind, unsent in FILTERS:
+        d = 1.0 / k_lo if kind == "every" else lo
+        lines.append(f"| {kind}, {unsent} | " + " | ".join(
+            bpc((a, lr, kind, unsent, d)) for a, lr in combos) + " |")
+    return "\n".join(lines)
+
+
+def plot(results: dict, out_dir: str) -> str:
+    plt = _common.pyplot()
+    cfg, c = results["config"], cells(results)
+    acts, lrs = cfg["activations"], cfg["lrs"]
+    fig, axes = plt.subplots(len(lrs), len(acts), figsize=(4.6 * len(acts), 3.6 * len(lrs)),
+                             squeeze=False, sharey=True)
+    # sharey with log y: one range for all panels, the bits/char floor visible in each
+    for i, lr in enumerate(lrs):
+        for j, act in enumerate(acts):
+            ax = axes[i][j]
+            base = c[(act, lr, "full", None, 1.0)]
+            if base[0] is not None:
+                ax.axhline(base[0], color="black", lw=1, label="full update")
+                ax.axhspan(base[0], base[0] * (1 + cfg["tolerance"]), color="gray",
+                           alpha=0.2)
+            for n, (kind, unsent) in enumerate(FILTERS):
+                pts = [(d, c.get((act, lr, kind, unsent, d))) for _, d in ladder(cfg, kind)]
+                pts = [(d, m) for d, m in pts if m is not None and m[0] is not None]
+                if not pts:
+                    continue
+                xs, ms = zip(*pts)
+                ax.errorbar(xs, [m[0] for m in ms], yerr=[m[1] for m in ms], marker="o",
+                            ms=3, capsize=2, color=f"C{n // 2}",
+                            ls="-" if unsent == "residual" else "--",
+                            label=f"{kind}, {unsent}")
+            ax.set_xscale("log")
+            ax.set_yscale("log")             # a blown-up every-k residual is 100× the rest
+            ticks = sorted({d for kind, _ in FILTERS for _, d in ladder(cfg, kind)})
+            ax.set_xticks(ticks, [f"{d:.2g}" for d in ticks])
+            ax.minorticks_off()
+            ax.invert_xaxis()
+            ax.set_title(f"{act}, lr {lr:g}", fontsize=9)
+            ax.set_xlabel("density (fraction sent)")
+            if j == 0:
+                ax.set_ylabel("validation bits/char")
+            ax.grid(True, alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(f"rnn, W={cfg['workers']} simulated, {cfg['steps']:,} updates, mean ± std "
+                 f"over {len(cfg['seeds'])} seeds (band: within {cfg['tolerance']:.0%})",
+                 fontsize=10)
+    return _common.save(fig, out_dir, "rnn_density.png")
+
+
+def main(argv=None):
+    return _common.main(__doc__, run, plot, CONFIG, QUICK, "docs/experiments/rnn_density",
+                        argv)
+
+
+if __name__ == "__main__":
+    main()
