@@ -135,3 +135,22 @@ def workers_axis(ax, ws):
     ax.set_yscale("log")
     ax.set_xticks(ws, [str(w) for w in ws])
     ax.set_xlabel("virtual workers (mean update gap ≈ W − 1)")
+
+
+def _sweep_job(job):
+    path, grid, base = job
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+    torch.set_num_threads(1)             # one core per process; sums in a fixed order
+    from hogkit import sweep
+    return sweep(grid, base=base, out=path, mode="sim", progress=False)
+
+
+def parallel_sweeps(jobs, processes=2) -> list:
+    """Run simulated sweeps ``[(out path, grid, base)]`` in ``processes`` spawned
+    processes (each a resumable table of its own, torch on one thread); returns each
+    job's rows, in order."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+    with ProcessPoolExecutor(processes, mp_context=mp.get_context("spawn")) as ex:
+        return list(ex.map(_sweep_job, jobs))

@@ -77,25 +77,12 @@ def parts(config):
     return out
 
 
-def _one(args):
-    path, grid, base = args
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    import torch
-    torch.set_num_threads(1)
-    from hogkit import sweep
-    return sweep(grid, base=base, out=path, mode="sim", progress=False)
-
-
 def run(config: dict, out_dir=None) -> dict:
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
     from hogkit.report import environment
     out_dir = out_dir or "."
     jobs = [(os.path.join(out_dir, name), grid, base) for name, grid, base in parts(config)]
-    with ProcessPoolExecutor(config["processes"], mp_context=mp.get_context("spawn")) as ex:
-        tables = list(ex.map(_one, jobs))
     rows = []
-    for got in tables:
+    for got in _common.parallel_sweeps(jobs, config["processes"]):
         for r in got:
             row = _common.slim(r)
             row.pop("curve")             # the figures are end-of-budget metrics

@@ -13,9 +13,11 @@ Claims checked:
   and "with GA, momentum helps even with many workers".
 
 Setup: ``hogkit.sweep`` of ``hogkit.simulate`` runs (virtual time, exact staleness,
-deterministic per seed) on ``mf`` (default preset) and ``logreg`` (each with its own
-lr grid), W ∈ ``workers`` virtual workers with log-normal step times, the same number
-of updates in every cell, three seeds. Then a **live** column: 2 real worker processes
+deterministic per seed) on ``mf`` (default preset), ``logreg``, the digits ``mlp``
+and the character ``rnn`` (each with its own lr grid and budget; the last two also
+report a held-out metric at the tuned lr), W ∈ ``workers`` virtual workers with
+log-normal step times, the same number of updates in every cell of a workload, three
+seeds; one process per workload, two at a time. Then a **live** column: 2 real worker processes
 for a fixed wall time, each rule at the lr it was tuned to at W = 4 (simulated), three
 seeds (live runs are not deterministic; their spread is the machine's as much as the
 seed's).
@@ -29,8 +31,8 @@ written).
 
     python experiments/staleness_rules.py [--quick] [--out docs/experiments/staleness_rules]
 
-Writes ``cells.jsonl`` and ``live.jsonl`` (the sweeps' tables, one row per run:
-resumable), ``results.json`` (the rows without their curves, and the config) and, from
+Writes ``cells-<workload>.jsonl`` and ``live.jsonl`` (the sweeps' tables, one row per
+run: resumable), ``results.json`` (the rows without their curves, and the config) and, from
 it only,
 ``staleness_rules.png``; :func:`tables` renders the write-up's tables from it.
 """
@@ -42,16 +44,36 @@ import os
 import _common
 
 CONFIG = {
-    "workloads": {"mf": [0.05, 0.1, 0.2], "logreg": [0.1, 0.2, 0.4]},
+    # workload -> its lr grid, or a dict with "lrs" and optional "steps" (default the
+    # top-level steps), "options" (workload options) and "metric" (a held-out metric
+    # reported at the tuned lr)
+    "workloads": {
+        "mf": [0.05, 0.1, 0.2],
+        "logreg": [0.1, 0.2, 0.4],
+        "mlp": {"lrs": [0.05, 0.1, 0.2], "steps": 4_000, "metric": "m.test_accuracy"},
+        "rnn": {"lrs": [0.25, 0.5, 1.0], "steps": 1_000, "metric": "m.val_bpc",
+                "options": {"text": "markov", "hidden": 64, "embed": 32, "bptt": 16,
+                            "chars": 50_000}},
+    },
     "workers": [1, 4, 16, 64],
     "steps": 20_000,
     "delays": "lognormal:1e-3:0.5",
     "seeds": [0, 1, 2],
     "momentum": 0.9,
     "live": {"workers": 2, "seconds": 3.0, "lr_from": 4},
+    "processes": 2,
 }
 QUICK = {**CONFIG, "workloads": {"mf": [0.1]}, "workers": [1, 16], "steps": 4_000,
-         "seeds": [0, 1], "live": {"workers": 2, "seconds": 1.0, "lr_from": 16}}
+         "seeds": [0, 1], "live": {"workers": 2, "seconds": 1.0, "lr_from": 16},
+         "processes": 1}
+
+
+def spec(config, wl):
+    """A workload's entry as a dict: lrs, steps, options, metric."""
+    x = config["workloads"][wl]
+    x = {"lrs": x} if isinstance(x, list) else dict(x)
+    return {"steps": config["steps"], "options": {}, "metric": None, **x}
+
 
 #: name -> (sweep rule, uses momentum)
 RULES = {
@@ -67,11 +89,13 @@ RULES = {
 
 def grid(config, workload, lrs):
     mu = config["momentum"]
+    opts = {f"o.{k}": [v] for k, v in spec(config, workload)["options"].items()}
     parts = []
     for name, (rule, mom) in RULES.items():
         grid_lrs = [round(lr * (1 - mu), 6) for lr in lrs] if mom else lrs
-        parts.append({"workload": [workload], "rule": [rule], "momentum": [mu if mom else 0.0],
-                      "lr": grid_lrs, "workers": config["workers"], "seed": config["seeds"]})
+        parts.append({"workload": [workload], **opts, "rule": [rule],
+                      "momentum": [mu if mom else 0.0], "lr": grid_lrs,
+                      "workers": config["workers"], "seed": config["seeds"]})
     return parts
 
 
@@ -86,23 +110,24 @@ def run(config: dict, out_dir=None) -> dict:
     simulated workers."""
     from hogkit import sweep
     from hogkit.report import environment
-    path = os.path.join(out_dir, "cells.jsonl") if out_dir else None
-    rows = []
-    for wl, lrs in config["workloads"].items():
-        rows += sweep(grid(config, wl, lrs), base={"steps": config["steps"],
-                                                   "delays": config["delays"]},
-                      out=path, mode="sim", progress=True)
+    out_dir = out_dir or "."
+    jobs = []
+    for wl in config["workloads"]:
+        sp = spec(config, wl)
+        jobs.append((os.path.join(out_dir, f"cells-{wl}.jsonl"), grid(config, wl, sp["lrs"]),
+                     {"steps": sp["steps"], "delays": config["delays"]}))
+    rows = [r for got in _common.parallel_sweeps(jobs, config["processes"]) for r in got]
     keep = [{k: v for k, v in r.items() if k not in ("curve", "key")} for r in rows]
     sim = {"config": config, "rows": keep}
     live = config["live"]
     best = tuned(sim)
     parts = [{"workload": [wl], "rule": [RULES[name][0]],
+              **{f"o.{k}": [v] for k, v in spec(config, wl)["options"].items()},
               "momentum": [config["momentum"] if RULES[name][1] else 0.0],
               "lr": [best[(wl, name, live["lr_from"])][0]], "seed": config["seeds"]}
              for wl in config["workloads"] for name in RULES]
     live_rows = sweep(parts, base={"workers": live["workers"], "seconds": live["seconds"]},
-                      out=os.path.join(out_dir, "live.jsonl") if out_dir else None,
-                      mode="live", progress=True)
+                      out=os.path.join(out_dir, "live.jsonl"), mode="live", progress=True)
     keep += [{k: v for k, v in r.items() if k not in ("curve", "key")} for r in live_rows]
     return {"config": config, "rows": keep, "environment": environment()}
 
@@ -129,7 +154,8 @@ def _cell(lr, mean, std, div, n):
     return text + (f", {div}/{n} diverged" if div else "")
 
 
-_METRIC = {"mf": "MSE", "logreg": "log-loss"}
+_METRIC = {"mf": "MSE", "logreg": "log-loss", "mlp": "cross-entropy",
+           "rnn": "bits/char"}
 
 
 def live_table(results):
@@ -150,6 +176,13 @@ def live_table(results):
     return out
 
 
+def _metric_cell(results, wl, name, w, lr, metric):
+    xs = [r[metric] for r in results["rows"] if r.get("mode", "sim") == "sim"
+          and r["workload"] == wl and name_of(r) == name and r["workers"] == w
+          and r["lr"] == lr and r.get(metric) is not None]
+    return _common.pm(_common.mean_std(xs)) if xs else "–"
+
+
 def tables(results) -> str:
     """The write-up's tables, from ``results`` only."""
     cfg = results["config"]
@@ -157,12 +190,22 @@ def tables(results) -> str:
     t, g = tuned(results), gaps(results)
     lines = []
     for wl in cfg["workloads"]:
-        lines += [f"**{wl}** ({_METRIC.get(wl, 'loss')} after {cfg['steps']:,} simulated "
-                  f"updates)", "", "| rule | " + " | ".join(f"W={w}" for w in ws) + " |",
+        lines += [f"**{wl}** ({_METRIC.get(wl, 'loss')} after {spec(cfg, wl)['steps']:,} "
+                  f"simulated updates)", "", "| rule | " + " | ".join(f"W={w}" for w in ws) + " |",
                   "|---|" + "---|" * len(ws)]
         for name in RULES:
             lines.append(f"| {name} | " + " | ".join(_cell(*t[(wl, name, w)]) for w in ws)
                          + " |")
+        metric = spec(cfg, wl)["metric"]
+        if metric:
+            lines += ["", f"{wl}: `{metric[2:]}` at each cell's tuned lr (held out; not "
+                      "what the lr was tuned on):", "",
+                      "| rule | " + " | ".join(f"W={w}" for w in ws) + " |",
+                      "|---|" + "---|" * len(ws)]
+            for name in RULES:
+                lines.append(f"| {name} | " + " | ".join(
+                    _metric_cell(results, wl, name, w, t[(wl, name, w)][0], metric)
+                    for w in ws) + " |")
         lines += ["", "| W | " + " | ".join(str(w) for w in ws) + " |",
                   "|---|" + "---|" * len(ws),
                   "| mean update gap | " + " | ".join(f"{g[(wl, w)]:.1f}" for w in ws)
@@ -191,7 +234,9 @@ def plot(results: dict, out_dir: str) -> str:
     cfg = results["config"]
     ws, wls = cfg["workers"], list(cfg["workloads"])
     t = tuned(results)
-    fig, axes = plt.subplots(1, len(wls), figsize=(6.5 * len(wls), 4.5), squeeze=False)
+    ncol = min(2, len(wls))
+    nrow = -(-len(wls) // ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(6.5 * ncol, 4.5 * nrow), squeeze=False)
     for ax, wl in zip(axes.flat, wls):
         finite = [v[1] for k, v in t.items() if k[0] == wl and v[1] is not None]
         top = max(finite) * 3 if finite else 1.0
@@ -207,10 +252,11 @@ def plot(results: dict, out_dir: str) -> str:
             for w, c in zip(ws, cells):
                 if c[1] is None:
                     ax.plot([w], [top], marker="x", ms=12, mew=2.5, color=line.get_color())
-        ax.axhline(top, color="gray", lw=0.5)
-        ax.text(ws[0], top * 1.1, "x = diverged at every lr", fontsize=8)
+        if any(t[(wl, name, w)][1] is None for name in RULES for w in ws):
+            ax.axhline(top, color="gray", lw=0.5)
+            ax.text(ws[0], top * 1.1, "x = diverged at every lr", fontsize=8)
         _common.workers_axis(ax, ws)
-        ax.set_ylabel(f"{_METRIC.get(wl, 'loss')} after {cfg['steps']:,} updates")
+        ax.set_ylabel(f"{_METRIC.get(wl, 'loss')} after {spec(cfg, wl)['steps']:,} updates")
         ax.set_title(f"{wl}, simulated, each rule at its best lr; mean ± std over "
                      f"{len(cfg['seeds'])} seeds", fontsize=10)
         ax.legend(fontsize=8)

@@ -186,3 +186,16 @@ def test_rnn_density_cell_reruns_to_its_stored_figure(experiments_on_path):
     finally:
         torch.set_num_threads(threads)
     assert row["m.val_bpc"] == pytest.approx(stored["m.val_bpc"], rel=1e-6)
+
+
+def test_the_index_links_every_write_up_and_has_a_verdict_per_row():
+    import re
+    text = (ROOT / "docs" / "experiments" / "README.md").read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line
+            and not line.startswith("| claim")]
+    assert rows and all(len(line.split(" | ")) == 4 for line in rows)
+    assert not [r for r in rows if "not run yet" in r]
+    linked = set(re.findall(r"\]\(([a-z_0-9]+)\.md\)", text))
+    for name in linked:
+        assert (ROOT / "docs" / "experiments" / f"{name}.md").exists(), name
+    assert set(EXPERIMENTS) <= linked
