@@ -1,6 +1,7 @@
 """What every experiment script shares: its command line and how results are kept.
 
-An experiment is a ``CONFIG`` dict, ``run(config) -> results`` (JSON-able, trains) and
+An experiment is a ``CONFIG`` dict, ``run(config, out_dir) -> results`` (JSON-able,
+trains; a sweep keeps its resumable tables in ``out_dir``) and
 ``plot(results, out_dir) -> png path`` (reads results, never trains). ``main`` runs it,
 writes ``results.json`` and the plot into ``--out``; ``--replot`` redraws from an
 existing ``results.json`` without training.
@@ -11,6 +12,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+
+from hogkit.sweeps import mean_std  # noqa: F401  (re-exported: the one definition)
 
 
 def pyplot():
@@ -42,11 +45,8 @@ def main(doc, run, plot, config, quick, default_out, argv=None) -> dict:
         with open(path) as f:
             results = json.load(f)
     else:
-        import inspect
-        cfg = quick if args.quick else config
-        # a sweep-based experiment keeps its resumable table (cells.jsonl) in OUT
-        results = (run(cfg, args.out) if "out_dir" in inspect.signature(run).parameters
-                   else run(cfg))
+        # a sweep-based experiment keeps its resumable tables (cells*.jsonl) in OUT
+        results = run(quick if args.quick else config, args.out)
         with open(path, "w") as f:
             json.dump(results, f, indent=1)
         print(f"results: {path}")
@@ -102,12 +102,6 @@ def time_to(curve, target):
                 return t0 if y0 <= target else t1
             return t0 + (t1 - t0) * (y0 - target) / (y0 - y1)
     return None
-
-
-def mean_std(xs):
-    """``(mean, sample std)`` of a non-empty list (std 0.0 for one value)."""
-    import statistics
-    return statistics.mean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0)
 
 
 def at_tuned(rows, best, group):

@@ -75,9 +75,9 @@ def grid(config):
 
 
 def name_of(row):
+    B = row["batch"].split(":")[1]
     return next(m for m, (pol, b) in METHODS.items()
-                if pol == row["policy"] and b.split(":")[0] == row["batch"].split(":")[0]
-                and b.split(":")[2:] == row["batch"].split(":")[2:])
+                if pol == row["policy"] and b.format(B=B) == row["batch"])
 
 
 def straggler_of(config, row):

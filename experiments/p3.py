@@ -25,7 +25,7 @@ QUICK = {"quick": True}
 SCHEDULES = ("fifo", "slicing", "priority", "p3")
 
 
-def run(config) -> dict:
+def run(config, out_dir=None) -> dict:
     from hogkit.benchmarks import p3
     return p3.run(quick=config["quick"])
 

@@ -111,47 +111,45 @@ def tuned(results):
     return _common.tuned(rows, _group, len(results["config"]["seeds"]), y="late")
 
 
-def _runs(results, key, lr):
-    return [r for r in results["rows"] if _group(r) == key and r["lr"] == lr
-            and r["final_loss"] is not None]
+def at_tuned(results):
+    """``(tuned, {key: the finished runs at its tuned lr})``."""
+    t = tuned(results)
+    return t, _common.at_tuned(results["rows"], t, _group)
 
 
-def targets(results):
+def targets(results, runs=None):
     """``{(scenario, workload): target}``: the best tuned policy's mean loss at half
     the budget."""
-    t, half = tuned(results), results["config"]["seconds"] / 2
+    runs = runs if runs is not None else at_tuned(results)[1]
+    half = results["config"]["seconds"] / 2
     out = {}
-    for (sc, wl, pol), (lr, mean, *_rest) in t.items():
-        if mean is None:
-            continue
-        ts, ys = _common.mean_curve(_runs(results, (sc, wl, pol), lr))
-        y = _common.value_at(ts, ys, half)
-        out[(sc, wl)] = min(out.get((sc, wl), math.inf), y)
+    for (sc, wl, _), rs in runs.items():
+        if rs:
+            y = _common.value_at(*_common.mean_curve(rs), half)
+            out[(sc, wl)] = min(out.get((sc, wl), math.inf), y)
     return out
 
 
 def summary(results):
     """Per (scenario, workload, policy) at its tuned lr: the tuned tuple, updates,
     wait fraction, mean gap and the times to target of the seeds that reached it."""
-    t, tg = tuned(results), targets(results)
+    t, runs = at_tuned(results)
+    tg = targets(results, runs)
     out = {}
     for key, cell in t.items():
-        runs = _runs(results, key, cell[0])
-        if not runs:
+        rs = runs[key]
+        if not rs:
             out[key] = {"cell": cell, "runs": 0}
             continue
-        times = [_common.time_to(r["curve"], tg[key[:2]]) for r in runs]
+        times = [_common.time_to(r["curve"], tg[key[:2]]) for r in rs]
         reached = [x for x in times if x is not None]
-        m = len(reached)
-        out[key] = {"cell": cell, "runs": len(runs),
-                    "final": _common.mean_std([r["final_loss"] for r in runs]),
-                    "updates": sum(r["updates"] for r in runs) / len(runs),
-                    "wait": sum(r["wait_fraction"] for r in runs) / len(runs),
-                    "gap": sum(r["gap_mean"] for r in runs) / len(runs),
-                    "reached": m,
-                    "tt_mean": sum(reached) / m if m else None,
-                    "tt_std": (math.sqrt(sum((x - sum(reached) / m) ** 2 for x in reached)
-                                         / (m - 1)) if m > 1 else 0.0) if m else None}
+        tt = _common.mean_std(reached) if reached else (None, None)
+        out[key] = {"cell": cell, "runs": len(rs),
+                    "final": _common.mean_std([r["final_loss"] for r in rs]),
+                    "updates": sum(r["updates"] for r in rs) / len(rs),
+                    "wait": sum(r["wait_fraction"] for r in rs) / len(rs),
+                    "gap": sum(r["gap_mean"] for r in rs) / len(rs),
+                    "reached": len(reached), "tt_mean": tt[0], "tt_std": tt[1]}
     return out
 
 
@@ -186,7 +184,9 @@ def tables(results) -> str:
 
 def plot(results: dict, out_dir: str) -> str:
     plt = _common.pyplot()
-    cfg, t, tg = results["config"], tuned(results), targets(results)
+    cfg = results["config"]
+    t, runs = at_tuned(results)
+    tg = targets(results, runs)
     panels = [(sc, wl) for sc in cfg["scenarios"] for wl in cfg["lrs"]]
     fig, axes = plt.subplots(len(cfg["scenarios"]), len(cfg["lrs"]),
                              figsize=(5.2 * len(cfg["lrs"]), 3.8 * len(cfg["scenarios"])),
@@ -194,10 +194,9 @@ def plot(results: dict, out_dir: str) -> str:
     for ax, (sc, wl) in zip(axes.flat, panels):
         for pol in cfg["scenarios"][sc]["policies"]:
             cell = t[(sc, wl, pol)]
-            runs = _runs(results, (sc, wl, pol), cell[0])
-            if not runs:
+            if not runs[(sc, wl, pol)]:
                 continue
-            ts, ys = _common.mean_curve(runs)
+            ts, ys = _common.mean_curve(runs[(sc, wl, pol)])
             ax.plot(ts, ys, label=f"{pol} (lr {cell[0]:g})",
                     ls="--" if pol.startswith("dssp") else "-",
                     lw=2.2 if pol in ("bsp", "async") else 1.2)

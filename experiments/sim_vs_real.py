@@ -26,7 +26,7 @@ CONFIG = {"workload": "mf", "seconds": 4.0, "repeats": 3, "seed": 0,
 QUICK = {**CONFIG, "seconds": 1.0, "repeats": 1}
 
 
-def run(config: dict) -> dict:
+def run(config: dict, out_dir=None) -> dict:
     import hogkit
     from hogkit.delays import Slowdown
     from hogkit.report import environment

@@ -72,7 +72,8 @@ class WorkerFailed(HogkitError):
 
     Attributes: ``rank``, ``step`` (last step the worker reported, or None),
     ``exitcode`` (None if unknown), ``signal`` (signal name if killed by one),
-    ``traceback`` (the worker's formatted traceback, or "").
+    ``traceback`` (the worker's formatted traceback, or ""), ``cause`` (the type of
+    the exception the worker raised, from its traceback).
     """
 
     def __init__(self, rank, *, step=None, exitcode=None, signal=None, traceback="",
@@ -91,6 +92,15 @@ class WorkerFailed(HogkitError):
         if traceback:
             msg += f"\n--- worker {rank} traceback ---\n{traceback.rstrip()}"
         super().__init__(msg)
+
+    @property
+    def cause(self) -> str:
+        """The worker's exception type as its traceback names it (e.g.
+        ``"hogkit.errors.NonFiniteGradient"``); "" when it died without raising."""
+        lines = [line for line in self.traceback.splitlines() if line.strip()]
+        if not lines or lines[-1][:1].isspace():
+            return ""
+        return lines[-1].split(":", 1)[0].strip()
 
     def __reduce__(self):
         return (_rebuild_worker_failed,

@@ -401,8 +401,7 @@ class _Live:
         self.restarts = []
         self.wait_timeout, self.grace = wait_timeout, grace
         self.checkpoint_every = checkpoint_every
-        self.resume_dir, prev, self.prev_meta = resume if resume is not None else (None, None,
-                                                                               {})
+        self.resume_dir, prev, self.prev_meta = resume or (None, None, {})
         self.prev = prev if prev is not None else RunState()
         self.wstore = self.wviews = None
         self.restored = []

@@ -43,12 +43,14 @@ from typing import Iterable, Mapping
 
 from hogkit.errors import InvalidArgument, InvalidType, NonFiniteGradient, WorkerFailed
 
-__all__ = ["sweep", "cells", "load", "aggregate", "plot", "KNOBS"]
+__all__ = ["sweep", "cells", "load", "aggregate", "mean_std", "plot", "KNOBS"]
 
 KNOBS = ("workload", "mode", "workers", "steps", "seconds", "seed", "policy", "rule", "lr",
          "momentum", "density", "batch", "straggler", "delays", "shards", "nonfinite",
          "eval_every", "engine")
 MODES = ("live", "sim")
+#: what a live worker's NonFiniteGradient reaches the parent as (WorkerFailed.cause)
+_NONFINITE = f"{NonFiniteGradient.__module__}.{NonFiniteGradient.__qualname__}"
 _SIM_ONLY = ("delays",)
 
 
@@ -266,7 +268,7 @@ def sweep(grid, *, base=None, out=None, mode="sim", progress=None) -> list:
             try:
                 row = _row(cell, key, m, _run(m, kw))
             except (NonFiniteGradient, WorkerFailed) as e:
-                if "non-finite" not in str(e):
+                if isinstance(e, WorkerFailed) and e.cause != _NONFINITE:
                     raise
                 row = _diverged(cell, key, m, e)
             done[key] = row
@@ -310,10 +312,17 @@ def aggregate(rows, y, by) -> dict:
         if not xs:
             out[g] = (None, None, len(vals))
             continue
-        mean = sum(xs) / len(xs)
-        std = (sum((x - mean) ** 2 for x in xs) / (len(xs) - 1)) ** 0.5 if len(xs) > 1 else 0.0
-        out[g] = (mean, std, len(xs))
+        out[g] = (*mean_std(xs), len(xs))
     return out
+
+
+def mean_std(xs) -> tuple:
+    """``(mean, sample standard deviation)`` of a non-empty sequence (std 0.0 for one
+    value): the spread every table of seeds reports."""
+    xs = [float(x) for x in xs]
+    mean = sum(xs) / len(xs)
+    std = (sum((x - mean) ** 2 for x in xs) / (len(xs) - 1)) ** 0.5 if len(xs) > 1 else 0.0
+    return mean, std
 
 
 def plot(rows, x, y, *, line=None, path=None, ax=None, logx=False, logy=False,

@@ -45,6 +45,7 @@ def test_exception_in_a_worker_carries_its_traceback():
     assert "planted failure at step 50" in info.value.traceback
     assert "(at step 50)" in str(info.value)
     assert "RuntimeError" in str(info.value)
+    assert info.value.cause == "RuntimeError"
 
 
 def test_workers_are_capped_and_mf_workers_never_import_torch():
@@ -86,6 +87,7 @@ def test_nan_gradient_raise_names_rank_and_step():
     assert info.value.rank == 1
     assert "NonFiniteGradient" in info.value.traceback
     assert "step 30" in info.value.traceback
+    assert info.value.cause == "hogkit.errors.NonFiniteGradient"   # what sweeps key on
 
 
 def test_nan_gradient_skip_keeps_parameters_finite():

@@ -84,6 +84,14 @@ def test_a_diverging_cell_is_a_row_not_a_crash(tmp_path):
     assert load(tmp_path / "t.jsonl")[-1] == over
 
 
+@pytest.mark.process
+def test_a_live_cell_whose_worker_hits_a_non_finite_gradient_is_a_diverged_row():
+    """The worker's NonFiniteGradient reaches the parent as WorkerFailed; the sweep tells
+    it from other failures by the worker's exception type (WorkerFailed.cause)."""
+    bad, = sweep({"lr": [1e6]}, base={**HOT, "workers": 2}, mode="live")
+    assert bad["diverged"] and bad["final_loss"] is None and bad["mode"] == "live"
+
+
 def test_aggregate_and_plot_mean_and_std_over_seeds(tmp_path):
     rows = [{"workers": w, "rule": r, "seed": s, "final_loss": w + s + (r == "b")}
             for w in (1, 2) for r in ("a", "b") for s in (0, 1, 2)]
