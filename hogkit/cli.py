@@ -138,6 +138,24 @@ def build_parser():
     run.add_argument("--engine", default="auto", choices=("auto", "compiled", "python"),
                      help="step engine: auto (compiled where the knobs allow, else Python "
                           "with a notice), compiled (an error where it cannot run), python")
+    ray = run.add_argument_group("cluster (--backend ray; pip install -e '.[ray]')")
+    ray.add_argument("--backend", default="local", choices=("local", "ray"),
+                     help="local (this machine's shared memory, default) or ray: --nodes "
+                          "nodes of --workers workers each")
+    ray.add_argument("--nodes", type=_positive_int, default=1, help="nodes (Ray actors)")
+    ray.add_argument("--address", default=None,
+                     help='Ray cluster to join: "auto" (after `ray start --head`) or '
+                          '"ray://HOST:PORT"; default: start a local instance for the run')
+    ray.add_argument("--servers", type=_positive_int, default=1,
+                     help="parameter-shard actors (default 1)")
+    ray.add_argument("--sync-every", type=_positive_int, default=1, metavar="ITERATIONS",
+                     help="node-clock iterations between exchanges (default 1: as often "
+                          "as a round trip allows)")
+    ray.add_argument("--push-fraction", type=_positive_float, default=1.0, metavar="F",
+                     help="send the largest F of each delta's entries, the rest later")
+    ray.add_argument("--backlog", type=int, default=None, metavar="ITERATIONS",
+                     help="Async only: a node runs at most this far ahead of its last "
+                          "exchange")
     sim = sub.add_parser("sim", help="simulate the run in virtual time (deterministic; "
                                      "workers may far exceed the cores)")
     _add_training_options(sim)
@@ -376,6 +394,11 @@ def print_summary(summary, out=None):
     print(f"  clock lag    {_fmt_stats(st['clock_lag'])}", file=out)
     wf = ", ".join(f"{w:.3f}" for w in summary.get("wait_fraction", []))
     print(f"  wait frac.   {wf}", file=out)
+    cross = summary.get("cross_node")
+    if cross:
+        print(f"  across nodes update gap {_fmt_stats(cross['update_gap'])}; "
+              f"{cross['exchanges']} exchanges, {cross['bytes_per_update']} bytes/update",
+              file=out)
     metrics = {k: v for k, v in (summary.get("metrics") or {}).items() if k != "loss"}
     if metrics:
         shown = "  ".join(f"{k} {v:.4g}" if v is not None else f"{k} -"
@@ -445,10 +468,22 @@ def _cmd_run(args):
         args = _resumed_args(args)
     wl, knobs = _knobs(args)
     out = args.out or _default_out()
-    make_plan(wl, out=out, **knobs)         # bad options: exit 2 before anything is said
+    cluster = {}
+    if args.backend == "ray":
+        cluster = {"backend": "ray", "nodes": args.nodes, "address": args.address,
+                   "servers": args.servers, "sync_every": args.sync_every,
+                   "push_fraction": args.push_fraction, "backlog": args.backlog}
+        where = f"{args.nodes} nodes x {args.workers} workers on Ray"
+    else:
+        if args.nodes != 1 or args.address is not None:
+            from hogkit.errors import InvalidArgument
+            raise InvalidArgument("--nodes/--address are for a cluster run: add "
+                                  "--backend ray")
+        make_plan(wl, out=out, **knobs)     # bad options: exit 2 before anything is said
+        where = f"{args.workers} workers"
     from hogkit.doctor import preflight
     preflight(args.workers)                 # a machine that cannot: exit 1, the same way
-    print(f"hogkit run: {wl.name} with {args.workers} workers, results in {out}"
+    print(f"hogkit run: {wl.name} with {where}, results in {out}"
           + (" (resumed)" if args.resume else ""), file=sys.stderr)
     if args.resume is None:                 # what --resume reads back
         from hogkit.report import write_json
@@ -457,7 +492,8 @@ def _cmd_run(args):
     run = train(wl, out=out, progress=False if args.no_progress else None,
                 keep_params=False, engine=args.engine, events=args.events,
                 checkpoint_every=args.checkpoint_every or "auto", resume=args.resume,
-                on_failure=args.on_failure, max_restarts=args.max_restarts, **knobs)
+                on_failure=args.on_failure, max_restarts=args.max_restarts, **cluster,
+                **knobs)
     print_summary(run.summary())
     print(f"results: {out}")
     return EXIT_OK

@@ -50,6 +50,7 @@ from hogkit.workloads.base import metrics_of
 from hogkit.worker_loop import WorkerSpec, control_specs, warm
 
 ENGINES = ("auto", "compiled", "python")
+BACKENDS = ("local", "ray")
 
 
 @contextlib.contextmanager
@@ -285,7 +286,8 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
           eval_every="auto", out=None, progress=None, wait_timeout=60.0, grace=2.0,
           workload_options=None, keep_params=True, shards=1, engine="auto",
           events="sampled", checkpoint_every="auto", resume=None, on_failure="stop",
-          max_restarts=3) -> Run:
+          max_restarts=3, backend="local", nodes=1, address=None, servers=1, sync_every=1,
+          push_fraction=1.0, backlog=None) -> Run:
     """Train ``workload`` with ``workers`` processes sharing one parameter store.
 
     Parameters
@@ -339,6 +341,15 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
         go on from its checkpoint with the budget that is left (``steps`` and
         ``seconds`` count the whole run); results go to that folder unless ``out``
         says otherwise, and the summary covers the whole run.
+    backend : ``"local"`` (default: this machine's shared memory) or ``"ray"``: ``nodes``
+        nodes of ``workers`` workers each, every node a single-node run whose agent
+        exchanges deltas with ``servers`` parameter-shard actors every ``sync_every``
+        iterations of its clock (sending the largest ``push_fraction`` of each
+        delta's entries, the rest later), the policy's bound held across nodes;
+        ``address`` None starts a local Ray instance for the run, ``"auto"`` or
+        ``"ray://host:port"`` joins a cluster (:mod:`hogkit.cluster`). ``steps`` and
+        straggler ranks are over the whole cluster. Under Async, ``backlog=b`` keeps
+        each node at most b iterations ahead of its last exchange.
 
     Raises
     ------
@@ -348,6 +359,22 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
     stopped and no shared-memory segment is left behind.
     """
     check_main_guard("hogkit.train()")
+    check_choice("backend", backend, BACKENDS)
+    if backend == "ray":
+        from hogkit.cluster import train_cluster
+        return train_cluster(
+            workload, nodes=nodes, workers=workers, address=address, servers=servers,
+            sync_every=sync_every, push_fraction=push_fraction, backlog=backlog,
+            stragglers=stragglers,
+            steps=steps, out=out, keep_params=keep_params, eval_every=eval_every,
+            resume=resume, on_failure=on_failure, checkpoint_every=checkpoint_every,
+            engine=engine, wait_timeout=wait_timeout, grace=grace, policy=policy,
+            rule=rule, density=density, batch=batch, seconds=seconds, seed=seed,
+            nonfinite=nonfinite, shards=shards, workload_options=workload_options,
+            events=events)
+    if nodes != 1 or address is not None:
+        raise InvalidArgument(f"nodes={nodes!r}, address={address!r} are for a cluster run: "
+                              f'add backend="ray"')
     check_choice("on_failure", on_failure, ("stop", "restart"))
     max_restarts = check_int("max_restarts", max_restarts, min_value=0)
     wait_timeout = check_float("wait_timeout", wait_timeout, min_value=0.0, exclude_min=True)
@@ -394,6 +421,10 @@ class _Live:
     runs a user's own loop through the same supervision (a subclass that shares a
     module and spawns the user's function)."""
 
+    #: extra clock rows no process of this run writes (a cluster node's gate:
+    #: ``worker_loop.control_specs``)
+    gate_rows = 0
+
     def __init__(self, plan, engine, *, wait_timeout, grace, checkpoint_every=None,
                  resume=None, on_failure="stop", max_restarts=0):
         self.plan, self.engine = plan, engine
@@ -425,10 +456,11 @@ class _Live:
                 stack.callback(self.events.close)
             errdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="hogkit-err-"))
             self.cstore = stack.enter_context(ParamStore.create(
-                control_specs(p.workers, self._shards()), tag="ctl"))
+                control_specs(p.workers, self._shards(), gate=self.gate_rows), tag="ctl"))
             self.control = self.cstore.views()
             self.clocks, self.log = Clocks(self.control), StalenessLog(self.control)
             self._carry_over()
+            self._started(stack)
             start = {"type": "start" if self.resume_dir is None else "resume",
                      "t": self.prev.t, "config": self.config, "initial_loss": initial_loss}
             if self.resume_dir is not None:
@@ -460,6 +492,10 @@ class _Live:
             if saved is not None:
                 self.restored = worker_state.load_into(self.wviews, saved)
         return initial_loss
+
+    def _started(self, stack):
+        """Every store exists, no worker yet: a subclass's hook (a cluster node starts
+        its agent here, :mod:`hogkit.cluster.node`)."""
 
     def _shards(self):
         p = self.plan
@@ -495,7 +531,7 @@ class _Live:
         p, clocks = self.plan, self.clocks
         sup = _Supervisor(p.workers, self.grace,
                           restarts=self.max_restarts if self.on_failure == "restart" else 0)
-        cursors = np.zeros(p.workers, dtype=np.int64)
+        cursors = np.zeros(self.log.workers, dtype=np.int64)
         bar = _progress_bar(progress, p.steps, p.seconds)
         rt = self.control["rt"]
         t0_ns = rt[:, _ks.RT_T0]

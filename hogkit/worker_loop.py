@@ -61,10 +61,18 @@ def runtime_specs(workers: int) -> dict:
             "rt_grants": ((workers, _ks.GRANT_BINS), np.int64)}
 
 
-def control_specs(workers: int, shards: int = 1, **log) -> dict:
+def control_specs(workers: int, shards: int = 1, gate: int = 0, **log) -> dict:
     """Every array of a run's control store: clocks, staleness log (``log``: its ring
-    and bins) and the runtime's counters."""
-    return {**Clocks.specs(workers, shards), **StalenessLog.specs(workers, **log),
+    and bins) and the runtime's counters.
+
+    ``gate`` extra clock rows belong to no process here: a node of a cluster run
+    (:mod:`hogkit.cluster`) has one, whose iteration count its agent sets to the
+    slowest remote node's clock, so the admission test every worker already runs
+    (SSP, BSP, DSSP) bounds it against the other nodes too, and the clock lag it
+    records is the lag across the cluster. Its update count stays 0: the update gap
+    a worker records is the gap within its node."""
+    rows = workers + gate
+    return {**Clocks.specs(rows, shards), **StalenessLog.specs(rows, **log),
             **runtime_specs(workers)}
 
 

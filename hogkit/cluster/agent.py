@@ -1,0 +1,244 @@
+"""A node's agent: moves its workers' accumulated updates up to the parameter shards
+and the other nodes' updates down into its shared-memory store, as Bösen's process
+cache does, and holds the node's workers to the cluster's consistency bound.
+
+It runs as a thread of the node's parent process (:mod:`hogkit.cluster.node`) next
+to the supervisor, on the same views the workers write, with no lock:
+
+- ``base`` is the agent's private copy of what the node last received from the
+  shards (plus what it has sent since), so ``params − base`` is exactly the node's
+  local change not yet sent. One **exchange** (:meth:`Agent.cycle`):
+
+  1. read the node clock ``c`` (slowest local worker's iterations) and the update
+     count, *then* copy the parameters (so the copy holds every update of those
+     ``c`` iterations);
+  2. ``delta = copy − base``; with ``fraction`` < 1 only the largest-magnitude
+     ``fraction`` of its non-zero entries is sent, the rest stays in ``params −
+     base`` and goes with a later push (error feedback: nothing is lost);
+     ``base += sent``;
+  3. push ``(node, c, updates, sent rows)`` to every shard and pull the rows that
+     changed since the last exchange (:meth:`hogkit.cluster.shard.Shard.exchange`);
+  4. merge: ``params[r] += pulled[r] − base[r]; base[r] = pulled[r]`` for every
+     pulled row (racy like any Hogwild! write: a worker's write to the same entry
+     in between may be lost);
+  5. only then publish the slowest remote node's clock in the node's **gate row**
+     (``worker_loop.control_specs(gate=1)``): the admission test every worker
+     already runs now bounds it against the other nodes, with every update of
+     those remote iterations already in the store. A remote node that is done no
+     longer binds (the gate row goes DONE when every remote node is).
+
+- **When** to exchange: every ``sync_every`` iterations of the node clock; under a
+  bounded policy (SSP, BSP, DSSP) also whenever a local worker is at the bound's
+  edge against the gate (so a bound never waits for a period); after an exchange
+  that brought nothing new it backs off (50 µs doubling to 2 ms).
+
+- **Backlog** (``backlog=b``, under Async only): no other node binds this one, but
+  the gate row follows this node's *own* clock at its last exchange and the workers
+  run SSP(b) against it, so a node runs at most ``b`` iterations ahead of what it
+  has sent: a bounded send queue, not a consistency bound between nodes. Without
+  it, a node whose steps are much faster than an exchange trains almost alone
+  between exchanges.
+
+- **Cross-node staleness** (from the shards' version vectors): each exchange tells
+  how many remote updates reached the shards since the previous one; that is what
+  the node's copy lacked when it was replaced, so every local read made from it
+  (counted from the local iteration counters) records that gap, an upper bound on
+  the remote updates it could have seen. The clock lag each worker records at its
+  reads includes the gate row: it is the lag against the whole cluster.
+
+Plain Python over a ``exchange(node, clock, updates, deltas, done) -> [Reply]``
+callable (one reply per shard), so it is tested with in-process shards.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+
+import numpy as np
+
+from hogkit.clocks import DONE, RUNNING
+from hogkit.kernels import clock as _kc
+from hogkit.kernels import staleness as _ks
+from hogkit.reader import StalenessLog
+
+__all__ = ["Agent"]
+
+_BACKOFF_MIN, _BACKOFF_MAX = 50e-6, 2e-3
+
+
+class Agent:
+    """The agent of node ``node`` of ``nodes`` (module docstring).
+
+    ``params``: the node's shared views; ``clocks``: its :class:`~hogkit.clocks.Clocks`
+    with ``workers`` worker rows and the gate row after them; ``ranges``: ``{name:
+    [(lo, hi) per shard]}``; ``bound``: the policy's bound (``math.inf`` or negative:
+    none); ``fraction``: share of each push's non-zero entries sent (1: all)."""
+
+    def __init__(self, node, nodes, params, clocks, workers, ranges, exchange, *,
+                 sync_every=1, bound=math.inf, fraction=1.0, backlog=None):
+        self.node, self.nodes = node, nodes
+        self.params, self.clocks, self.workers = params, clocks, workers
+        self.ranges, self.exchange = ranges, exchange
+        self.sync_every, self.fraction = max(1, int(sync_every)), float(fraction)
+        self.bound = bound if bound is not None and 0 <= bound < math.inf else None
+        # Async with a backlog: the gate follows this node's own clock at its last
+        # exchange (the workers' SSP(backlog) admission then bounds the unsent work)
+        self.backlog = backlog
+        if backlog is not None:
+            self.bound = backlog
+        self.base = {k: np.array(v, copy=True) for k, v in params.items()}
+        self.gate = workers                           # the gate row's index
+        self.remote = [m for m in range(nodes) if m != node]
+        self.last_clock = 0
+        self.pushed_updates = 0
+        self.remote_seen = 0
+        self.reads_seen = 0
+        self.exchanges = 0
+        self.bytes_up = self.bytes_down = 0
+        self.remote_done = False
+        self.log = StalenessLog({k: np.zeros(shape, dtype)
+                                 for k, (shape, dtype) in StalenessLog.specs(1, ring=1).items()})
+        self.error = None
+        self._halt = threading.Event()
+        self._thread = None
+        slots = clocks.slots
+        slots[self.gate, _kc.ITER] = 0
+        slots[self.gate, _kc.STATE] = RUNNING if self.remote else DONE
+        slots[self.gate, _kc.BEAT] = time.monotonic_ns()
+
+    # ------------------------------------------------------------------ one exchange
+
+    def cycle(self, done=False) -> bool:
+        """One push-pull-merge (module docstring); True if it brought remote news."""
+        W, slots = self.workers, self.clocks.slots
+        clock = int(slots[:W, _kc.ITER].min())
+        updates = int(slots[:W, _kc.UPD].sum())
+        reads = int(slots[:W, _kc.ITER].sum())
+        copy = {k: v.copy() for k, v in self.params.items()}
+        deltas = [dict() for _ in range(len(next(iter(self.ranges.values()))))]
+        for name, cur in copy.items():
+            d = cur - self.base[name]
+            if self.fraction < 1.0:
+                d = _keep_largest(d, self.fraction)
+            rows = np.flatnonzero(d if d.ndim == 1 else d.reshape(d.shape[0], -1).any(axis=1))
+            sent = d[rows]
+            self.base[name][rows] += sent
+            self.bytes_up += rows.nbytes + sent.nbytes
+            for s, (lo, hi) in enumerate(self.ranges[name]):
+                a, b = np.searchsorted(rows, (lo, hi))
+                deltas[s][name] = (rows[a:b] - lo, sent[a:b])
+        replies = self.exchange(self.node, clock, updates - self.pushed_updates, deltas, done)
+        self.pushed_updates = updates
+        self.last_clock = clock
+        self.exchanges += 1
+        for s, reply in enumerate(replies):
+            for name, (rows, vals) in reply["rows"].items():
+                if len(rows):
+                    g = rows + self.ranges[name][s][0]
+                    self.params[name][g] += vals - self.base[name][g]
+                    self.base[name][g] = vals
+                    self.bytes_down += rows.nbytes + vals.nbytes
+        versions = np.min([r["versions"] for r in replies], axis=0)
+        clocks = np.min([r["clocks"] for r in replies], axis=0)
+        finished = np.all([r["done"] for r in replies], axis=0)
+        remote_updates = int(versions[self.remote].sum()) if self.remote else 0
+        news = remote_updates > self.remote_seen
+        # every read since the previous exchange came from a copy lacking these
+        gap, n = remote_updates - self.remote_seen, reads - self.reads_seen
+        if n > 0:
+            self._record(gap, n)
+        self.remote_seen, self.reads_seen = remote_updates, reads
+        live = [m for m in self.remote if not finished[m]]
+        if self.backlog is not None:
+            slots[self.gate, _kc.ITER] = max(int(slots[self.gate, _kc.ITER]), clock)
+            slots[self.gate, _kc.BEAT] = time.monotonic_ns()
+        elif self.remote and not live:
+            slots[self.gate, _kc.STATE] = DONE
+            self.remote_done = True
+        elif live:
+            c = int(min(clocks[m] for m in live))
+            old = int(slots[self.gate, _kc.ITER])
+            if c > old:                          # DSSP reads the gate's timing too
+                now = time.monotonic_ns()
+                slots[self.gate, _kc.INTERVAL] = (now - int(slots[self.gate, _kc.BEAT])) // (c - old)
+                slots[self.gate, _kc.ITER] = c
+                news = True
+            slots[self.gate, _kc.BEAT] = time.monotonic_ns()
+        return news
+
+    def _gate_clock(self):
+        return int(self.clocks.slots[self.gate, _kc.ITER])
+
+    def _record(self, gap, n):
+        """``n`` reads with cross-node gap ``gap`` (the lag histogram stays empty: the
+        workers record their clock lag against the whole cluster themselves)."""
+        self.log.gap_hist[0, _ks.bucket(gap, self.log.bins - 1)] += n
+        st = self.log.stats[0]
+        st[_ks.GAP_SUM] += gap * n
+        st[_ks.GAP_MAX] = max(int(st[_ks.GAP_MAX]), gap)
+        st[_ks.COUNT] += n
+
+    # ------------------------------------------------------------------ the thread
+
+    def due(self) -> bool:
+        """Whether an exchange is due now (module docstring, *when*)."""
+        it = self.clocks.slots[:self.workers, _kc.ITER]
+        if int(it.min()) - self.last_clock >= self.sync_every:
+            return True
+        if self.bound is None or (self.remote_done and self.backlog is None):
+            return False
+        return int(it.max()) - self._gate_clock() >= self.bound
+
+    def start(self):
+        self._thread = threading.Thread(target=self._loop, name=f"hogkit-agent-{self.node}",
+                                        daemon=True)
+        self._thread.start()
+
+    def _loop(self):
+        wait = _BACKOFF_MIN
+        try:
+            while not self._halt.is_set():
+                if self.clocks.stopping() or not self.due():
+                    self._halt.wait(_BACKOFF_MIN)
+                    continue
+                if self.cycle():
+                    wait = _BACKOFF_MIN
+                else:
+                    self._halt.wait(wait)
+                    wait = min(2 * wait, _BACKOFF_MAX)
+        except BaseException as e:                  # noqa: BLE001 - reported by finish()
+            self.error = e
+            self.clocks.request_stop()          # the workers stop; finish() raises it
+
+    def finish(self, *, push=True):
+        """Stop the thread; then, unless it failed, one last exchange marked done (the
+        node's final updates reach the shards, its clock stops binding the others).
+        Raises what the thread raised."""
+        self._halt.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self.error is not None:
+            raise self.error
+        if push:
+            self.cycle(done=True)
+
+    def summary(self) -> dict:
+        """Cross-node update gap (a run's ``update_gap`` shape) and traffic."""
+        return {"update_gap": self.log.summary()["gap"],
+                "exchanges": self.exchanges, "bytes_up": int(self.bytes_up),
+                "bytes_down": int(self.bytes_down)}
+
+
+def _keep_largest(d, fraction):
+    """``d`` with only the ``ceil(fraction · nnz)`` largest-magnitude non-zero entries."""
+    flat = d.reshape(-1)
+    nz = np.flatnonzero(flat)
+    k = math.ceil(fraction * nz.size)
+    if k >= nz.size:
+        return d
+    out = np.zeros_like(flat)
+    keep = nz[np.argpartition(np.abs(flat[nz]), nz.size - k)[nz.size - k:]]
+    out[keep] = flat[keep]
+    return out.reshape(d.shape)

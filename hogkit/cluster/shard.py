@@ -1,0 +1,92 @@
+"""One parameter shard of a cluster run: a slice of rows of every parameter, the
+version vector of the updates it holds, and the nodes' clocks.
+
+Plain Python and numpy, so it is tested without Ray; :mod:`hogkit.cluster.backend`
+wraps it in a Ray actor (one process per shard, each owning its store).
+
+Rows: with S shards, each parameter's leading axis is cut into S contiguous ranges
+(:func:`row_ranges`; a 1-D parameter's elements are its rows), and shard s holds
+range s of every parameter. A node exchanges with a shard in one call,
+:meth:`Shard.exchange` = *push then pull*:
+
+- **push** ``(node, clock, updates, rows → delta)``: the delta is added to the rows
+  (the node's accumulated local change since it last pushed, minus what its density
+  filter kept back); ``updates`` is how many of the node's updates it carries (the
+  node's entry of the version vector grows by it); ``clock`` is the node's SSP clock
+  (the slowest local worker's iterations, read *before* the delta was taken, so the
+  delta holds every update of those iterations); ``done`` marks a node that will push
+  no more (its clock stops binding anyone).
+- **pull**: every row changed since this node's previous exchange, with the version
+  vector and the clocks. Each row carries the sequence number of the last push that
+  changed it, so a pull sends only what the node lacks; the node's own push counts
+  as a change (its copy then equals the shard's, up to what it wrote meanwhile).
+
+An exchange is atomic (the actor runs one call at a time), so a pull always includes
+the push it came with, and the clocks it returns are those of pushes whose deltas it
+holds: the reply's ``clocks`` are a promise that every update of those iterations is
+in the values.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["Shard", "row_ranges", "Reply"]
+
+
+def row_ranges(n_rows: int, shards: int) -> list:
+    """``[(lo, hi)]`` for each shard: ``n_rows`` cut into ``shards`` contiguous ranges
+    whose sizes differ by at most one (trailing shards may be empty)."""
+    bounds = np.linspace(0, n_rows, shards + 1).round().astype(np.int64)
+    return [(int(bounds[s]), int(bounds[s + 1])) for s in range(shards)]
+
+
+class Reply(dict):
+    """What an exchange answers: ``rows`` ``{name: (local row ids, values)}``, and the
+    shard's ``versions`` (updates held from each node), ``clocks`` and ``done`` (per
+    node), ``seq`` (pushes applied so far)."""
+
+
+class Shard:
+    """Rows ``ranges[name]`` of each parameter, for ``nodes`` nodes."""
+
+    def __init__(self, index: int, values: dict, nodes: int):
+        self.index = index
+        self.values = {k: np.array(v, copy=True) for k, v in values.items()}
+        self.row_seq = {k: np.zeros(v.shape[0], np.int64) for k, v in self.values.items()}
+        self.seq = 0
+        self.versions = np.zeros(nodes, np.int64)
+        self.clocks = np.zeros(nodes, np.int64)
+        self.done = np.zeros(nodes, bool)
+        self.seen = np.zeros(nodes, np.int64)       # seq of each node's last pull
+        self.bytes_in = self.bytes_out = 0
+
+    def exchange(self, node: int, clock: int, updates: int, delta: dict,
+                 done: bool = False) -> Reply:
+        """Push ``delta`` ``{name: (row ids, values)}`` from ``node`` at ``clock``, then
+        pull what changed since its previous exchange (module docstring)."""
+        self.seq += 1
+        for name, (rows, vals) in delta.items():
+            if len(rows):
+                self.values[name][rows] += vals
+                self.row_seq[name][rows] = self.seq
+                self.bytes_in += rows.nbytes + vals.nbytes
+        self.versions[node] += updates
+        self.clocks[node] = max(self.clocks[node], clock)
+        self.done[node] |= bool(done)
+        since = self.seen[node]
+        self.seen[node] = self.seq
+        out = {}
+        for name, seqs in self.row_seq.items():
+            rows = np.flatnonzero(seqs > since)
+            vals = self.values[name][rows]
+            out[name] = (rows, vals)
+            self.bytes_out += rows.nbytes + vals.nbytes
+        return Reply(rows=out, versions=self.versions.copy(), clocks=self.clocks.copy(),
+                     done=self.done.copy(), seq=self.seq)
+
+    def snapshot(self) -> dict:
+        """Every row this shard holds (the global model's slice), and its counters."""
+        return {"values": {k: v.copy() for k, v in self.values.items()},
+                "versions": self.versions.copy(), "seq": self.seq,
+                "bytes_in": self.bytes_in, "bytes_out": self.bytes_out}
