@@ -30,12 +30,34 @@ def hogkit_segments():
         return []
 
 
+#: processes of the session's Ray instance (the ``ray_cluster`` fixture): shared by
+#: design, like the resource tracker
+_SHARED = set()
+
+
 def _children():
     """Live child processes of this test process, less the shared helpers."""
     # The multiprocessing resource tracker is shared by design and lives as long as
     # this interpreter; it is not a worker.
     return [(pid, cmd) for pid, cmd in children(os.getpid())
-            if "resource_tracker" not in cmd and "forkserver" not in cmd]
+            if "resource_tracker" not in cmd and "forkserver" not in cmd
+            and pid not in _SHARED]
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One local Ray instance for every test marked ``ray`` (``-m "not ray"`` skips
+    them). The tests' helpers are importable in its actors (PYTHONPATH)."""
+    ray = pytest.importorskip("ray", reason='the ray extra: pip install -e ".[ray]"')
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
+             configure_logging=False, runtime_env={"env_vars": {"PYTHONPATH": path}})
+    _SHARED.update(pid for pid, _ in children(os.getpid()))
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
 
 
 @pytest.fixture(autouse=True)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import signal
 import sys
 import time
 
@@ -38,6 +39,7 @@ from hogkit.plan import eval_interval
 from hogkit.reader import StalenessLog
 from hogkit.report import environment, write_outputs
 from hogkit.run import Run
+from hogkit.store import sweep_dead_segments
 from hogkit.workloads.base import metrics_of
 
 __all__ = ["run_cluster", "ShardFailed", "require_ray"]
@@ -182,15 +184,17 @@ def run_cluster(plans, engine, *, nodes, servers, address, sync_every, fraction,
     shard_cls = ray.remote(num_cpus=0, max_restarts=0)(ShardActor)
     node_cls = ray.remote(max_restarts=0, max_concurrency=4)(NodeActor)
     actors, node_actors = [], []
+    tag = f"hogkit-{os.getpid()}-{time.time_ns()}"     # actor names: `ray list actors`
     try:
         with _parent_signals():
-            shards = [shard_cls.remote(s, {k: v[ranges[k][s][0]:ranges[k][s][1]]
+            shards = [shard_cls.options(name=f"{tag}-shard{s}").remote(
+                          s, {k: v[ranges[k][s][0]:ranges[k][s][1]]
                                            for k, v in params0.items()}, nodes)
                       for s in range(servers)]
             actors += shards
             opts = ({"num_cpus": 0} if local else
                     {"num_cpus": plan.workers, "scheduling_strategy": "SPREAD"})
-            node_actors = [node_cls.options(**opts).remote(
+            node_actors = [node_cls.options(name=f"{tag}-node{n}", **opts).remote(
                 plans[n], engine, n, nodes, ranges, shards, sync_every, fraction, backlog,
                 call_timeout, wait_timeout, grace) for n in range(nodes)]
             actors += node_actors
@@ -206,6 +210,9 @@ def run_cluster(plans, engine, *, nodes, servers, address, sync_every, fraction,
                 ray.kill(a)
         if started:
             ray.shutdown()
+        # a node killed outright (its process and its resource tracker with it) leaves
+        # its segments; on this machine they go now, on another at its next run
+        sweep_dead_segments()
     return _finish(results, params, traffic, driver.curve, initial_loss, wl, data0, plans,
                    config, out, keep_params)
 
@@ -268,6 +275,11 @@ class _Driver:
                 if pending and now >= next_eval:
                     self._evaluate(now - t0)
                     next_eval = time.monotonic() + self.every
+        except KeyboardInterrupt as e:     # Ray may turn our Interrupted into its own
+            self._stop(list(refs))
+            if isinstance(e, Interrupted):
+                raise
+            raise Interrupted(signal.SIGINT) from None
         except BaseException:
             self._stop(list(refs))
             raise
@@ -334,7 +346,10 @@ def _finish(results, params, traffic, curve, initial_loss, wl, data, plans, conf
               per_worker=per_worker, loss_curve=curve,
               params=params if keep_params else None, out=out,
               extra={"backend": "ray", "engine": results[0]["engine"],
-                     "samples": sum(r.get("samples", 0) for r in results),
+                     **{k: sum(r.get(k, 0) for r in results)
+                        for k in ("samples", "nonfinite_skipped", "events_recorded",
+                                  "events_dropped")},
+                     "events_stride": max(r.get("events_stride", 1) for r in results),
                      "nodes": nodes,
                      "cross_node": {"update_gap": across["gap"], "clock_lag": within["lag"],
                                     "exchanges": sum(x["cross_node"]["exchanges"]
