@@ -23,7 +23,7 @@ EXIT_OK, EXIT_WORKER_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 RULES = ("sgd", "staleness-aware", "dc-asgd", "dc-asgd-adaptive", "gap-aware")
 BENCH_SCENARIOS = ("kernels", "peers", "scaling", "instrumentation", "policies", "simulate",
-                   "own_loop", "p3", "soak")
+                   "own_loop", "p3", "soak", "ray")
 
 
 def _positive_int(text):

@@ -56,8 +56,10 @@ class _Node:
         self.params = {k: v.copy() for k, v in init.items()}
         ranges = {k: row_ranges(v.shape[0], len(shards)) for k, v in init.items()}
 
-        def exchange(node, clock, updates, deltas, done):
+        def exchange(node, clock, updates, deltas, done, need=None):
+            self.needs.append(need)
             return [s.exchange(node, clock, updates, d, done) for s, d in zip(shards, deltas)]
+        self.needs = []
         self.agent = Agent(node, nodes, self.params, self.clocks, workers, ranges, exchange,
                            **kw)
 

@@ -164,3 +164,19 @@ def test_sigint_to_the_driver_stops_everything_and_shuts_its_ray_down(tmp_path):
         time.sleep(0.2)
     assert not alive, f"Ray processes left: {alive}"
     assert not (_segments() - before)
+
+
+def test_bench_ray_quick_measures_every_setting_against_the_baseline(ray_cluster,
+                                                                     no_cluster_leaks):
+    """`hogkit bench ray --quick` runs (speed is never asserted: only that every
+    setting was measured against a baseline from the same invocation)."""
+    from hogkit.benchmarks import ray as bench
+    r = bench.run(quick=True, seconds=1.0, only=["bsp sync=1"])
+    assert r["baseline"]["updates_per_s"] > 0 and list(r["settings"]) == ["bsp sync=1"]
+    assert r["calibration"]["round_trips"]["full_s"] > 0
+    assert set(r["simulated"]["bsp sync=1"]["10 Gbit/s, 50 us"]) == {"2", "8", "32", "128"}
+    for s in r["settings"].values():
+        m = s["median"]
+        assert m["updates_per_s"] > 0 and m["rate_ratio"] > 0 and m["loss_ratio"] > 0
+        assert m["bytes_per_update"] > 0 and m["model_updates_per_s"] > 0
+    assert "x shm" in bench.format_table(r)

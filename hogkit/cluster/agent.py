@@ -28,9 +28,12 @@ to the supervisor, on the same views the workers write, with no lock:
      longer binds (the gate row goes DONE when every remote node is).
 
 - **When** to exchange: every ``sync_every`` iterations of the node clock; under a
-  bounded policy (SSP, BSP, DSSP) also whenever a local worker is at the bound's
-  edge against the gate (so a bound never waits for a period); after an exchange
-  that brought nothing new it backs off (50 µs doubling to 2 ms).
+  bounded policy (SSP, BSP, DSSP) also whenever a local worker is blocked by the
+  gate, or at the bound's edge with the node clock moved since the last exchange
+  (so a bound never waits for a period). A blocked node's exchange asks the shards
+  to hold the pull until the other nodes have pushed the clock its slowest worker
+  needs (one round trip per BSP iteration, not polling). After an exchange that
+  brought nothing new it backs off (50 µs doubling to 2 ms).
 
 - **Backlog** (``backlog=b``, under Async only): no other node binds this one, but
   the gate row follows this node's *own* clock at its last exchange and the workers
@@ -46,8 +49,9 @@ to the supervisor, on the same views the workers write, with no lock:
   the remote updates it could have seen. The clock lag each worker records at its
   reads includes the gate row: it is the lag against the whole cluster.
 
-Plain Python over a ``exchange(node, clock, updates, deltas, done) -> [Reply]``
-callable (one reply per shard), so it is tested with in-process shards.
+Plain Python over a ``exchange(node, clock, updates, deltas, done, need) -> [Reply]``
+callable (one reply per shard; ``need``: the remote clock a blocked worker waits for,
+which the shard actors hold the pull for), so it is tested with in-process shards.
 """
 
 from __future__ import annotations
@@ -113,7 +117,8 @@ class Agent:
     def cycle(self, done=False) -> bool:
         """One push-pull-merge (module docstring); True if it brought remote news."""
         W, slots = self.workers, self.clocks.slots
-        clock = int(slots[:W, _kc.ITER].min())
+        it = slots[:W, _kc.ITER].copy()           # one read: the clock and the need agree
+        clock = int(it.min())
         updates = int(slots[:W, _kc.UPD].sum())
         reads = int(slots[:W, _kc.ITER].sum())
         copy = {k: v.copy() for k, v in self.params.items()}
@@ -129,7 +134,8 @@ class Agent:
             for s, (lo, hi) in enumerate(self.ranges[name]):
                 a, b = np.searchsorted(rows, (lo, hi))
                 deltas[s][name] = (rows[a:b] - lo, sent[a:b])
-        replies = self.exchange(self.node, clock, updates - self.pushed_updates, deltas, done)
+        replies = self.exchange(self.node, clock, updates - self.pushed_updates, deltas, done,
+                                None if done else self._need(it))
         self.pushed_updates = updates
         self.last_clock = clock
         self.exchanges += 1
@@ -168,6 +174,18 @@ class Agent:
             slots[self.gate, _kc.BEAT] = time.monotonic_ns()
         return news
 
+    def _need(self, it):
+        """When a local worker is blocked: the remote clock that lets the *slowest*
+        local worker go on (the shards hold the pull until the other nodes have pushed
+        it), else None. Asking for the slowest's need, never more than this node's own
+        clock minus the bound, is what keeps two blocked nodes from holding each other:
+        the node that is ahead asks for no more than the other has pushed."""
+        if self.bound is None or self.backlog is not None or self.remote_done:
+            return None
+        g = self._gate_clock()
+        need = int(it.min()) - self.bound
+        return need if int(it.max()) - g > self.bound and need > g else None
+
     def _gate_clock(self):
         return int(self.clocks.slots[self.gate, _kc.ITER])
 
@@ -183,13 +201,18 @@ class Agent:
     # ------------------------------------------------------------------ the thread
 
     def due(self) -> bool:
-        """Whether an exchange is due now (module docstring, *when*)."""
+        """Whether an exchange is due now (module docstring, *when*): a period is
+        over; or a worker is blocked by the gate; or one is at the bound's edge and
+        the node clock has moved since the last exchange (so the exchange overlaps
+        the worker's last admitted iteration)."""
         it = self.clocks.slots[:self.workers, _kc.ITER]
-        if int(it.min()) - self.last_clock >= self.sync_every:
+        low = int(it.min())
+        if low - self.last_clock >= self.sync_every:
             return True
         if self.bound is None or (self.remote_done and self.backlog is None):
             return False
-        return int(it.max()) - self._gate_clock() >= self.bound
+        ahead = int(it.max()) - self._gate_clock()
+        return ahead > self.bound or (ahead == self.bound and low > self.last_clock)
 
     def start(self):
         self._thread = threading.Thread(target=self._loop, name=f"hogkit-agent-{self.node}",

@@ -83,9 +83,9 @@ class _Exchange:
     def __init__(self, shards, timeout):
         self.shards, self.timeout = shards, timeout
 
-    def __call__(self, node, clock, updates, deltas, done):
+    def __call__(self, node, clock, updates, deltas, done, need=None):
         import ray
-        refs = [s.exchange.remote(node, clock, updates, d, done)
+        refs = [s.exchange.remote(node, clock, updates, d, done, need)
                 for s, d in zip(self.shards, deltas)]
         try:
             return ray.get(refs, timeout=self.timeout)
@@ -129,18 +129,35 @@ class NodeActor:
 
 
 class ShardActor:
-    """Body of a parameter-shard actor: one :class:`Shard`."""
+    """Body of a parameter-shard actor: one :class:`Shard`, asynchronous so that an
+    exchange may hold its pull (``need``: the clock its node is blocked on) while
+    other nodes' exchanges go through."""
+
+    #: longest a pull is held; the agent then asks again
+    HOLD_S = 0.25
 
     def __init__(self, index, values, nodes):
         self.shard = Shard(index, values, nodes)
+        self.pushed = None
 
-    def exchange(self, node, clock, updates, delta, done=False):
-        return self.shard.exchange(node, clock, updates, delta, done)
+    async def exchange(self, node, clock, updates, delta, done=False, need=None):
+        import asyncio
+        if self.pushed is None:
+            self.pushed = asyncio.Condition()
+        self.shard.push(node, clock, updates, delta, done)
+        async with self.pushed:
+            self.pushed.notify_all()
+            if need is not None and not self.shard.reached(node, need):
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(
+                        self.pushed.wait_for(lambda: self.shard.reached(node, need)),
+                        self.HOLD_S)
+        return self.shard.pull(node)
 
-    def snapshot(self):
+    async def snapshot(self):
         return self.shard.snapshot()
 
-    def ping(self):
+    async def ping(self):
         return os.getpid()
 
 

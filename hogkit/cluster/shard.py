@@ -21,10 +21,12 @@ range s of every parameter. A node exchanges with a shard in one call,
   changed it, so a pull sends only what the node lacks; the node's own push counts
   as a change (its copy then equals the shard's, up to what it wrote meanwhile).
 
-An exchange is atomic (the actor runs one call at a time), so a pull always includes
-the push it came with, and the clocks it returns are those of pushes whose deltas it
-holds: the reply's ``clocks`` are a promise that every update of those iterations is
-in the values.
+The push and the pull are each atomic (the actor's calls interleave only while one
+waits), so a pull always includes the push it came with, and the clocks it returns are
+those of pushes whose deltas it holds: the reply's ``clocks`` are a promise that every
+update of those iterations is in the values. A node blocked by its bound asks the
+actor to hold the pull until the other nodes have pushed the clock it needs
+(:meth:`Shard.reached`): one round trip per BSP iteration instead of polling.
 """
 
 from __future__ import annotations
@@ -65,6 +67,18 @@ class Shard:
                  done: bool = False) -> Reply:
         """Push ``delta`` ``{name: (row ids, values)}`` from ``node`` at ``clock``, then
         pull what changed since its previous exchange (module docstring)."""
+        self.push(node, clock, updates, delta, done)
+        return self.pull(node)
+
+    def reached(self, node: int, need: int) -> bool:
+        """Whether every other node that is not done has pushed clock ``need``: what a
+        node blocked by its bound waits for (the actor holds its reply until then)."""
+        return all(self.done[m] or self.clocks[m] >= need
+                   for m in range(len(self.clocks)) if m != node)
+
+    def push(self, node: int, clock: int, updates: int, delta: dict,
+             done: bool = False) -> None:
+        """The push half of :meth:`exchange`."""
         self.seq += 1
         for name, (rows, vals) in delta.items():
             if len(rows):
@@ -74,6 +88,9 @@ class Shard:
         self.versions[node] += updates
         self.clocks[node] = max(self.clocks[node], clock)
         self.done[node] |= bool(done)
+
+    def pull(self, node: int) -> Reply:
+        """The pull half of :meth:`exchange`."""
         since = self.seen[node]
         self.seen[node] = self.seq
         out = {}

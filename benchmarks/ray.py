@@ -1,0 +1,188 @@
+"""Scenario ``ray``: 2 nodes x 1 worker on a local Ray instance against the single-node
+2-worker run on the same workload, the same machine, in the same invocation.
+
+For each cluster setting (policy, ``sync_every``, ``backlog``, ``push_fraction``):
+updates/s and its ratio to the single-node run's (the baseline, measured in the same
+invocation, median over rounds), the bytes the shards moved per update, the
+exchanges, and the loss per update: the cluster's final loss over the baseline's loss
+*at the same number of updates* (interpolated on the baseline's curve). The goal the
+issue set on localhost: updates/s >= 0.5x shared memory at a push period whose loss
+per update is within 10 %.
+
+Needs the ray extra (``pip install -e ".[ray]"``). One Ray instance serves every run.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import numpy as np
+
+from hogkit import BSP, SSP, Async, workloads
+from hogkit.cluster.model import network_from_round_trips, predict_updates_per_s
+from hogkit.comm import Network
+from hogkit.runtime import train
+
+#: (label, policy, sync_every, backlog, push_fraction, model bound or "-" if the
+#: model does not describe it)
+SETTINGS = [
+    ("async sync=1", Async(), 1, None, 1.0, "-"),
+    ("async sync=1 backlog=8", Async(), 1, 8, 1.0, None),
+    ("async sync=64 backlog=128", Async(), 64, 128, 1.0, None),
+    ("async sync=1024 backlog=2048", Async(), 1024, 2048, 1.0, None),
+    ("async sync=4096 backlog=8192", Async(), 4096, 8192, 1.0, None),
+    ("async sync=1024 backlog=2048 push=0.1", Async(), 1024, 2048, 0.1, None),
+    ("ssp(4) sync=1", SSP(4), 1, None, 1.0, "-"),
+    ("bsp sync=1", BSP(), 1, None, 1.0, 0),
+]
+NODES_SIMULATED = (2, 8, 32, 128)
+
+
+def _round_trips(ray, workload, calls=40):
+    """Median exchange round trip with a real shard actor: empty, and carrying every
+    row of the workload's parameters each way."""
+    from hogkit.cluster.backend import ShardActor
+    params, _ = workload.build(0)
+    shard = ray.remote(num_cpus=0)(ShardActor).remote(0, params, 2)
+    full = {k: (np.arange(v.shape[0]), np.zeros_like(v)) for k, v in params.items()}
+    empty = {k: (np.arange(0), v[:0]) for k, v in params.items()}
+    size = sum(a.nbytes + b.nbytes for a, b in full.values())
+    out = {}
+    try:
+        for name, delta in (("empty", empty), ("full", full)):
+            times = []
+            for _ in range(calls):
+                t = time.perf_counter()
+                ray.get(shard.exchange.remote(0, 0, 0, delta), timeout=30)
+                times.append(time.perf_counter() - t)
+            out[name] = statistics.median(times)
+    finally:
+        ray.kill(shard)
+    return {"empty_s": out["empty"], "full_s": out["full"], "bytes_each_way": size}
+
+
+def run(quick=False, rounds=None, seconds=None, workload="mf", only=None) -> dict:
+    """``only``: the labels of :data:`SETTINGS` to run (default: all; three with
+    ``quick``)."""
+    from hogkit.cluster.backend import require_ray
+    ray = require_ray()
+    rounds = rounds or (1 if quick else 3)
+    seconds = seconds or (1.5 if quick else 4.0)
+    settings = SETTINGS[:2] + SETTINGS[-1:] if quick else SETTINGS
+    if only is not None:
+        settings = [x for x in SETTINGS if x[0] in only]
+    wl = workloads.get(workload)
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
+                 configure_logging=False)
+    result = {"scenario": "ray", "workload": workload, "rounds": rounds,
+              "seconds_per_run": seconds, "quick": quick, "settings": {}}
+    try:
+        base = []
+        for r in range(rounds):
+            one = train(workload, workers=2, policy=Async(), seconds=seconds, seed=r,
+                        eval_every=0.05, progress=False, keep_params=False)
+            base.append(one)
+        base_rate = statistics.median(b.updates_per_s for b in base)
+        one = [train(workload, workers=1, policy=Async(), seconds=seconds, seed=r,
+                     eval_every=None, progress=False, keep_params=False).updates_per_s
+               for r in range(rounds)]
+        step_s = 1.0 / statistics.median(one)
+        rt = _round_trips(ray, wl)
+        net = network_from_round_trips(rt["empty_s"], rt["full_s"], rt["bytes_each_way"])
+        result["calibration"] = {"one_worker_updates_per_s": one, "step_s": step_s,
+                                 "round_trips": rt, "network": {
+                                     "bandwidth_bytes_per_s": net.bandwidth,
+                                     "latency_s": net.latency}}
+        result["baseline"] = {"what": "1 node x 2 workers, Async, shared memory",
+                              "updates_per_s": base_rate,
+                              "all": [b.updates_per_s for b in base],
+                              "final_loss": [b.final_loss for b in base]}
+        for label, policy, sync, backlog, frac, bound in settings:
+            rows = []
+            for r in range(rounds):
+                c = train(workload, backend="ray", nodes=2, workers=1, policy=policy,
+                          seconds=seconds, seed=r, sync_every=sync, backlog=backlog,
+                          push_fraction=frac, progress=False, keep_params=False)
+                s = c.summary()
+                # the single-node run with the same policy and the same updates
+                ref = train(workload, workers=2, policy=policy, steps=c.updates, seed=r,
+                            eval_every=None, progress=False, keep_params=False).final_loss
+                rows.append({"updates_per_s": c.updates_per_s, "updates": c.updates,
+                             "final_loss": c.final_loss, "baseline_loss_same_updates": ref,
+                             "loss_ratio": c.final_loss / ref,
+                             "bytes_per_update": s["cross_node"]["bytes_per_update"],
+                             "bytes_each_way_per_exchange":
+                                 s["cross_node"]["bytes"] / max(1, s["cross_node"]["exchanges"]) / 2,
+                             "exchanges": s["cross_node"]["exchanges"],
+                             "cross_gap_mean": s["cross_node"]["update_gap"]["mean"]})
+            med = {k: statistics.median(x[k] for x in rows)
+                   for k in ("updates_per_s", "loss_ratio", "bytes_per_update",
+                             "exchanges", "cross_gap_mean", "bytes_each_way_per_exchange")}
+            med["rate_ratio"] = med["updates_per_s"] / base_rate
+            med["loss_ratio_range"] = [min(x["loss_ratio"] for x in rows),
+                                       max(x["loss_ratio"] for x in rows)]
+            if bound != "-":
+                med["model_updates_per_s"] = predict_updates_per_s(
+                    step_s, sync, med["bytes_each_way_per_exchange"], net, 2, bound=bound)
+                med["measured_over_model"] = med["updates_per_s"] / med["model_updates_per_s"]
+            result["settings"][label] = {"sync_every": sync, "backlog": backlog,
+                                         "push_fraction": frac, "policy": repr(policy),
+                                         "model_bound": bound, "median": med,
+                                         "rounds": rows}
+        result["simulated"] = _extrapolate(result, step_s, net, rt["bytes_each_way"])
+    finally:
+        if started:
+            ray.shutdown()
+    return result
+
+
+def _extrapolate(result, step_s, net, full_bytes):
+    """Simulated (the communication model, not measured): updates/s at more nodes,
+    for each modelled setting, on the localhost-calibrated network and on a 10 Gbit/s
+    network with 50 us latency, the parameters sharded over as many actors as nodes.
+    An exchange's size grows with the nodes (a pull brings every node's changes since
+    the last one): the measured 2-node size x N/2, at most the whole model."""
+    out = {}
+    nets = {"localhost (calibrated)": net, "10 Gbit/s, 50 us": Network.gbps(10, latency=50e-6)}
+    for label, s in result["settings"].items():
+        if s["model_bound"] == "-":
+            continue
+        m = s["median"]
+        out[label] = {name: {str(n): predict_updates_per_s(
+                                 step_s, s["sync_every"],
+                                 min(full_bytes, m["bytes_each_way_per_exchange"] * n / 2),
+                                 nw, n, servers=n, bound=s["model_bound"])
+                             for n in NODES_SIMULATED}
+                      for name, nw in nets.items()}
+    return out
+
+
+def format_table(result) -> str:
+    b = result["baseline"]
+    cal = result["calibration"]
+    lines = [f"ray: {result['workload']}, 2 nodes x 1 worker vs 1 node x 2 workers "
+             f"({b['updates_per_s']:,.0f} updates/s); median of {result['rounds']} x "
+             f"{result['seconds_per_run']} s",
+             f"calibration: step {cal['step_s'] * 1e6:.2f} us (1 worker), exchange round "
+             f"trip {cal['round_trips']['empty_s'] * 1e3:.2f} ms empty, "
+             f"{cal['round_trips']['full_s'] * 1e3:.2f} ms with "
+             f"{cal['round_trips']['bytes_each_way'] / 1e6:.2f} MB each way",
+             f"{'setting':<40}{'updates/s':>11}{'x shm':>7}{'loss vs 1 node, same upd':>27}"
+             f"{'B/update':>10}{'gap':>8}{'model':>11}{'meas/model':>11}"]
+    for label, s in result["settings"].items():
+        m = s["median"]
+        lo, hi = m["loss_ratio_range"]
+        model = (f"{m['model_updates_per_s']:>11,.0f}{m['measured_over_model']:>11.2f}"
+                 if "model_updates_per_s" in m else f"{'-':>11}{'-':>11}")
+        lines.append(f"{label:<40}{m['updates_per_s']:>11,.0f}{m['rate_ratio']:>7.3f}"
+                     f"{m['loss_ratio']:>14.3f} [{lo:.2f}-{hi:.2f}]"
+                     f"{m['bytes_per_update']:>10,.0f}{m['cross_gap_mean']:>8.1f}{model}")
+    lines.append("SIMULATED (communication model), updates/s at N nodes x 1 worker:")
+    for label, nets in result.get("simulated", {}).items():
+        for name, by_n in nets.items():
+            lines.append(f"  {label:<38}{name:<24}" + "".join(
+                f"{'N=' + n:>6}{v:>12,.0f}" for n, v in by_n.items()))
+    return "\n".join(lines)
