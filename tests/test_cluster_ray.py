@@ -180,3 +180,20 @@ def test_bench_ray_quick_measures_every_setting_against_the_baseline(ray_cluster
         assert m["updates_per_s"] > 0 and m["rate_ratio"] > 0 and m["loss_ratio"] > 0
         assert m["bytes_per_update"] > 0 and m["model_updates_per_s"] > 0
     assert "x shm" in bench.format_table(r)
+
+
+@pytest.mark.parametrize("policy", [hogkit.DSSP(1, 4), hogkit.LocalSGD(8)],
+                         ids=["dssp", "local_sgd"])
+def test_dssp_and_hierarchical_local_sgd_across_nodes(ray_cluster, no_cluster_leaks, policy):
+    """DSSP's bound (its grants included) holds across nodes through the gate row;
+    local SGD merges within each node while the agents sync the nodes (HLSGD's two
+    periods). Both train."""
+    run = hogkit.train("mlp", backend="ray", nodes=2, workers=1, policy=policy, steps=400,
+                       seed=1, progress=False)
+    s = run.summary()
+    assert run.final_loss < run.initial_loss
+    assert s["cross_node"]["exchanges"] > 0
+    if isinstance(policy, hogkit.DSSP):
+        assert s["staleness"]["clock_lag"]["max"] <= policy.s_hi
+    else:
+        assert run.updates == 2 * (200 // 8)          # one update = one merge

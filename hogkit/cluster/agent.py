@@ -35,6 +35,11 @@ to the supervisor, on the same views the workers write, with no lock:
   needs (one round trip per BSP iteration, not polling). After an exchange that
   brought nothing new it backs off (50 µs doubling to 2 ms).
 
+- **Start**: the gate row is IDLE until every node has made its first exchange
+  (which a node makes once its own workers are ready), so every node's workers
+  leave their start barrier together and a budget in seconds covers the same time
+  on every node.
+
 - **Backlog** (``backlog=b``, under Async only): no other node binds this one, but
   the gate row follows this node's *own* clock at its last exchange and the workers
   run SSP(b) against it, so a node runs at most ``b`` iterations ahead of what it
@@ -62,7 +67,7 @@ import time
 
 import numpy as np
 
-from hogkit.clocks import DONE, RUNNING
+from hogkit.clocks import DONE, IDLE, RUNNING
 from hogkit.kernels import clock as _kc
 from hogkit.kernels import staleness as _ks
 from hogkit.reader import StalenessLog
@@ -109,8 +114,11 @@ class Agent:
         self._thread = None
         slots = clocks.slots
         slots[self.gate, _kc.ITER] = 0
-        slots[self.gate, _kc.STATE] = RUNNING if self.remote else DONE
-        slots[self.gate, _kc.BEAT] = time.monotonic_ns()
+        # IDLE holds this node's workers at their start barrier until every node has
+        # joined (the cluster starts together, so budgets in seconds line up)
+        self.joined = not self.remote
+        slots[self.gate, _kc.STATE] = IDLE if self.remote else DONE
+        slots[self.gate, _kc.BEAT] = self._advanced_ns = time.monotonic_ns()
 
     # ------------------------------------------------------------------ one exchange
 
@@ -120,7 +128,7 @@ class Agent:
         it = slots[:W, _kc.ITER].copy()           # one read: the clock and the need agree
         clock = int(it.min())
         updates = int(slots[:W, _kc.UPD].sum())
-        reads = int(slots[:W, _kc.ITER].sum())
+        reads = int(it.sum())
         copy = {k: v.copy() for k, v in self.params.items()}
         deltas = [dict() for _ in range(len(next(iter(self.ranges.values()))))]
         for name, cur in copy.items():
@@ -157,6 +165,9 @@ class Agent:
             self._record(gap, n)
         self.remote_seen, self.reads_seen = remote_updates, reads
         live = [m for m in self.remote if not finished[m]]
+        if not self.joined and np.all([r["joined"] for r in replies]):
+            self.joined = True
+            slots[self.gate, _kc.STATE] = RUNNING
         if self.backlog is not None:
             slots[self.gate, _kc.ITER] = max(int(slots[self.gate, _kc.ITER]), clock)
             slots[self.gate, _kc.BEAT] = time.monotonic_ns()
@@ -166,12 +177,13 @@ class Agent:
         elif live:
             c = int(min(clocks[m] for m in live))
             old = int(slots[self.gate, _kc.ITER])
-            if c > old:                          # DSSP reads the gate's timing too
-                now = time.monotonic_ns()
-                slots[self.gate, _kc.INTERVAL] = (now - int(slots[self.gate, _kc.BEAT])) // (c - old)
+            now = time.monotonic_ns()
+            if c > old:       # DSSP reads the gate's timing: time per remote iteration
+                slots[self.gate, _kc.INTERVAL] = (now - self._advanced_ns) // (c - old)
                 slots[self.gate, _kc.ITER] = c
+                self._advanced_ns = now
                 news = True
-            slots[self.gate, _kc.BEAT] = time.monotonic_ns()
+            slots[self.gate, _kc.BEAT] = now
         return news
 
     def _need(self, it):
@@ -219,9 +231,22 @@ class Agent:
                                         daemon=True)
         self._thread.start()
 
+    def _join(self):
+        """Once this node's workers are ready, exchange until every node has joined;
+        then the gate row goes RUNNING and the workers leave their start barrier."""
+        slots = self.clocks.slots
+        while not self._halt.is_set() and not self.joined:
+            if (slots[:self.workers, _kc.STATE] == IDLE).any():
+                self._halt.wait(1e-3)
+            else:
+                self.cycle()
+                if not self.joined:
+                    self._halt.wait(1e-3)
+
     def _loop(self):
         wait = _BACKOFF_MIN
         try:
+            self._join()
             while not self._halt.is_set():
                 if self.clocks.stopping() or not self.due():
                     self._halt.wait(_BACKOFF_MIN)
@@ -234,6 +259,10 @@ class Agent:
         except BaseException as e:                  # noqa: BLE001 - reported by finish()
             self.error = e
             self.clocks.request_stop()          # the workers stop; finish() raises it
+
+    def halt(self):
+        """Stop the thread soon (no last exchange): every exit path of the node."""
+        self._halt.set()
 
     def finish(self, *, push=True):
         """Stop the thread; then, unless it failed, one last exchange marked done (the

@@ -65,7 +65,7 @@ class NodeRun(_Live):
                            sync_every=self.sync_every, bound=policy_bound(self.plan.policy),
                            fraction=self.fraction, backlog=self.backlog)
         self.agent.start()
-        stack.callback(self.agent._halt.set)       # on every exit path
+        stack.callback(self.agent.halt)       # on every exit path
         self.ready.set()
 
     def _supervise(self, errdir, progress):
@@ -76,7 +76,7 @@ class NodeRun(_Live):
             raise NodeFailed(self.node, f"node {self.node}: worker {e.rank} failed: {e}",
                              rank=e.rank, cause=e.cause) from e
         except BaseException:
-            self.agent._halt.set()
+            self.agent.halt()
             raise
         self.agent.finish()                      # the agent's own failure raises here
         return wall

@@ -45,8 +45,8 @@ def row_ranges(n_rows: int, shards: int) -> list:
 
 class Reply(dict):
     """What an exchange answers: ``rows`` ``{name: (local row ids, values)}``, and the
-    shard's ``versions`` (updates held from each node), ``clocks`` and ``done`` (per
-    node), ``seq`` (pushes applied so far)."""
+    shard's ``versions`` (updates held from each node), ``clocks``, ``done`` and
+    ``joined`` (per node: has exchanged at all), ``seq`` (pushes applied so far)."""
 
 
 class Shard:
@@ -60,6 +60,7 @@ class Shard:
         self.versions = np.zeros(nodes, np.int64)
         self.clocks = np.zeros(nodes, np.int64)
         self.done = np.zeros(nodes, bool)
+        self.joined = np.zeros(nodes, bool)        # made an exchange (workers ready)
         self.seen = np.zeros(nodes, np.int64)       # seq of each node's last pull
         self.bytes_in = self.bytes_out = 0
 
@@ -88,6 +89,7 @@ class Shard:
         self.versions[node] += updates
         self.clocks[node] = max(self.clocks[node], clock)
         self.done[node] |= bool(done)
+        self.joined[node] = True
 
     def pull(self, node: int) -> Reply:
         """The pull half of :meth:`exchange`."""
@@ -100,7 +102,7 @@ class Shard:
             out[name] = (rows, vals)
             self.bytes_out += rows.nbytes + vals.nbytes
         return Reply(rows=out, versions=self.versions.copy(), clocks=self.clocks.copy(),
-                     done=self.done.copy(), seq=self.seq)
+                     done=self.done.copy(), joined=self.joined.copy(), seq=self.seq)
 
     def snapshot(self) -> dict:
         """Every row this shard holds (the global model's slice), and its counters."""
