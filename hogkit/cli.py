@@ -170,6 +170,8 @@ def build_parser():
     bench.add_argument("scenario", nargs="?", default="kernels", choices=BENCH_SCENARIOS)
     bench.add_argument("--quick", action="store_true", help="small sizes, a few rounds")
     bench.add_argument("--json", default=None, metavar="FILE", help="write raw figures here")
+    bench.add_argument("--workload", default=None, choices=_workload_names(),
+                       help="the workload, for scenarios that take one (ray)")
     doc = sub.add_parser("doctor", help="check this machine: shared memory, limits, cores, "
                                         "start method, torch build, numba cache, a smoke run")
     doc.add_argument("--workers", type=_positive_int, default=2,
@@ -517,8 +519,15 @@ def _cmd_sim(args):
 
 def _cmd_bench(args):
     import importlib
+    import inspect
     mod = importlib.import_module(f"hogkit.benchmarks.{args.scenario}")
-    result = mod.run(quick=args.quick)
+    kwargs = {}
+    if args.workload is not None:
+        if "workload" not in inspect.signature(mod.run).parameters:
+            from hogkit.errors import InvalidArgument
+            raise InvalidArgument(f"hogkit bench {args.scenario} takes no --workload")
+        kwargs["workload"] = args.workload
+    result = mod.run(quick=args.quick, **kwargs)
     print(mod.format_table(result))
     if args.json:
         from hogkit.report import write_json

@@ -16,7 +16,6 @@ from hogkit import Async, BSP, InvalidArgument
 from hogkit.clocks import DONE, RUNNING, Clocks
 from hogkit.cluster.agent import Agent
 from hogkit.cluster.shard import Shard, row_ranges
-from hogkit.kernels import clock as kc
 
 
 def test_row_ranges_cover_every_row_once():

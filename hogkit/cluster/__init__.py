@@ -56,7 +56,7 @@ def train_cluster(workload, *, nodes, workers, address, servers, sync_every, pus
                   start_timeout=120.0, **plan_kwargs):
     """``train(backend="ray", ...)``: checks, plans, then :func:`backend.run_cluster`."""
     from hogkit.cluster.backend import check_address, require_ray, run_cluster
-    from hogkit.plan import make_plan
+    from hogkit.plan import eval_interval, make_plan
     from hogkit.report import environment
     from hogkit.runtime import choose_engine
 
@@ -112,6 +112,6 @@ def train_cluster(workload, *, nodes, workers, address, servers, sync_every, pus
                   address=address, steps=steps, seconds=plan.seconds)
     return run_cluster(plans, engine, nodes=nodes, servers=servers, address=address,
                        sync_every=sync_every, fraction=push_fraction, backlog=backlog,
-                       eval_every=plan.eval_every, out=plan.out, keep_params=keep_params,
+                       eval_every=eval_interval(plan, live=True)[0], out=plan.out, keep_params=keep_params,
                        config=config, wait_timeout=wait_timeout, grace=grace,
                        call_timeout=call_timeout, start_timeout=start_timeout)

@@ -35,9 +35,8 @@ import numpy as np
 from hogkit.cluster.node import NodeFailed, NodeRun
 from hogkit.cluster.shard import Shard, row_ranges
 from hogkit.errors import HogkitError, Interrupted, InvalidArgument
-from hogkit.plan import eval_interval
 from hogkit.reader import StalenessLog
-from hogkit.report import environment, write_outputs
+from hogkit.report import write_outputs
 from hogkit.run import Run
 from hogkit.store import sweep_dead_segments
 from hogkit.workloads.base import metrics_of
@@ -161,7 +160,7 @@ class ShardActor:
         return os.getpid()
 
 
-def _start_ray(ray, address, nodes, workers, servers):
+def _start_ray(ray, address):
     """``(started_here)``: join ``address``, or start a local instance sized for the
     run (logical CPUs: the actors themselves ask for none on a local instance)."""
     if ray.is_initialized():
@@ -188,7 +187,8 @@ def check_address(address):
 def run_cluster(plans, engine, *, nodes, servers, address, sync_every, fraction,
                 backlog, eval_every, out, keep_params, config, wait_timeout, grace,
                 call_timeout=30.0, start_timeout=120.0) -> Run:
-    """Run ``plans`` (one per node, checked already) on Ray; see the module docstring."""
+    """Run ``plans`` (one per node, checked already) on Ray; see the module docstring.
+    ``eval_every``: seconds between evaluations of the global model (inf: none)."""
     ray = require_ray()
     from hogkit.runtime import _parent_signals
     plan = plans[0]
@@ -196,7 +196,7 @@ def run_cluster(plans, engine, *, nodes, servers, address, sync_every, fraction,
     params0, data0 = wl.build(plan.seed)
     initial_loss = float(wl.loss(params0, data0))
     ranges = {k: row_ranges(v.shape[0], servers) for k, v in params0.items()}
-    started = _start_ray(ray, address, nodes, plan.workers, servers)
+    started = _start_ray(ray, address)
     local = started or address is None
     shard_cls = ray.remote(num_cpus=0, max_restarts=0)(ShardActor)
     node_cls = ray.remote(max_restarts=0, max_concurrency=4)(NodeActor)
@@ -249,7 +249,7 @@ class _Driver:
                  call_timeout, start_timeout):
         self.ray, self.plans, self.nodes, self.shards = ray, plans, nodes, shards
         self.ranges, self.wl, self.data = ranges, wl, data
-        self.every = eval_interval(plans[0], live=True)[0] if eval_every is not None else math.inf
+        self.every = eval_every                 # seconds between global evaluations
         self.grace, self.call_timeout, self.start_timeout = grace, call_timeout, start_timeout
         self.curve = []
 
