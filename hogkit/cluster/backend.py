@@ -197,7 +197,6 @@ def run_cluster(plans, engine, *, nodes, servers, address, sync_every, fraction,
     initial_loss = float(wl.loss(params0, data0))
     ranges = {k: row_ranges(v.shape[0], servers) for k, v in params0.items()}
     started = _start_ray(ray, address)
-    local = started or address is None
     shard_cls = ray.remote(num_cpus=0, max_restarts=0)(ShardActor)
     node_cls = ray.remote(max_restarts=0, max_concurrency=4)(NodeActor)
     actors, node_actors = [], []
@@ -209,7 +208,10 @@ def run_cluster(plans, engine, *, nodes, servers, address, sync_every, fraction,
                                            for k, v in params0.items()}, nodes)
                       for s in range(servers)]
             actors += shards
-            opts = ({"num_cpus": 0} if local else
+            # one machine: the actors ask for no CPU (its workers are processes of
+            # their own); several: each node asks for its workers' CPUs, spread out
+            machines = sum(1 for m in ray.nodes() if m.get("Alive"))
+            opts = ({"num_cpus": 0} if machines <= 1 else
                     {"num_cpus": plan.workers, "scheduling_strategy": "SPREAD"})
             node_actors = [node_cls.options(name=f"{tag}-node{n}", **opts).remote(
                 plans[n], engine, n, nodes, ranges, shards, sync_every, fraction, backlog,
