@@ -44,6 +44,12 @@ def _children():
             and pid not in _SHARED]
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``ray`` run last: the session's Ray instance (its raylet, GCS and
+    workers) then lives only while they run, not beside every later test."""
+    items.sort(key=lambda item: item.get_closest_marker("ray") is not None)
+
+
 @pytest.fixture(scope="session")
 def ray_cluster():
     """One local Ray instance for every test marked ``ray`` (``-m "not ray"`` skips

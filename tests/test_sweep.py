@@ -110,7 +110,7 @@ def test_aggregate_and_plot_mean_and_std_over_seeds(tmp_path):
 def test_sigint_leaves_a_valid_partial_table_and_a_rerun_finishes_it(tmp_path):
     out = str(tmp_path / "live.jsonl")
     args = [sys.executable, "-m", "hogkit.cli", "sweep", "--mode", "live", "--out", out,
-            "--grid", "seed=0,1,2", "--set", "o.preset=hot", "--set", "seconds=1.5",
+            "--grid", "seed=0,1,2,3", "--set", "o.preset=hot", "--set", "seconds=1.5",
             "--set", "workers=2", "--no-progress"]
     p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
@@ -119,17 +119,21 @@ def test_sigint_leaves_a_valid_partial_table_and_a_rerun_finishes_it(tmp_path):
     assert len(load(out)) >= 1, p.stderr.read() if p.poll() is not None else "no row"
     # one Ctrl-C, wherever it lands (a cell running, its workers spawning or being
     # stopped, between cells), stops the sweep with 130
+    seen, finished = len(load(out)), p.poll() is not None
     p.send_signal(signal.SIGINT)
-    assert p.wait(timeout=60) == 130, p.stderr.read()
+    rc = p.wait(timeout=60)
+    assert rc == 130, (f"rc {rc}; {seen} rows and the sweep "
+                       f"{'already finished' if finished else 'running'} at the SIGINT; "
+                       f"{p.stderr.read()}")
     done = load(out)
-    assert 1 <= len(done) < 3 and all(r["mode"] == "live" for r in done)
+    assert 1 <= len(done) < 4 and all(r["mode"] == "live" for r in done)
     with open(out) as f:                     # every line whole
         assert [json.loads(x) for x in f] == done
     r = subprocess.run(args, capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stderr
     rows = load(out)
     assert [x["seed"] for x in rows] == [x["seed"] for x in done] + sorted(
-        {0, 1, 2} - {x["seed"] for x in done})
+        {0, 1, 2, 3} - {x["seed"] for x in done})
     assert rows[:len(done)] == done
     mine = f"hogkit_{p.pid}_"
     assert not [n for n in os.listdir("/dev/shm") if n.startswith(mine)]
