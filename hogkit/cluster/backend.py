@@ -236,12 +236,19 @@ def run_cluster(plans, engine, *, nodes, servers, address, sync_every, fraction,
                    config, out, keep_params)
 
 
-def _get(ray, refs, timeout, what):
+def _get(ray, refs, timeout, what, died=HogkitError):
+    """``ray.get`` with a timeout; an actor that died is ``died`` with a message naming
+    it, not a Ray traceback."""
     try:
         return ray.get(refs, timeout=timeout)
     except ray.exceptions.GetTimeoutError:
         raise TimeoutError(f"{what} within {timeout:g} s; raise start_timeout=... or "
                            f"check the cluster (ray status)") from None
+    except ray.exceptions.RayActorError as e:
+        lines = str(e).splitlines()
+        name = next((ln.split(":", 1)[1].strip() for ln in lines
+                     if ln.strip().startswith("name:")), "?")
+        raise died(f"{what}: actor {name} died ({lines[0].strip()})") from None
 
 
 class _Driver:
@@ -258,7 +265,8 @@ class _Driver:
     def snapshot(self):
         """The global model and version vector, pulled from every shard."""
         snaps = _get(self.ray, [s.snapshot.remote() for s in self.shards],
-                     self.call_timeout, "a parameter shard did not answer a snapshot")
+                     self.call_timeout, "the driver's snapshot of the parameter shards",
+                     died=ShardFailed)
         params = {}
         for name, rr in self.ranges.items():
             params[name] = np.concatenate([snaps[s]["values"][name] for s in range(len(rr))])
