@@ -27,7 +27,7 @@ from hogkit.comm import Network
 from hogkit.runtime import train
 
 #: (label, policy, sync_every, backlog, push_fraction, model bound or "-" if the
-#: model does not describe it)
+#: model does not describe it[, {"servers": S, "schedule": spec}])
 SETTINGS = [
     ("async sync=1", Async(), 1, None, 1.0, "-"),
     ("async sync=1 backlog=8", Async(), 1, 8, 1.0, None),
@@ -37,8 +37,18 @@ SETTINGS = [
     ("async sync=1024 backlog=2048 push=0.1", Async(), 1024, 2048, 0.1, None),
     ("ssp(4) sync=1", SSP(4), 1, None, 1.0, "-"),
     ("bsp sync=1", BSP(), 1, None, 1.0, 0),
+    # the exchange cut into messages (hogkit.propagation schedules), 2 shards
+    ("bsp sync=1 servers=2", BSP(), 1, None, 1.0, 0, {"servers": 2}),
+    ("bsp sync=1 servers=2 fifo", BSP(), 1, None, 1.0, 0,
+     {"servers": 2, "schedule": "fifo"}),
+    ("bsp sync=1 servers=2 p3:4096", BSP(), 1, None, 1.0, 0,
+     {"servers": 2, "schedule": "p3:4096"}),
+    ("async sync=1 servers=2", Async(), 1, None, 1.0, "-", {"servers": 2}),
+    ("async sync=1 servers=2 p3:4096", Async(), 1, None, 1.0, "-",
+     {"servers": 2, "schedule": "p3:4096"}),
 ]
 NODES_SIMULATED = (2, 8, 32, 128)
+QUICK = ("async sync=1", "async sync=1 backlog=8", "bsp sync=1 servers=2 p3:4096")
 
 
 def _round_trips(ray, workload, calls=40):
@@ -71,7 +81,7 @@ def run(quick=False, rounds=None, seconds=None, workload="mf", only=None) -> dic
     ray = require_ray()
     rounds = rounds or (1 if quick else 3)
     seconds = seconds or (1.5 if quick else 4.0)
-    settings = SETTINGS[:2] + SETTINGS[-1:] if quick else SETTINGS
+    settings = ([x for x in SETTINGS if x[0] in QUICK] if quick else SETTINGS)
     if only is not None:
         settings = [x for x in SETTINGS if x[0] in only]
     wl = workloads.get(workload)
@@ -102,13 +112,14 @@ def run(quick=False, rounds=None, seconds=None, workload="mf", only=None) -> dic
                               "updates_per_s": base_rate,
                               "all": [b.updates_per_s for b in base],
                               "final_loss": [b.final_loss for b in base]}
-        for label, policy, sync, backlog, frac, bound in settings:
+        for label, policy, sync, backlog, frac, bound, *more in settings:
+            extra = more[0] if more else {}
             rows = []
             for r in range(rounds):
                 c = train(workload, backend="ray", nodes=2, workers=1, policy=policy,
                           seconds=seconds, seed=r, sync_every=sync, backlog=backlog,
                           push_fraction=frac, eval_every=None, progress=False,
-                          keep_params=False)
+                          keep_params=False, **extra)
                 s = c.summary()
                 # the single-node run with the same policy and the same updates
                 ref = train(workload, workers=2, policy=policy, steps=c.updates, seed=r,
@@ -129,10 +140,12 @@ def run(quick=False, rounds=None, seconds=None, workload="mf", only=None) -> dic
                                        max(x["loss_ratio"] for x in rows)]
             if bound != "-":
                 med["model_updates_per_s"] = predict_updates_per_s(
-                    step_s, sync, med["bytes_each_way_per_exchange"], net, 2, bound=bound)
+                    step_s, sync, med["bytes_each_way_per_exchange"], net, 2, bound=bound,
+                    servers=extra.get("servers", 1), schedule=extra.get("schedule"))
                 med["measured_over_model"] = med["updates_per_s"] / med["model_updates_per_s"]
             result["settings"][label] = {"sync_every": sync, "backlog": backlog,
                                          "push_fraction": frac, "policy": repr(policy),
+                                         **extra,
                                          "model_bound": bound, "median": med,
                                          "rounds": rows}
         result["simulated"] = _extrapolate(result, step_s, net, rt["bytes_each_way"])
@@ -157,7 +170,8 @@ def _extrapolate(result, step_s, net, full_bytes):
         out[label] = {name: {str(n): predict_updates_per_s(
                                  step_s, s["sync_every"],
                                  min(full_bytes, m["bytes_each_way_per_exchange"] * n / 2),
-                                 nw, n, servers=n, bound=s["model_bound"])
+                                 nw, n, servers=n, bound=s["model_bound"],
+                                 schedule=s.get("schedule"))
                              for n in NODES_SIMULATED}
                       for name, nw in nets.items()}
     return out

@@ -156,6 +156,10 @@ def build_parser():
     ray.add_argument("--backlog", type=int, default=None, metavar="ITERATIONS",
                      help="Async only: a node runs at most this far ahead of its last "
                           "exchange")
+    ray.add_argument("--schedule", default=None, metavar="SCHEDULE",
+                     help="cut each exchange into messages: fifo, slicing:N, priority, "
+                          "p3:N (N parameters a slice; priority and p3 send the input "
+                          "side first); default: one message per shard")
     sim = sub.add_parser("sim", help="simulate the run in virtual time (deterministic; "
                                      "workers may far exceed the cores)")
     _add_training_options(sim)
@@ -474,12 +478,13 @@ def _cmd_run(args):
     if args.backend == "ray":
         cluster = {"backend": "ray", "nodes": args.nodes, "address": args.address,
                    "servers": args.servers, "sync_every": args.sync_every,
-                   "push_fraction": args.push_fraction, "backlog": args.backlog}
+                   "push_fraction": args.push_fraction, "backlog": args.backlog,
+                   "schedule": args.schedule}
         where = f"{args.nodes} nodes x {args.workers} workers on Ray"
     else:
-        if args.nodes != 1 or args.address is not None:
+        if args.nodes != 1 or args.address is not None or args.schedule is not None:
             from hogkit.errors import InvalidArgument
-            raise InvalidArgument("--nodes/--address are for a cluster run: add "
+            raise InvalidArgument("--nodes/--address/--schedule are for a cluster run: add "
                                   "--backend ray")
         make_plan(wl, out=out, **knobs)     # bad options: exit 2 before anything is said
         where = f"{args.workers} workers"

@@ -287,7 +287,7 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
           workload_options=None, keep_params=True, shards=1, engine="auto",
           events="sampled", checkpoint_every="auto", resume=None, on_failure="stop",
           max_restarts=3, backend="local", nodes=1, address=None, servers=1, sync_every=1,
-          push_fraction=1.0, backlog=None) -> Run:
+          push_fraction=1.0, backlog=None, schedule=None) -> Run:
     """Train ``workload`` with ``workers`` processes sharing one parameter store.
 
     Parameters
@@ -349,7 +349,11 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
         ``address`` None starts a local Ray instance for the run, ``"auto"`` or
         ``"ray://host:port"`` joins a cluster (:mod:`hogkit.cluster`). ``steps`` and
         straggler ranks are over the whole cluster. Under Async, ``backlog=b`` keeps
-        each node at most b iterations ahead of its last exchange.
+        each node at most b iterations ahead of its last exchange. ``schedule`` (a
+        :class:`~hogkit.propagation.Schedule` or ``"fifo"``, ``"slicing:N"``,
+        ``"priority"``, ``"p3:N"``) cuts each exchange into messages of about N
+        parameters, sent input side first under priority and p3, each merged as
+        it arrives; None (default): one message per shard.
 
     Raises
     ------
@@ -365,16 +369,17 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
         return train_cluster(
             workload, nodes=nodes, workers=workers, address=address, servers=servers,
             sync_every=sync_every, push_fraction=push_fraction, backlog=backlog,
-            stragglers=stragglers,
+            schedule=schedule, stragglers=stragglers,
             steps=steps, out=out, keep_params=keep_params, eval_every=eval_every,
             resume=resume, on_failure=on_failure, checkpoint_every=checkpoint_every,
             engine=engine, wait_timeout=wait_timeout, grace=grace, policy=policy,
             rule=rule, density=density, batch=batch, seconds=seconds, seed=seed,
             nonfinite=nonfinite, shards=shards, workload_options=workload_options,
             events=events)
-    if nodes != 1 or address is not None:
-        raise InvalidArgument(f"nodes={nodes!r}, address={address!r} are for a cluster run: "
-                              f'add backend="ray"')
+    if nodes != 1 or address is not None or schedule is not None:
+        raise InvalidArgument(f"nodes={nodes!r}, address={address!r}, schedule={schedule!r} "
+                              f'are for a cluster run: add backend="ray" (a local run has '
+                              f"no exchange to schedule)")
     check_choice("on_failure", on_failure, ("stop", "restart"))
     max_restarts = check_int("max_restarts", max_restarts, min_value=0)
     wait_timeout = check_float("wait_timeout", wait_timeout, min_value=0.0, exclude_min=True)

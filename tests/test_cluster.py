@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 import hogkit
 from hogkit import Async, BSP, InvalidArgument
 from hogkit.clocks import DONE, RUNNING, Clocks
-from hogkit.cluster.agent import Agent
-from hogkit.cluster.shard import Shard, row_ranges
+from hogkit.cluster.agent import Agent, plan_messages
+from hogkit.cluster.shard import Shard, local_exchange, row_ranges
+from hogkit.propagation import parse_schedule
 
 
 def test_row_ranges_cover_every_row_once():
@@ -48,17 +49,22 @@ def test_shard_push_then_pull_returns_only_what_changed():
 class _Node:
     """A node without processes: private views, clocks with the gate row, an agent."""
 
-    def __init__(self, node, nodes, init, shards, workers=1, **kw):
+    def __init__(self, node, nodes, init, shards, workers=1, order=None, **kw):
         specs = Clocks.specs(workers + 1)
         self.clocks = Clocks({k: np.zeros(s, d) for k, (s, d) in specs.items()})
         self.clocks.state[:] = RUNNING
         self.params = {k: v.copy() for k, v in init.items()}
         ranges = {k: row_ranges(v.shape[0], len(shards)) for k, v in init.items()}
 
-        def exchange(node, clock, updates, deltas, done, need=None):
+        inner = local_exchange(shards, order)
+
+        def exchange(node, messages, need=None):
             self.needs.append(need)
-            return [s.exchange(node, clock, updates, d, done) for s, d in zip(shards, deltas)]
-        self.needs = []
+            for k, answer in enumerate(inner(node, messages, need)):
+                yield answer
+                if self.between is not None:     # another node's exchange interleaves
+                    self.between(k)
+        self.needs, self.between = [], None
         self.agent = Agent(node, nodes, self.params, self.clocks, workers, ranges, exchange,
                            **kw)
 
@@ -132,34 +138,136 @@ def test_backlog_gate_follows_the_nodes_own_clock():
     assert a.clocks.iterations[1] == 3     # the gate: a's clock at its last exchange
 
 
-@settings(max_examples=30)
+_SCHEDULES = [None, "fifo", "priority", "slicing:3", "p3:2", "p3:1"]
+
+
+def _order(kind, rnd):
+    """How the messages of one exchange reach the shards: as sent, reversed, shuffled
+    (an asynchronous actor may start them in any order)."""
+    if kind == "sent":
+        return None
+    if kind == "reversed":
+        return lambda msgs: range(len(msgs) - 1, -1, -1)
+    return lambda msgs: rnd.sample(range(len(msgs)), len(msgs))
+
+
+@settings(max_examples=40, deadline=None)
 @given(ops=st.lists(st.tuples(st.integers(0, 1), st.sampled_from(["upd", "sync"]),
-                              st.integers(0, 7), st.floats(-4, 4, allow_nan=False)),
+                              st.integers(0, 12), st.floats(-4, 4, allow_nan=False)),
                     max_size=40),
-       fraction=st.sampled_from([1.0, 0.5, 0.2]), servers=st.integers(1, 3))
-def test_no_update_is_lost_whatever_the_exchange_order_and_density(ops, fraction, servers):
+       fraction=st.sampled_from([1.0, 0.5, 0.2]), servers=st.integers(1, 3),
+       schedule=st.sampled_from(_SCHEDULES),
+       order=st.sampled_from(["sent", "reversed", "shuffled"]), rnd=st.randoms())
+def test_no_update_is_lost_whatever_the_exchange_order_and_density(
+        ops, fraction, servers, schedule, order, rnd):
     """Sequential interleavings (no racing writes): after both nodes' final exchanges
     the global model is the initial one plus every update, with a push fraction < 1
-    too (the rest is sent later, never dropped); and each node then holds it."""
-    init = {"w": np.arange(16.0).reshape(8, 2)}
-    shards, nodes = _cluster(init, servers=servers, fraction=fraction)
-    expect = init["w"].copy()
+    too (the rest is sent later, never dropped), with any schedule and whatever order
+    a sliced exchange's messages reach the shards in; and each node then holds it."""
+    init = {"w": np.arange(16.0).reshape(8, 2), "b": np.arange(5.0)}
+    shards, nodes = _cluster(init, servers=servers, fraction=fraction,
+                             order=_order(order, rnd),
+                             schedule=None if schedule is None else parse_schedule(schedule))
+    expect = {k: v.copy() for k, v in init.items()}
     for n, op, row, v in ops:
         if op == "upd":
-            nodes[n].update("w", row, v)
-            expect[row] += v
+            name = "w" if row < 8 else "b"
+            nodes[n].update(name, row % 8, v)
+            expect[name][row % 8] += v
         else:
             nodes[n].agent.cycle()
     for _ in range(40):                    # a fraction < 1 needs several pushes to drain
         for node in nodes:
             node.agent.cycle()
-        if all(np.allclose(nd.params["w"], nd.agent.base["w"]) for nd in nodes):
+        if all(np.allclose(nd.params[k], nd.agent.base[k]) for nd in nodes for k in init):
             break
     for node in nodes:
         node.agent.cycle()
-    np.testing.assert_allclose(_global(shards)["w"], expect, atol=1e-9)
-    for node in nodes:
-        np.testing.assert_allclose(node.params["w"], expect, atol=1e-9)
+    for k in init:
+        np.testing.assert_allclose(_global(shards)[k], expect[k], atol=1e-9)
+        for node in nodes:
+            np.testing.assert_allclose(node.params[k], expect[k], atol=1e-9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops=st.lists(st.tuples(st.integers(0, 1), st.booleans(), st.integers(0, 7),
+                              st.integers(-1, 6)), max_size=40),
+       servers=st.integers(1, 3), schedule=st.sampled_from(_SCHEDULES),
+       order=st.sampled_from(["sent", "reversed", "shuffled"]), rnd=st.randoms())
+def test_the_gate_clock_is_a_promise_under_any_schedule(ops, servers, schedule, order, rnd):
+    """Whenever a node's gate row says the other node reached clock c, every row of its
+    store holds the other node's first c updates of that row, also when its exchange
+    ran between two messages of the other's (each update a distinct power of two, so
+    which updates a value holds is readable from its bits)."""
+    init = {"w": np.zeros((8, 1))}
+    shards, nodes = _cluster(init, servers=servers, order=_order(order, rnd),
+                             schedule=None if schedule is None else parse_schedule(schedule))
+    done = [[], []]                        # each node's updates: (row, value), in order
+    bit = 0
+
+    def check(n):
+        c = nodes[n].clocks.iterations[1]          # the gate row: the other's clock
+        for row, v in done[1 - n][:c]:
+            held = int(nodes[n].params["w"][row, 0])
+            assert held & int(v), (f"node {n}'s gate says the other reached {c} but row "
+                                   f"{row} lacks its update {v:g}")
+
+    for n, upd, row, at in ops:
+        if upd:
+            v = float(2 ** bit)
+            bit += 1
+            nodes[n].update("w", row, v)
+            done[n].append((row, v))
+            continue
+        # node n exchanges; after its message `at` node 1-n makes a whole exchange
+        def between(k, n=n, at=at):
+            if k == at:
+                nodes[1 - n].agent.cycle()
+                check(1 - n)
+        nodes[n].between = between
+        nodes[n].agent.cycle()
+        nodes[n].between = None
+        check(n)
+
+
+def test_plan_messages_cover_each_row_once_in_the_schedules_order():
+    shapes = {"in.w": (10, 4), "in.b": (10,), "out.w": (3, 10)}
+    ranges = {k: row_ranges(v[0], 2) for k, v in shapes.items()}
+    assert plan_messages(shapes, ranges) == [(0, None, 1), (1, None, 1)]
+    for spec, first in (("fifo", "out.w"), ("slicing:8", "out.w"), ("priority", "in.w"),
+                        ("p3:8", "in.w")):
+        plan = plan_messages(shapes, ranges, parse_schedule(spec))
+        assert next(iter(plan[0][1])) == first, spec
+        for name, shape in shapes.items():
+            for s, (lo, hi) in enumerate(ranges[name]):
+                got = sorted(r for sh, w, _ in plan if sh == s and name in w
+                             for r in range(*w[name]))
+                assert got == list(range(hi - lo)), (spec, name, s)
+        for s in range(2):                 # the last message to a shard counts them all
+            mine = [p for p in plan if p[0] == s]
+            assert [p[2] for p in mine] == [None] * (len(mine) - 1) + [len(mine)]
+    # p3:8 on a 4-wide parameter: 2 rows a slice; a 10-wide one: 1 row
+    p3 = plan_messages(shapes, ranges, parse_schedule("p3:8"))
+    assert {w["in.w"][1] - w["in.w"][0] for _, w, _ in p3 if "in.w" in w} == {1, 2}
+    assert {w["out.w"][1] - w["out.w"][0] for _, w, _ in p3 if "out.w" in w} == {1}
+
+
+def test_a_sliced_exchange_publishes_the_clock_once_every_part_is_in():
+    sh = Shard(0, {"w": np.zeros((4, 1))}, 2)
+    one = np.ones((1, 1))
+    # the clock-carrying part arrives first: the clock waits for the other two
+    sh.exchange(0, 5, 7, {"w": (np.array([3]), one)}, window={"w": (2, 4)}, parts=3)
+    r = sh.exchange(0, None, 0, {"w": (np.array([0]), one)}, window={"w": (0, 1)})
+    assert r["clocks"].tolist() == [0, 0] and r["versions"].tolist() == [0, 0]
+    assert r["rows"]["w"][0].tolist() == [0]             # only its own window
+    r = sh.exchange(0, None, 0, {"w": (np.array([1]), one)}, window={"w": (1, 2)})
+    assert r["clocks"].tolist() == [5, 0] and r["versions"].tolist() == [7, 0]
+    # node 1 pulls window (0, 2) then the rest: each row once
+    r = sh.exchange(1, 2, 1, {}, window={"w": (0, 2)})
+    assert r["rows"]["w"][0].tolist() == [0, 1]
+    r = sh.pull(1)
+    assert r["rows"]["w"][0].tolist() == [3]
+    assert sh.pull(1)["rows"]["w"][0].size == 0
 
 
 def test_cluster_arguments_are_checked_before_ray_starts():

@@ -78,6 +78,23 @@ def test_two_nodes_converge_like_one_node(ray_cluster, no_cluster_leaks, workloa
     assert gained_one > 0
 
 
+@pytest.mark.parametrize("schedule", ["p3:2000", "fifo"])
+def test_a_sliced_prioritised_exchange_trains_like_one_node(ray_cluster, no_cluster_leaks,
+                                                            schedule):
+    """The exchange cut into P3 slices (input side first, each merged as it arrives)
+    over 2 shards: same convergence, the bound held, the schedule in the config."""
+    kw = dict(policy=SSP(2), steps=600, seed=1, progress=False)
+    ray_run = hogkit.train("mlp", backend="ray", nodes=2, workers=1, servers=2,
+                           schedule=schedule, **kw)
+    one = hogkit.train("mlp", workers=2, **kw)
+    assert ray_run.updates == 600
+    assert abs(ray_run.final_loss - one.final_loss) <= 0.10 * one.final_loss, (
+        ray_run.final_loss, one.final_loss)
+    s = ray_run.summary()
+    assert s["staleness"]["clock_lag"]["max"] <= 2
+    assert s["config"]["schedule"] == schedule and s["config"]["servers"] == 2
+
+
 def test_a_dead_worker_stops_the_run_naming_its_node_and_rank(ray_cluster, tmp_path,
                                                               no_cluster_leaks):
     from hogkit.workloads import get
@@ -171,10 +188,11 @@ def test_bench_ray_quick_measures_every_setting_against_the_baseline(ray_cluster
     """`hogkit bench ray --quick` runs (speed is never asserted: only that every
     setting was measured against a baseline from the same invocation)."""
     from hogkit.benchmarks import ray as bench
-    r = bench.run(quick=True, seconds=1.0, only=["bsp sync=1"])
-    assert r["baseline"]["updates_per_s"] > 0 and list(r["settings"]) == ["bsp sync=1"]
+    label = "bsp sync=1 servers=2 p3:4096"     # a bounded, sliced, modelled setting
+    r = bench.run(quick=True, seconds=1.0, only=[label])
+    assert r["baseline"]["updates_per_s"] > 0 and list(r["settings"]) == [label]
     assert r["calibration"]["round_trips"]["full_s"] > 0
-    assert set(r["simulated"]["bsp sync=1"]["10 Gbit/s, 50 us"]) == {"2", "8", "32", "128"}
+    assert set(r["simulated"][label]["10 Gbit/s, 50 us"]) == {"2", "8", "32", "128"}
     for s in r["settings"].values():
         m = s["median"]
         assert m["updates_per_s"] > 0 and m["rate_ratio"] > 0 and m["loss_ratio"] > 0

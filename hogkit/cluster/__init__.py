@@ -21,6 +21,7 @@ import dataclasses
 
 from hogkit.errors import InvalidArgument
 from hogkit.policy import SSP, Async
+from hogkit.propagation import parse_schedule
 from hogkit.validation import check_float, check_int
 
 __all__ = ["train_cluster", "node_plans"]
@@ -51,7 +52,7 @@ def node_plans(plan, nodes, stragglers, make):
 
 
 def train_cluster(workload, *, nodes, workers, address, servers, sync_every, push_fraction,
-                  backlog, stragglers, steps, out, keep_params, eval_every, resume, on_failure,
+                  backlog, schedule, stragglers, steps, out, keep_params, eval_every, resume, on_failure,
                   checkpoint_every, engine, wait_timeout, grace, call_timeout=30.0,
                   start_timeout=120.0, **plan_kwargs):
     """``train(backend="ray", ...)``: checks, plans, then :func:`backend.run_cluster`."""
@@ -72,6 +73,8 @@ def train_cluster(workload, *, nodes, workers, address, servers, sync_every, pus
     start_timeout = check_float("start_timeout", start_timeout, min_value=0.0,
                                 exclude_min=True)
     address = check_address(address)
+    if schedule is not None:
+        schedule = parse_schedule(schedule)
     if backlog is not None:
         backlog = check_int("backlog", backlog, min_value=0,
                             fix="iterations a node may run ahead of its last exchange")
@@ -108,10 +111,11 @@ def train_cluster(workload, *, nodes, workers, address, servers, sync_every, pus
     config = plan.config(engine=engine, environment=environment())
     config.update(backend="ray", nodes=nodes, workers=nodes * W, workers_per_node=W,
                   servers=servers, sync_every=sync_every, push_fraction=push_fraction,
-                  backlog=backlog,
+                  backlog=backlog, schedule=None if schedule is None else schedule.spec,
                   address=address, steps=steps, seconds=plan.seconds)
     return run_cluster(plans, engine, nodes=nodes, servers=servers, address=address,
                        sync_every=sync_every, fraction=push_fraction, backlog=backlog,
+                       schedule=schedule,
                        eval_every=eval_interval(plan, live=True)[0], out=plan.out, keep_params=keep_params,
                        config=config, wait_timeout=wait_timeout, grace=grace,
                        call_timeout=call_timeout, start_timeout=start_timeout)

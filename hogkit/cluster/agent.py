@@ -72,7 +72,7 @@ from hogkit.kernels import clock as _kc
 from hogkit.kernels import staleness as _ks
 from hogkit.reader import StalenessLog
 
-__all__ = ["Agent"]
+__all__ = ["Agent", "plan_messages"]
 
 _BACKOFF_MIN, _BACKOFF_MAX = 50e-6, 2e-3
 
@@ -86,7 +86,7 @@ class Agent:
     none); ``fraction``: share of each push's non-zero entries sent (1: all)."""
 
     def __init__(self, node, nodes, params, clocks, workers, ranges, exchange, *,
-                 sync_every=1, bound=math.inf, fraction=1.0, backlog=None):
+                 sync_every=1, bound=math.inf, fraction=1.0, backlog=None, schedule=None):
         self.node, self.nodes = node, nodes
         self.params, self.clocks, self.workers = params, clocks, workers
         self.ranges, self.exchange = ranges, exchange
@@ -98,6 +98,8 @@ class Agent:
         if backlog is not None:
             self.bound = backlog
         self.base = {k: np.array(v, copy=True) for k, v in params.items()}
+        self.schedule = schedule
+        self.plan = plan_messages({k: v.shape for k, v in params.items()}, ranges, schedule)
         self.gate = workers                           # the gate row's index
         self.remote = [m for m in range(nodes) if m != node]
         self.last_clock = 0
@@ -130,30 +132,27 @@ class Agent:
         updates = int(slots[:W, _kc.UPD].sum())
         reads = int(it.sum())
         copy = {k: v.copy() for k, v in self.params.items()}
-        deltas = [dict() for _ in range(len(next(iter(self.ranges.values()))))]
+        sent = {}
         for name, cur in copy.items():
             d = cur - self.base[name]
             if self.fraction < 1.0:
                 d = _keep_largest(d, self.fraction)
             rows = np.flatnonzero(d if d.ndim == 1 else d.reshape(d.shape[0], -1).any(axis=1))
-            sent = d[rows]
-            self.base[name][rows] += sent
-            self.bytes_up += rows.nbytes + sent.nbytes
-            for s, (lo, hi) in enumerate(self.ranges[name]):
-                a, b = np.searchsorted(rows, (lo, hi))
-                deltas[s][name] = (rows[a:b] - lo, sent[a:b])
-        replies = self.exchange(self.node, clock, updates - self.pushed_updates, deltas, done,
-                                None if done else self._need(it))
+            vals = d[rows]
+            self.base[name][rows] += vals
+            self.bytes_up += rows.nbytes + vals.nbytes
+            sent[name] = (rows, vals)
+        messages = self._messages(sent, clock, updates - self.pushed_updates, done)
+        replies = []
+        for i, reply in self.exchange(self.node, messages, None if done else self._need(it)):
+            self._merge(messages[i]["shard"], reply)       # as each arrives (P3: input side first)
+            replies.append(reply)
+        if len(replies) != len(messages):
+            raise RuntimeError(f"node {self.node}'s exchange answered {len(replies)} of "
+                               f"{len(messages)} messages")
         self.pushed_updates = updates
         self.last_clock = clock
         self.exchanges += 1
-        for s, reply in enumerate(replies):
-            for name, (rows, vals) in reply["rows"].items():
-                if len(rows):
-                    g = rows + self.ranges[name][s][0]
-                    self.params[name][g] += vals - self.base[name][g]
-                    self.base[name][g] = vals
-                    self.bytes_down += rows.nbytes + vals.nbytes
         versions = np.min([r["versions"] for r in replies], axis=0)
         clocks = np.min([r["clocks"] for r in replies], axis=0)
         finished = np.all([r["done"] for r in replies], axis=0)
@@ -185,6 +184,38 @@ class Agent:
                 news = True
             slots[self.gate, _kc.BEAT] = now
         return news
+
+    def _messages(self, sent, clock, updates, done):
+        """The exchange's messages, in the order they are sent: one per shard, or the
+        schedule's slices (:func:`plan_messages`), the last to each shard carrying the
+        clock (the shard publishes it once every part is in)."""
+        out = []
+        for s, window, parts in self.plan:
+            delta = {}
+            if window is None:                  # the whole shard
+                window_ = {n: (0, r[s][1] - r[s][0]) for n, r in self.ranges.items()}
+            else:
+                window_ = window
+            for name, (lo, hi) in window_.items():
+                off = self.ranges[name][s][0]
+                rows, vals = sent[name]
+                a, b = np.searchsorted(rows, (off + lo, off + hi))
+                delta[name] = (rows[a:b] - off, vals[a:b])
+            last = parts is not None
+            out.append({"shard": s, "clock": clock if last else None,
+                        "updates": updates if last else 0, "done": bool(done) and last,
+                        "delta": delta, "window": window, "parts": parts or 1})
+        return out
+
+    def _merge(self, s, reply):
+        """``params[r] += pulled[r] − base[r]; base[r] = pulled[r]`` for shard ``s``'s
+        pulled rows."""
+        for name, (rows, vals) in reply["rows"].items():
+            if len(rows):
+                g = rows + self.ranges[name][s][0]
+                self.params[name][g] += vals - self.base[name][g]
+                self.base[name][g] = vals
+                self.bytes_down += rows.nbytes + vals.nbytes
 
     def _need(self, it):
         """When a local worker is blocked: the remote clock that lets the *slowest*
@@ -281,6 +312,44 @@ class Agent:
         return {"update_gap": self.log.summary()["gap"],
                 "exchanges": self.exchanges, "bytes_up": int(self.bytes_up),
                 "bytes_down": int(self.bytes_down)}
+
+
+def plan_messages(shapes, ranges, schedule=None) -> list:
+    """The messages of one exchange as ``[(shard, window, parts)]`` in sending order
+    (``window`` ``{name: (lo, hi)}`` in the shard's own row ids, None: the whole shard;
+    ``parts``: set on the last message to each shard, how many that shard gets).
+
+    ``schedule`` None: one message per shard. Otherwise (a
+    :class:`~hogkit.propagation.Schedule`): one message per parameter and shard, cut into
+    slices of whole rows of about ``slice_size`` parameters (at least one row), sent
+    layer by layer (the parameters' order is the forward order: input side first)
+    from the output side (the order a backward pass produces them: fifo, slicing) or,
+    prioritized, from the input side (priority, p3); within a layer, slice by slice
+    across the shards, so every shard works at once."""
+    S = len(next(iter(ranges.values())))
+    if schedule is None:
+        return [(s, None, 1) for s in range(S)]
+    names = list(shapes)
+    out = []
+    for name in (names if schedule.prioritized else names[::-1]):
+        shape = shapes[name]
+        width = int(np.prod(shape[1:])) if len(shape) > 1 else 1
+        pieces = []
+        for s, (lo, hi) in enumerate(ranges[name]):
+            n = hi - lo
+            k = n if schedule.slice_size is None else max(1, schedule.slice_size // width)
+            pieces.append([(s, {name: (a, min(a + k, n))}) for a in range(0, n, k)])
+        for j in range(max(len(p) for p in pieces)):
+            out += [p[j] for p in pieces if j < len(p)]
+    for s in range(S):                     # every shard hears the clock
+        if not any(m[0] == s for m in out):
+            out.append((s, {}, None))
+    count = [sum(m[0] == s for m in out) for s in range(S)]
+    marked, plan = set(), []
+    for s, window in reversed([m[:2] for m in out]):
+        plan.append((s, window, None if s in marked else count[s]))
+        marked.add(s)
+    return plan[::-1]
 
 
 def _keep_largest(d, fraction):

@@ -76,24 +76,31 @@ def _no_main_module():
 
 
 class _Exchange:
-    """The agent's exchange over Ray: one remote call per shard, all in flight at
-    once, collected with a timeout."""
+    """The agent's exchange over Ray: one remote call per message, all in flight at
+    once in the schedule's order, each reply handed back as it arrives; the whole
+    exchange within ``timeout``."""
 
     def __init__(self, shards, timeout):
         self.shards, self.timeout = shards, timeout
 
-    def __call__(self, node, clock, updates, deltas, done, need=None):
+    def __call__(self, node, messages, need=None):
         import ray
-        refs = [s.exchange.remote(node, clock, updates, d, done, need)
-                for s, d in zip(self.shards, deltas)]
+        refs = {self.shards[m["shard"]].exchange.remote(
+                    node, m["clock"], m["updates"], m["delta"], m["done"], need,
+                    m["window"], m["parts"]): i for i, m in enumerate(messages)}
+        pending = list(refs)
+        deadline = time.monotonic() + self.timeout
         try:
-            return ray.get(refs, timeout=self.timeout)
-        except ray.exceptions.GetTimeoutError:
-            late = [i for i, r in enumerate(refs) if r not in ray.wait(refs, num_returns=len(refs),
-                                                                       timeout=0)[0]]
-            raise ShardFailed(f"parameter shard(s) {late} did not answer node {node}'s "
-                              f"exchange within {self.timeout:g} s; raise call_timeout=... "
-                              f"or look at the shard's log (ray logs)") from None
+            while pending:
+                ready, pending = ray.wait(pending, num_returns=1,
+                                          timeout=max(deadline - time.monotonic(), 0))
+                if not ready:
+                    late = sorted({messages[refs[r]]["shard"] for r in pending})
+                    raise ShardFailed(f"parameter shard(s) {late} did not answer node "
+                                      f"{node}'s exchange within {self.timeout:g} s; raise "
+                                      f"call_timeout=... or look at the shard's log "
+                                      f"(ray logs)")
+                yield refs[ready[0]], ray.get(ready[0])
         except ray.exceptions.RayActorError as e:
             raise ShardFailed(f"a parameter shard died during node {node}'s exchange: "
                               f"{str(e).splitlines()[0]}") from None
@@ -103,10 +110,11 @@ class NodeActor:
     """Body of the node actor: one :class:`NodeRun`."""
 
     def __init__(self, plan, engine, node, nodes, ranges, shards, sync_every, fraction,
-                 backlog, call_timeout, wait_timeout, grace):
+                 backlog, schedule, call_timeout, wait_timeout, grace):
         self.args = dict(plan=plan, engine=engine, node=node, nodes=nodes, ranges=ranges,
                          exchange=_Exchange(shards, call_timeout), sync_every=sync_every,
-                         fraction=fraction, backlog=backlog, wait_timeout=wait_timeout,
+                         fraction=fraction, backlog=backlog, schedule=schedule,
+                         wait_timeout=wait_timeout,
                          grace=grace)
         self.live = None
 
@@ -139,11 +147,12 @@ class ShardActor:
         self.shard = Shard(index, values, nodes)
         self.pushed = None
 
-    async def exchange(self, node, clock, updates, delta, done=False, need=None):
+    async def exchange(self, node, clock, updates, delta, done=False, need=None, window=None,
+                       parts=1):
         import asyncio
         if self.pushed is None:
             self.pushed = asyncio.Condition()
-        self.shard.push(node, clock, updates, delta, done)
+        self.shard.push(node, clock, updates, delta, done, parts)
         async with self.pushed:
             self.pushed.notify_all()
             if need is not None and not self.shard.reached(node, need):
@@ -151,7 +160,7 @@ class ShardActor:
                     await asyncio.wait_for(
                         self.pushed.wait_for(lambda: self.shard.reached(node, need)),
                         self.HOLD_S)
-        return self.shard.pull(node)
+        return self.shard.pull(node, window)
 
     async def snapshot(self):
         return self.shard.snapshot()
@@ -185,7 +194,7 @@ def check_address(address):
 
 
 def run_cluster(plans, engine, *, nodes, servers, address, sync_every, fraction,
-                backlog, eval_every, out, keep_params, config, wait_timeout, grace,
+                backlog, eval_every, schedule=None, out, keep_params, config, wait_timeout, grace,
                 call_timeout=30.0, start_timeout=120.0) -> Run:
     """Run ``plans`` (one per node, checked already) on Ray; see the module docstring.
     ``eval_every``: seconds between evaluations of the global model (inf: none)."""
@@ -215,7 +224,7 @@ def run_cluster(plans, engine, *, nodes, servers, address, sync_every, fraction,
                     {"num_cpus": plan.workers, "scheduling_strategy": "SPREAD"})
             node_actors = [node_cls.options(name=f"{tag}-node{n}", **opts).remote(
                 plans[n], engine, n, nodes, ranges, shards, sync_every, fraction, backlog,
-                call_timeout, wait_timeout, grace) for n in range(nodes)]
+                schedule, call_timeout, wait_timeout, grace) for n in range(nodes)]
             actors += node_actors
             _get(ray, [a.ping.remote() for a in actors], start_timeout,
                  "the actors did not start")

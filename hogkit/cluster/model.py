@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from hogkit.comm import Network, simulate_comm
 from hogkit.profiles import Layer, Profile
-from hogkit.propagation import Schedule
+from hogkit.propagation import Schedule, parse_schedule
 from hogkit.validation import check_float, check_int
 
 __all__ = ["exchange_profile", "predict_updates_per_s", "network_from_round_trips"]
@@ -39,11 +39,15 @@ ROWS = Schedule("rows", big_array=1)
 
 
 def predict_updates_per_s(step_s, sync_every, bytes_each_way, network, nodes, *,
-                          servers=1, bound=0, workers=1) -> float:
+                          servers=1, bound=0, workers=1, schedule=None) -> float:
     """Updates per second of ``nodes`` nodes of ``workers`` workers (each worker's step
     ``step_s``; the workers of a node compute in parallel, so a period is
-    ``sync_every`` steps long whatever ``workers``) over ``servers`` shards."""
-    res = simulate_comm(exchange_profile(step_s, sync_every, bytes_each_way), ROWS,
+    ``sync_every`` steps long whatever ``workers``) over ``servers`` shards.
+    ``schedule``: the exchange's messages (:func:`hogkit.cluster.agent.plan_messages`);
+    a slicing one cuts the exchange into slices the link pipelines (the node's one
+    "layer" has no input side to put first, so p3 is slicing here)."""
+    sched = ROWS if schedule is None else parse_schedule(schedule)
+    res = simulate_comm(exchange_profile(step_s, sync_every, bytes_each_way), sched,
                         network, workers=nodes, servers=servers, bound=bound,
                         iterations=12, warmup=3)
     return nodes * workers * sync_every * res.iterations_per_s

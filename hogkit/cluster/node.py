@@ -51,11 +51,12 @@ class NodeRun(_Live):
     gate_rows = 1
 
     def __init__(self, plan, engine, *, node, nodes, ranges, exchange, sync_every,
-                 fraction=1.0, backlog=None, wait_timeout=60.0, grace=2.0):
+                 fraction=1.0, backlog=None, schedule=None, wait_timeout=60.0, grace=2.0):
         super().__init__(plan, engine, wait_timeout=wait_timeout, grace=grace)
         self.node, self.nodes = node, nodes
         self.ranges, self.exchange = ranges, exchange
         self.sync_every, self.fraction, self.backlog = sync_every, fraction, backlog
+        self.schedule = schedule
         self.agent = None
         self.ready = threading.Event()
 
@@ -63,7 +64,8 @@ class NodeRun(_Live):
         self.agent = Agent(self.node, self.nodes, self.params, self.clocks,
                            self.plan.workers, self.ranges, self.exchange,
                            sync_every=self.sync_every, bound=policy_bound(self.plan.policy),
-                           fraction=self.fraction, backlog=self.backlog)
+                           fraction=self.fraction, backlog=self.backlog,
+                           schedule=self.schedule)
         self.agent.start()
         stack.callback(self.agent.halt)       # on every exit path
         self.ready.set()
