@@ -638,12 +638,15 @@ def main(argv=None):
     handler = {"run": _cmd_run, "sim": _cmd_sim, "bench": _cmd_bench,
                "report": _cmd_report, "doctor": _cmd_doctor,
                "sweep": _cmd_sweep}[args.command]
-    # SIGTERM is an interruption like Ctrl-C for the whole command (building data,
-    # compiling, writing results), not only while workers run: every path unwinds
-    # through the context managers that release shared memory.
-    old = None
+    # SIGINT and SIGTERM interrupt the whole command (building data, compiling,
+    # writing results), not only while workers run: every path unwinds through the
+    # context managers that release shared memory. SIGINT too, because a command
+    # started in the background inherits it ignored (Python then installs no
+    # KeyboardInterrupt), and an explicit `kill -INT` must not be honoured only
+    # while workers happen to be running.
+    old = {}
     if threading.current_thread() is threading.main_thread():
-        old = signal.signal(signal.SIGTERM, _raise_interrupted)
+        old = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         return handler(args)
     except (WorkerFailed, NonFiniteGradient, EnvironmentProblem) as e:
@@ -656,8 +659,8 @@ def main(argv=None):
         print(f"hogkit {args.command}: {e}", file=sys.stderr)
         return EXIT_USAGE
     finally:
-        if old is not None:
-            signal.signal(signal.SIGTERM, old)
+        for s, h in old.items():
+            signal.signal(s, h)
 
 
 def console(argv=None):

@@ -273,12 +273,15 @@ def test_a_sliced_exchange_publishes_the_clock_once_every_part_is_in():
 def test_cluster_arguments_are_checked_before_ray_starts():
     with pytest.raises(InvalidArgument, match='add backend="ray"'):
         hogkit.train("mf", nodes=2)
+    with pytest.raises(InvalidArgument, match='add backend="ray"'):
+        hogkit.train("mf", schedule="p3")
     with pytest.raises(InvalidArgument, match="backend"):
         hogkit.train("mf", backend="spark")
     bad = [dict(nodes=0), dict(servers=0), dict(sync_every=0), dict(push_fraction=1.5),
            dict(address="nowhere"), dict(backlog=4, policy=BSP()),
            dict(resume="/tmp/x"), dict(on_failure="restart"), dict(checkpoint_every=5.0),
-           dict(stragglers={4: hogkit.Slowdown(2.0)}), dict(steps=1)]
+           dict(stragglers={4: hogkit.Slowdown(2.0)}), dict(steps=1),
+           dict(schedule="p4"), dict(schedule="p3:0"), dict(schedule=3)]
     for kw in bad:
         args = dict(backend="ray", nodes=2, workers=1, steps=100, policy=Async())
         args.update(kw)

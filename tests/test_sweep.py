@@ -104,6 +104,31 @@ def test_aggregate_and_plot_mean_and_std_over_seeds(tmp_path):
     assert png.stat().st_size > 1000
 
 
+def _ignore_sigint():
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.process
+@pytest.mark.faults
+@pytest.mark.timeout(120)
+def test_sigint_before_any_worker_runs_stops_a_background_command(tmp_path):
+    """A SIGINT while the command is still setting up (no supervisor yet), to a process
+    that inherited SIGINT ignored, stops it with 130 and leaves nothing behind."""
+    out = str(tmp_path / "early.jsonl")
+    p = subprocess.Popen([sys.executable, "-m", "hogkit.cli", "sweep", "--mode", "live",
+                          "--out", out, "--grid", "seed=0,1", "--set", "o.preset=hot",
+                          "--set", "seconds=1.0", "--set", "workers=2", "--no-progress"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=_ignore_sigint)
+    header = p.stderr.readline()          # printed before the first cell is built
+    assert "cells" in header, header
+    p.send_signal(signal.SIGINT)
+    rc = p.wait(timeout=60)
+    assert rc == 130, (rc, header, p.stderr.read())
+    assert len(load(out)) < 2
+    assert not [n for n in os.listdir("/dev/shm") if n.startswith(f"hogkit_{p.pid}_")]
+
+
 @pytest.mark.process
 @pytest.mark.faults
 @pytest.mark.timeout(240)
@@ -112,7 +137,11 @@ def test_sigint_leaves_a_valid_partial_table_and_a_rerun_finishes_it(tmp_path):
     args = [sys.executable, "-m", "hogkit.cli", "sweep", "--mode", "live", "--out", out,
             "--grid", "seed=0,1,2,3", "--set", "o.preset=hot", "--set", "seconds=1.5",
             "--set", "workers=2", "--no-progress"]
-    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # started as a background launcher starts it (SIGINT inherited ignored: CI's own
+    # `cmd &` does that, and Python then installs no KeyboardInterrupt), so a SIGINT
+    # landing between cells, outside a run's supervisor, is a real test of the CLI
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=_ignore_sigint)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not load(out) and p.poll() is None:
         time.sleep(0.05)

@@ -17,11 +17,15 @@ to the supervisor, on the same views the workers write, with no lock:
      base`` and goes with a later push (error feedback: nothing is lost);
      ``base += sent``;
   3. push ``(node, c, updates, sent rows)`` to every shard and pull the rows that
-     changed since the last exchange (:meth:`hogkit.cluster.shard.Shard.exchange`);
-  4. merge: ``params[r] += pulled[r] − base[r]; base[r] = pulled[r]`` for every
-     pulled row (racy like any Hogwild! write: a worker's write to the same entry
-     in between may be lost);
-  5. only then publish the slowest remote node's clock in the node's **gate row**
+     changed since the last exchange (:meth:`hogkit.cluster.shard.Shard.exchange`):
+     one message per shard or, with a propagation ``schedule``, the slices of
+     :func:`plan_messages` in the schedule's order (P3: input side first), all in
+     flight at once;
+  4. merge each reply as it arrives: ``params[r] += pulled[r] − base[r]; base[r] =
+     pulled[r]`` for every pulled row (racy like any Hogwild! write: a worker's
+     write to the same entry in between may be lost);
+  5. only then publish the slowest remote node's clock (the smallest over the
+     replies: a window pulled earlier may lack a later push) in the node's **gate row**
      (``worker_loop.control_specs(gate=1)``): the admission test every worker
      already runs now bounds it against the other nodes, with every update of
      those remote iterations already in the store. A remote node that is done no
@@ -54,9 +58,10 @@ to the supervisor, on the same views the workers write, with no lock:
   the remote updates it could have seen. The clock lag each worker records at its
   reads includes the gate row: it is the lag against the whole cluster.
 
-Plain Python over a ``exchange(node, clock, updates, deltas, done, need) -> [Reply]``
-callable (one reply per shard; ``need``: the remote clock a blocked worker waits for,
-which the shard actors hold the pull for), so it is tested with in-process shards.
+Plain Python over an ``exchange(node, messages, need)`` callable that yields
+``(message index, Reply)`` as each is answered (``need``: the remote clock a blocked
+worker waits for, which the shard actors hold the pull for), so it is tested with
+in-process shards (:func:`hogkit.cluster.shard.local_exchange`).
 """
 
 from __future__ import annotations
