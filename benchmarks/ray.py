@@ -162,7 +162,8 @@ def _extrapolate(result, step_s, net, full_bytes):
     An exchange's size grows with the nodes (a pull brings every node's changes since
     the last one): the measured 2-node size x N/2, at most the whole model."""
     out = {}
-    nets = {"localhost (calibrated)": net, "10 Gbit/s, 50 us": Network.gbps(10, latency=50e-6)}
+    nets = {"localhost (calibrated)": net, "10 Gbit/s, 50 us": Network.gbps(10, latency=50e-6),
+            "1 Gbit/s, 50 us": Network.gbps(1, latency=50e-6)}
     for label, s in result["settings"].items():
         if s["model_bound"] == "-":
             continue

@@ -294,3 +294,22 @@ def test_policy_bound_of_each_policy():
     assert policy_bound(BSP()) == 0 and policy_bound(hogkit.SSP(3)) == 3
     assert policy_bound(Async()) == math.inf and policy_bound(hogkit.DSSP(1, 4)) == 1
     assert policy_bound(hogkit.LocalSGD(8)) == math.inf
+
+
+def test_the_cluster_model_is_bounded_by_compute_and_pipelines_sliced_exchanges():
+    from hogkit.cluster.model import network_from_round_trips, predict_updates_per_s
+    from hogkit.comm import Network
+    net = network_from_round_trips(2e-3, 6e-3, 1_000_000)
+    assert net.latency == pytest.approx(1e-3)
+    assert net.bandwidth == pytest.approx(2 * 1_000_000 / 4e-3)
+    step = 100e-6
+    rates = [predict_updates_per_s(step, k, 40_000, net, 2) for k in (1, 16, 256)]
+    assert rates == sorted(rates)                       # longer periods amortise it
+    assert all(r <= 2 / step * (1 + 1e-9) for r in rates)   # never past pure compute
+    # whole layers are cut over the shards like the default; slices pipeline an
+    # exchange that the link's bandwidth bounds (2 MB over 1 Gbit/s)
+    slow = Network.gbps(1, latency=50e-6)
+    whole = predict_updates_per_s(step, 1, 2e6, slow, 2, servers=2)
+    assert predict_updates_per_s(step, 1, 2e6, slow, 2, servers=2, schedule="fifo") == whole
+    sliced = predict_updates_per_s(step, 1, 2e6, slow, 2, servers=2, schedule="p3:40000")
+    assert sliced > 1.5 * whole

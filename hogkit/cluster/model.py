@@ -43,10 +43,18 @@ def predict_updates_per_s(step_s, sync_every, bytes_each_way, network, nodes, *,
     """Updates per second of ``nodes`` nodes of ``workers`` workers (each worker's step
     ``step_s``; the workers of a node compute in parallel, so a period is
     ``sync_every`` steps long whatever ``workers``) over ``servers`` shards.
-    ``schedule``: the exchange's messages (:func:`hogkit.cluster.agent.plan_messages`);
-    a slicing one cuts the exchange into slices the link pipelines (the node's one
-    "layer" has no input side to put first, so p3 is slicing here)."""
-    sched = ROWS if schedule is None else parse_schedule(schedule)
+    ``schedule``: the exchange's messages (:func:`hogkit.cluster.agent.plan_messages`).
+    Whole layers (fifo, priority) are cut over every shard as the default is, so they
+    model as :data:`ROWS`; a slice size cuts each shard's share into slices (as
+    ``plan_messages`` does: modelled as slices of at most one share, round-robin over
+    the shards), which the links pipeline (the period's one "layer" has no input side
+    to put first, so p3 models as slicing). What the model leaves out: the fixed cost
+    of each message at the endpoints (a Ray call's), which slicing multiplies."""
+    sched = ROWS
+    if schedule is not None and parse_schedule(schedule).slice_size is not None:
+        share = -(-max(1, int(round(bytes_each_way / 4))) // max(1, int(servers)))
+        sched = Schedule("slicing", slice_size=min(parse_schedule(schedule).slice_size,
+                                                   share))
     res = simulate_comm(exchange_profile(step_s, sync_every, bytes_each_way), sched,
                         network, workers=nodes, servers=servers, bound=bound,
                         iterations=12, warmup=3)
