@@ -157,8 +157,9 @@ def run(quick=False, rounds=None, seconds=None, workload="mf", only=None) -> dic
 
 def _extrapolate(result, step_s, net, full_bytes):
     """Simulated (the communication model, not measured): updates/s at more nodes,
-    for each modelled setting, on the localhost-calibrated network and on a 10 Gbit/s
-    network with 50 us latency, the parameters sharded over as many actors as nodes.
+    for each modelled setting, on the localhost-calibrated network and on 10 and 1
+    Gbit/s networks with 50 us latency, the parameters sharded over as many actors as
+    nodes.
     An exchange's size grows with the nodes (a pull brings every node's changes since
     the last one): the measured 2-node size x N/2, at most the whole model."""
     out = {}

@@ -52,8 +52,8 @@ def node_plans(plan, nodes, stragglers, make):
 
 
 def train_cluster(workload, *, nodes, workers, address, servers, sync_every, push_fraction,
-                  backlog, schedule, stragglers, steps, out, keep_params, eval_every, resume, on_failure,
-                  checkpoint_every, engine, wait_timeout, grace, call_timeout=30.0,
+                  backlog, schedule, stragglers, steps, out, keep_params, eval_every, resume,
+                  on_failure, checkpoint_every, engine, wait_timeout, grace, call_timeout=30.0,
                   start_timeout=120.0, **plan_kwargs):
     """``train(backend="ray", ...)``: checks, plans, then :func:`backend.run_cluster`."""
     from hogkit.cluster.backend import check_address, require_ray, run_cluster
@@ -115,7 +115,7 @@ def train_cluster(workload, *, nodes, workers, address, servers, sync_every, pus
                   address=address, steps=steps, seconds=plan.seconds)
     return run_cluster(plans, engine, nodes=nodes, servers=servers, address=address,
                        sync_every=sync_every, fraction=push_fraction, backlog=backlog,
-                       schedule=schedule,
-                       eval_every=eval_interval(plan, live=True)[0], out=plan.out, keep_params=keep_params,
+                       schedule=schedule, eval_every=eval_interval(plan, live=True)[0],
+                       out=plan.out, keep_params=keep_params,
                        config=config, wait_timeout=wait_timeout, grace=grace,
                        call_timeout=call_timeout, start_timeout=start_timeout)

@@ -75,6 +75,7 @@ import numpy as np
 from hogkit.clocks import DONE, IDLE, RUNNING
 from hogkit.kernels import clock as _kc
 from hogkit.kernels import staleness as _ks
+from hogkit.propagation import parse_schedule
 from hogkit.reader import StalenessLog
 
 __all__ = ["Agent", "plan_messages"]
@@ -325,7 +326,7 @@ def plan_messages(shapes, ranges, schedule=None) -> list:
     ``parts``: set on the last message to each shard, how many that shard gets).
 
     ``schedule`` None: one message per shard. Otherwise (a
-    :class:`~hogkit.propagation.Schedule`): one message per parameter and shard, cut into
+    :class:`~hogkit.propagation.Schedule` or its string form): one message per parameter and shard, cut into
     slices of whole rows of about ``slice_size`` parameters (at least one row), sent
     layer by layer (the parameters' order is the forward order: input side first)
     from the output side (the order a backward pass produces them: fifo, slicing) or,
@@ -334,6 +335,7 @@ def plan_messages(shapes, ranges, schedule=None) -> list:
     S = len(next(iter(ranges.values())))
     if schedule is None:
         return [(s, None, 1) for s in range(S)]
+    schedule = parse_schedule(schedule)
     names = list(shapes)
     out = []
     for name in (names if schedule.prioritized else names[::-1]):

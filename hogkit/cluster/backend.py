@@ -194,8 +194,8 @@ def check_address(address):
 
 
 def run_cluster(plans, engine, *, nodes, servers, address, sync_every, fraction,
-                backlog, eval_every, schedule=None, out, keep_params, config, wait_timeout, grace,
-                call_timeout=30.0, start_timeout=120.0) -> Run:
+                backlog, eval_every, out, keep_params, config, wait_timeout, grace,
+                schedule=None, call_timeout=30.0, start_timeout=120.0) -> Run:
     """Run ``plans`` (one per node, checked already) on Ray; see the module docstring.
     ``eval_every``: seconds between evaluations of the global model (inf: none)."""
     ray = require_ray()
