@@ -30,6 +30,8 @@ from hogkit.runtime import train
 #: model does not describe it[, {"servers": S, "schedule": spec}])
 SETTINGS = [
     ("async sync=1", Async(), 1, None, 1.0, "-"),
+    ("async sync=4", Async(), 4, None, 1.0, "-"),
+    ("async sync=16", Async(), 16, None, 1.0, "-"),
     ("async sync=1 backlog=8", Async(), 1, 8, 1.0, None),
     ("async sync=64 backlog=128", Async(), 64, 128, 1.0, None),
     ("async sync=1024 backlog=2048", Async(), 1024, 2048, 1.0, None),
