@@ -12,6 +12,7 @@ nobody but its caller (``hogkit.rules``, ``hogkit.density``, ``hogkit.step``):
 - ``density``: fold / select (top-k, threshold, random) / split of an update, and the
   whole filter of one parameter's rows (``filter_rows``);
 - ``guard``: ``all_finite``, ``finite_prefix``;
+- ``exchange``: ``take_changed_rows`` (what a cluster node sends);
 - ``clock``: the per-worker clock slots and every definition read from them (clock
   lag, others' updates, SSP admission, DSSP's grant);
 - ``staleness``: recording an event in the staleness log;

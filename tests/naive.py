@@ -191,6 +191,16 @@ def all_finite(values):
     return bool(np.isfinite(values).all())
 
 
+def changed_rows(cur, base):
+    """Reference ``take_changed_rows`` (and the cluster agent's delta, numpy's way):
+    ``(rows, deltas, new base)`` for the rows where ``cur − base`` is non-zero."""
+    d = cur - base
+    rows = np.flatnonzero(d.reshape(d.shape[0], -1).any(axis=1))
+    new = base.copy()
+    new[rows] += d[rows]
+    return rows, d[rows], new
+
+
 # --- rules: the same equations on float64 copies, one Grad at a time ----------------
 
 def apply_rule(rule, params, grads, state, *, staleness=0):

@@ -1,4 +1,4 @@
-"""Every kernel in kernels/{sparse,dense,delayed,density,guard}.py against its plain-numpy
+"""Every kernel in kernels/{sparse,dense,delayed,density,guard,exchange}.py against its plain-numpy
 reference in tests/naive.py (float64), on random shapes with duplicate rows, empty
 batches, single rows and extreme values. Also run with NUMBA_DISABLE_JIT=1 by
 tests/test_nojit.py so coverage sees the kernel bodies."""
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, strategies as st
 from hypothesis.extra.numpy import arrays
 
-from hogkit.kernels import delayed, dense, density, guard, sparse
+from hogkit.kernels import delayed, dense, density, exchange, guard, sparse
 import naive
 
 DTYPES = st.sampled_from([np.float32, np.float64])
@@ -607,3 +607,31 @@ def test_row_kernels_apply_only_the_first_n_entries(which):
     _row_kernel_calls(*want, rows[:n].copy(), G[:n].copy(), B[:n].copy(), -1)[which]()
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a, b)
+
+
+@st.composite
+def changed_cases(draw):
+    """(cur, base): some rows equal, some differing in one or all entries, extremes."""
+    dtype = draw(DTYPES)
+    n, d = draw(st.integers(1, 8)), draw(st.integers(1, 4))
+    base = draw(values(dtype, (n, d), extreme=True))
+    cur = base.copy()
+    touched = draw(arrays(np.bool_, (n, d)))
+    cur[touched] = draw(values(dtype, (n, d), extreme=True))[touched]
+    return cur, base
+
+
+@given(changed_cases())
+def test_take_changed_rows_matches_numpy(case):
+    cur, base = case
+    want_rows, want_vals, want_base = naive.changed_rows(cur, base)
+    n, m = cur.shape
+    rows = np.full(n, -1, np.int64)
+    vals = np.full(n * m, np.nan, cur.dtype)
+    got_base = base.copy()
+    k = exchange.take_changed_rows(cur.reshape(-1), got_base.reshape(-1), m, rows, vals)
+    np.testing.assert_array_equal(rows[:k], want_rows)
+    np.testing.assert_array_equal(vals[:k * m].reshape(k, m), want_vals)
+    np.testing.assert_array_equal(got_base, want_base)
+    # what is left unsent is exactly cur - base, in the same arithmetic as numpy
+    np.testing.assert_array_equal(cur - got_base, cur - want_base)

@@ -10,12 +10,13 @@ to the supervisor, on the same views the workers write, with no lock:
   local change not yet sent. One **exchange** (:meth:`Agent.cycle`):
 
   1. read the node clock ``c`` (slowest local worker's iterations) and the update
-     count, *then* copy the parameters (so the copy holds every update of those
+     count, *then* read the parameters (so what is read holds every update of those
      ``c`` iterations);
-  2. ``delta = copy − base``; with ``fraction`` < 1 only the largest-magnitude
-     ``fraction`` of its non-zero entries is sent, the rest stays in ``params −
-     base`` and goes with a later push (error feedback: nothing is lost);
-     ``base += sent``;
+  2. ``delta = params − base`` over the rows that changed, each element read once
+     (:func:`take_delta`, one compiled pass); with ``fraction`` < 1 only the
+     largest-magnitude ``fraction`` of its non-zero entries is sent, the rest stays
+     in ``params − base`` and goes with a later push (error feedback: nothing is
+     lost); ``base += sent``;
   3. push ``(node, c, updates, sent rows)`` to every shard and pull the rows that
      changed since the last exchange (:meth:`hogkit.cluster.shard.Shard.exchange`):
      one message per shard or, with a propagation ``schedule``, the slices of
@@ -74,11 +75,12 @@ import numpy as np
 
 from hogkit.clocks import DONE, IDLE, RUNNING
 from hogkit.kernels import clock as _kc
+from hogkit.kernels import exchange as _kx
 from hogkit.kernels import staleness as _ks
 from hogkit.propagation import parse_schedule
 from hogkit.reader import StalenessLog
 
-__all__ = ["Agent", "plan_messages"]
+__all__ = ["Agent", "plan_messages", "take_delta"]
 
 _BACKOFF_MIN, _BACKOFF_MAX = 50e-6, 2e-3
 
@@ -137,17 +139,8 @@ class Agent:
         clock = int(it.min())
         updates = int(slots[:W, _kc.UPD].sum())
         reads = int(it.sum())
-        copy = {k: v.copy() for k, v in self.params.items()}
-        sent = {}
-        for name, cur in copy.items():
-            d = cur - self.base[name]
-            if self.fraction < 1.0:
-                d = _keep_largest(d, self.fraction)
-            rows = np.flatnonzero(d if d.ndim == 1 else d.reshape(d.shape[0], -1).any(axis=1))
-            vals = d[rows]
-            self.base[name][rows] += vals
-            self.bytes_up += rows.nbytes + vals.nbytes
-            sent[name] = (rows, vals)
+        sent = take_delta(self.params, self.base, self.fraction)
+        self.bytes_up += sum(rows.nbytes + vals.nbytes for rows, vals in sent.values())
         messages = self._messages(sent, clock, updates - self.pushed_updates, done)
         replies = []
         for i, reply in self.exchange(self.node, messages, None if done else self._need(it)):
@@ -357,6 +350,35 @@ def plan_messages(shapes, ranges, schedule=None) -> list:
         plan.append((s, window, None if s in marked else count[s]))
         marked.add(s)
     return plan[::-1]
+
+
+def take_delta(params, base, fraction=1.0) -> dict:
+    """What an exchange sends: ``{name: (rows, values)}``, the rows where ``params −
+    base`` is non-zero and that change, and ``base += values`` (so ``params − base``
+    stays exactly what is unsent). Read after the node clock, so it holds every update
+    of those iterations. ``fraction`` < 1: only the largest-magnitude ``fraction`` of
+    the non-zero entries (the rest stays in ``params − base``: error feedback).
+
+    With every entry sent it is one compiled pass over each parameter
+    (:func:`hogkit.kernels.exchange.take_changed_rows`, racy against the workers'
+    writes as its docstring says); a top-k needs the whole delta first (numpy)."""
+    sent = {}
+    for name, cur in params.items():
+        b = base[name]
+        if fraction < 1.0:
+            d = _keep_largest(cur - b, fraction)
+            rows = np.flatnonzero(d if d.ndim == 1 else d.reshape(d.shape[0], -1).any(axis=1))
+            vals = d[rows]
+            b[rows] += vals
+        else:
+            n = cur.shape[0]
+            m = cur.size // n if n else 1
+            rows = np.empty(n, np.int64)
+            out = np.empty(cur.size, cur.dtype)
+            k = _kx.take_changed_rows(cur.reshape(-1), b.reshape(-1), m, rows, out)
+            rows, vals = rows[:k], out[:k * m].reshape((k,) + cur.shape[1:])
+        sent[name] = (rows, vals)
+    return sent
 
 
 def _keep_largest(d, fraction):
