@@ -22,7 +22,8 @@ import time
 import numpy as np
 
 from hogkit import BSP, SSP, Async, workloads
-from hogkit.cluster.model import network_from_round_trips, predict_updates_per_s
+from hogkit.cluster.model import (exchange_messages, network_from_round_trips,
+                                  predict_updates_per_s)
 from hogkit.comm import Network
 from hogkit.runtime import train
 
@@ -53,9 +54,10 @@ NODES_SIMULATED = (2, 8, 32, 128)
 QUICK = ("async sync=1", "async sync=1 backlog=8", "bsp sync=1 servers=2 p3:4096")
 
 
-def _round_trips(ray, workload, calls=40):
-    """Median exchange round trip with a real shard actor: empty, and carrying every
-    row of the workload's parameters each way."""
+def _round_trips(ray, workload, calls=40, burst=16):
+    """Median exchange round trips with a real shard actor: empty, carrying every row
+    of the workload's parameters each way, and a burst of ``burst`` empty exchanges
+    in flight at once (the fixed cost of each message: what slicing multiplies)."""
     from hogkit.cluster.backend import ShardActor
     params, _ = workload.build(0)
     shard = ray.remote(num_cpus=0)(ShardActor).remote(0, params, 2)
@@ -64,16 +66,34 @@ def _round_trips(ray, workload, calls=40):
     size = sum(a.nbytes + b.nbytes for a, b in full.values())
     out = {}
     try:
-        for name, delta in (("empty", empty), ("full", full)):
+        for name, delta, n in (("empty", empty, 1), ("full", full, 1), ("burst", empty, burst)):
             times = []
             for _ in range(calls):
                 t = time.perf_counter()
-                ray.get(shard.exchange.remote(0, 0, 0, delta), timeout=30)
+                ray.get([shard.exchange.remote(0, 0, 0, delta) for _ in range(n)], timeout=30)
                 times.append(time.perf_counter() - t)
             out[name] = statistics.median(times)
     finally:
         ray.kill(shard)
-    return {"empty_s": out["empty"], "full_s": out["full"], "bytes_each_way": size}
+    return {"empty_s": out["empty"], "full_s": out["full"], "burst_s": out["burst"],
+            "burst": burst, "bytes_each_way": size}
+
+
+def _prep_s(workload, rows=64, calls=200):
+    """Median time the agent takes to prepare an exchange of the workload's parameters
+    (:func:`hogkit.cluster.agent.take_delta`: one pass over them), ``rows`` rows of
+    each changed."""
+    from hogkit.cluster.agent import take_delta
+    params, _ = workload.build(0)
+    base = {k: v.copy() for k, v in params.items()}
+    times = []
+    for _ in range(calls):
+        for v in params.values():
+            v[:rows] += 1e-3
+        t = time.perf_counter()
+        take_delta(params, base)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
 
 
 def run(quick=False, rounds=None, seconds=None, workload="mf", only=None) -> dict:
@@ -105,11 +125,15 @@ def run(quick=False, rounds=None, seconds=None, workload="mf", only=None) -> dic
                for r in range(rounds)]
         step_s = 1.0 / statistics.median(one)
         rt = _round_trips(ray, wl)
-        net = network_from_round_trips(rt["empty_s"], rt["full_s"], rt["bytes_each_way"])
+        net = network_from_round_trips(rt["empty_s"], rt["full_s"], rt["bytes_each_way"],
+                                       burst_s=rt["burst_s"], burst=rt["burst"])
+        prep_s = _prep_s(wl)
+        shapes = {k: v.shape for k, v in wl.build(0)[0].items()}
         result["calibration"] = {"one_worker_updates_per_s": one, "step_s": step_s,
-                                 "round_trips": rt, "network": {
+                                 "prep_s": prep_s, "round_trips": rt, "network": {
                                      "bandwidth_bytes_per_s": net.bandwidth,
-                                     "latency_s": net.latency}}
+                                     "latency_s": net.latency,
+                                     "overhead_s": net.overhead}}
         result["baseline"] = {"what": "1 node x 2 workers, Async, shared memory",
                               "updates_per_s": base_rate,
                               "all": [b.updates_per_s for b in base],
@@ -141,27 +165,30 @@ def run(quick=False, rounds=None, seconds=None, workload="mf", only=None) -> dic
             med["loss_ratio_range"] = [min(x["loss_ratio"] for x in rows),
                                        max(x["loss_ratio"] for x in rows)]
             if bound != "-":
+                servers = extra.get("servers", 1)
                 med["model_updates_per_s"] = predict_updates_per_s(
                     step_s, sync, med["bytes_each_way_per_exchange"], net, 2, bound=bound,
-                    servers=extra.get("servers", 1), schedule=extra.get("schedule"))
+                    servers=servers, prep_s=prep_s,
+                    messages=exchange_messages(shapes, servers, extra.get("schedule")))
                 med["measured_over_model"] = med["updates_per_s"] / med["model_updates_per_s"]
             result["settings"][label] = {"sync_every": sync, "backlog": backlog,
                                          "push_fraction": frac, "policy": repr(policy),
                                          **extra,
                                          "model_bound": bound, "median": med,
                                          "rounds": rows}
-        result["simulated"] = _extrapolate(result, step_s, net, rt["bytes_each_way"])
+        result["simulated"] = _extrapolate(result, step_s, net, rt["bytes_each_way"],
+                                           prep_s, shapes)
     finally:
         if started:
             ray.shutdown()
     return result
 
 
-def _extrapolate(result, step_s, net, full_bytes):
+def _extrapolate(result, step_s, net, full_bytes, prep_s, shapes):
     """Simulated (the communication model, not measured): updates/s at more nodes,
     for each modelled setting, on the localhost-calibrated network and on 10 and 1
-    Gbit/s networks with 50 us latency, the parameters sharded over as many actors as
-    nodes.
+    Gbit/s networks with 50 us latency and no per-message overhead, the parameters
+    sharded over as many actors as nodes.
     An exchange's size grows with the nodes (a pull brings every node's changes since
     the last one): the measured 2-node size x N/2, at most the whole model."""
     out = {}
@@ -174,8 +201,8 @@ def _extrapolate(result, step_s, net, full_bytes):
         out[label] = {name: {str(n): predict_updates_per_s(
                                  step_s, s["sync_every"],
                                  min(full_bytes, m["bytes_each_way_per_exchange"] * n / 2),
-                                 nw, n, servers=n, bound=s["model_bound"],
-                                 schedule=s.get("schedule"))
+                                 nw, n, servers=n, bound=s["model_bound"], prep_s=prep_s,
+                                 messages=exchange_messages(shapes, n, s.get("schedule")))
                              for n in NODES_SIMULATED}
                       for name, nw in nets.items()}
     return out
@@ -190,7 +217,11 @@ def format_table(result) -> str:
              f"calibration: step {cal['step_s'] * 1e6:.2f} us (1 worker), exchange round "
              f"trip {cal['round_trips']['empty_s'] * 1e3:.2f} ms empty, "
              f"{cal['round_trips']['full_s'] * 1e3:.2f} ms with "
-             f"{cal['round_trips']['bytes_each_way'] / 1e6:.2f} MB each way",
+             f"{cal['round_trips']['bytes_each_way'] / 1e6:.2f} MB each way"
+             + (f", {cal['round_trips']['burst']} empty at once "
+                f"{cal['round_trips']['burst_s'] * 1e3:.2f} ms (per-message overhead "
+                f"{cal['network']['overhead_s'] * 1e6:.0f} us); exchange prepared in "
+                f"{cal['prep_s'] * 1e6:.0f} us" if "burst_s" in cal["round_trips"] else ""),
              f"{'setting':<40}{'updates/s':>11}{'x shm':>7}{'loss vs 1 node, same upd':>27}"
              f"{'B/update':>10}{'gap':>8}{'model':>11}{'meas/model':>11}"]
     for label, s in result["settings"].items():

@@ -297,19 +297,55 @@ def test_policy_bound_of_each_policy():
 
 
 def test_the_cluster_model_is_bounded_by_compute_and_pipelines_sliced_exchanges():
-    from hogkit.cluster.model import network_from_round_trips, predict_updates_per_s
+    from hogkit.cluster.model import (exchange_messages, network_from_round_trips,
+                                      predict_updates_per_s)
     from hogkit.comm import Network
     net = network_from_round_trips(2e-3, 6e-3, 1_000_000)
-    assert net.latency == pytest.approx(1e-3)
+    assert net.latency == pytest.approx(1e-3) and net.overhead == 0
     assert net.bandwidth == pytest.approx(2 * 1_000_000 / 4e-3)
     step = 100e-6
     rates = [predict_updates_per_s(step, k, 40_000, net, 2) for k in (1, 16, 256)]
     assert rates == sorted(rates)                       # longer periods amortise it
     assert all(r <= 2 / step * (1 + 1e-9) for r in rates)   # never past pure compute
+    # preparing each exchange is compute the period pays
+    assert predict_updates_per_s(step, 1, 40_000, net, 2, prep_s=1e-3) < rates[0]
     # whole layers are cut over the shards like the default; slices pipeline an
     # exchange that the link's bandwidth bounds (2 MB over 1 Gbit/s)
     slow = Network.gbps(1, latency=50e-6)
+    shapes = {"emb": (5000, 100), "out": (100,)}
+    assert exchange_messages(shapes, 2) == 2               # one per shard
+    assert exchange_messages(shapes, 2, "fifo") == 4       # one per layer and shard
+    sliced_n = exchange_messages(shapes, 2, "p3:40000")
+    assert sliced_n == 2 * 7 + 2                   # 400 rows a slice; "out" whole per shard
     whole = predict_updates_per_s(step, 1, 2e6, slow, 2, servers=2)
-    assert predict_updates_per_s(step, 1, 2e6, slow, 2, servers=2, schedule="fifo") == whole
-    sliced = predict_updates_per_s(step, 1, 2e6, slow, 2, servers=2, schedule="p3:40000")
+    assert predict_updates_per_s(step, 1, 2e6, slow, 2, servers=2, messages=2) == whole
+    assert predict_updates_per_s(step, 1, 2e6, slow, 2, servers=2, messages=4) >= whole
+    sliced = predict_updates_per_s(step, 1, 2e6, slow, 2, servers=2, messages=sliced_n)
     assert sliced > 1.5 * whole
+    # ...unless every message pays a fixed cost: then slicing a small exchange costs
+    costly = Network.gbps(1, latency=50e-6, overhead=400e-6)
+    assert (predict_updates_per_s(step, 1, 4_000, costly, 2, servers=2, messages=80)
+            < 0.2 * predict_updates_per_s(step, 1, 4_000, costly, 2, servers=2))
+
+
+def test_a_burst_of_round_trips_gives_the_per_message_overhead():
+    """One round trip is 2·(overhead + latency); a burst of k in flight at once is
+    k − 1 overheads more (the model's own arithmetic, checked by simulating it)."""
+    from hogkit.cluster.model import network_from_round_trips
+    from hogkit.comm import Network, simulate_comm
+    from hogkit.profiles import Layer, Profile
+    net = network_from_round_trips(2e-3, 6e-3, 1_000_000, burst_s=2e-3 + 15 * 300e-6,
+                                   burst=16)
+    assert net.overhead == pytest.approx(300e-6)
+    assert net.latency == pytest.approx(1e-3 - 300e-6)
+
+    def round_trip(messages):
+        prof = Profile("p", (Layer("l", messages, 0.0, 1e-9),), 1, "test")
+        sched = "fifo" if messages == 1 else "slicing:1"
+        r = simulate_comm(prof, sched, Network(math.inf, net.latency, net.overhead),
+                          workers=1, servers=1, bound=None, iterations=4, warmup=1)
+        return r.iteration_s
+    assert round_trip(1) == pytest.approx(2e-3, rel=1e-6)
+    assert round_trip(16) == pytest.approx(2e-3 + 15 * 300e-6, rel=1e-6)
+    with pytest.raises(InvalidArgument, match="burst"):
+        network_from_round_trips(2e-3, 6e-3, 1_000, burst_s=3e-3, burst=1)
