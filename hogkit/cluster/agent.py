@@ -336,8 +336,8 @@ def plan_messages(shapes, ranges, schedule=None) -> list:
         width = int(np.prod(shape[1:])) if len(shape) > 1 else 1
         pieces = []
         for s, (lo, hi) in enumerate(ranges[name]):
-            n = hi - lo
-            k = n if schedule.slice_size is None else max(1, schedule.slice_size // width)
+            n = hi - lo                 # 0: a shard with none of this parameter's rows
+            k = max(1, n if schedule.slice_size is None else schedule.slice_size // width)
             pieces.append([(s, {name: (a, min(a + k, n))}) for a in range(0, n, k)])
         for j in range(max(len(p) for p in pieces)):
             out += [p[j] for p in pieces if j < len(p)]
