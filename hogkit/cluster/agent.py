@@ -83,6 +83,9 @@ from hogkit.reader import StalenessLog
 __all__ = ["Agent", "plan_messages", "take_delta"]
 
 _BACKOFF_MIN, _BACKOFF_MAX = 50e-6, 2e-3
+#: longest sleep between two looks at whether an exchange is due (doubling from
+#: _BACKOFF_MIN after each look that found none due)
+_IDLE_MAX = 1e-3
 
 
 class Agent:
@@ -274,13 +277,15 @@ class Agent:
                     self._halt.wait(1e-3)
 
     def _loop(self):
-        wait = _BACKOFF_MIN
+        wait = idle = _BACKOFF_MIN
         try:
             self._join()
             while not self._halt.is_set():
                 if self.clocks.stopping() or not self.due():
-                    self._halt.wait(_BACKOFF_MIN)
+                    self._halt.wait(idle)
+                    idle = min(2 * idle, _IDLE_MAX)
                     continue
+                idle = _BACKOFF_MIN
                 if self.cycle():
                     wait = _BACKOFF_MIN
                 else:
