@@ -70,7 +70,8 @@ def _round_trips(ray, workload, calls=40, burst=16):
             times = []
             for _ in range(calls):
                 t = time.perf_counter()
-                ray.get([shard.exchange.remote(0, 0, 0, delta) for _ in range(n)], timeout=30)
+                ray.get([shard.exchange.remote(ShardActor.message(0, 0, 0, delta))
+                         for _ in range(n)], timeout=30)
                 times.append(time.perf_counter() - t)
             out[name] = statistics.median(times)
     finally:
@@ -237,4 +238,38 @@ def format_table(result) -> str:
         for name, by_n in nets.items():
             lines.append(f"  {label:<38}{name:<24}" + "".join(
                 f"{'N=' + n:>6}{v:>12,.0f}" for n, v in by_n.items()))
+    return "\n".join(lines)
+
+
+def format_markdown(result) -> str:
+    """The measured table and the simulated one as ``benchmarks/RESULTS.md`` shows
+    them (a test checks that RESULTS.md holds exactly this for the committed JSON)."""
+    cal, rt = result["calibration"], result["calibration"]["round_trips"]
+    lines = [f"Shared memory: {result['baseline']['updates_per_s']:,.0f} updates/s. Step "
+             f"{cal['step_s'] * 1e6:.2f} µs. Round trip {rt['empty_s'] * 1e3:.2f} ms empty, "
+             f"{rt['full_s'] * 1e3:.2f} ms with the whole {rt['bytes_each_way'] / 1e6:.2f} MB "
+             f"model each way, {rt['burst_s'] * 1e3:.2f} ms for {rt['burst']} empty ones at "
+             f"once: {cal['network']['overhead_s'] * 1e6:.0f} µs a message. An exchange is "
+             f"prepared in {cal['prep_s'] * 1e6:.0f} µs.",
+             "",
+             "| setting | updates/s | x shared memory | loss vs 1 node, same updates "
+             "| bytes/update | cross-node gap (mean) | model | measured/model |",
+             "|---|---|---|---|---|---|---|---|"]
+    for label, s in result["settings"].items():
+        m = s["median"]
+        lo, hi = m["loss_ratio_range"]
+        model = (f"{m['model_updates_per_s']:,.0f} | {m['measured_over_model']:.2f}"
+                 if "model_updates_per_s" in m else "– | –")
+        lines.append(f"| {label} | {m['updates_per_s']:,.0f} | {m['rate_ratio']:.3f} | "
+                     f"{m['loss_ratio']:.3f} ({lo:.3f}–{hi:.3f}) | "
+                     f"{m['bytes_per_update']:,.0f} | {m['cross_gap_mean']:.1f} | {model} |")
+    sim = result.get("simulated", {})
+    if sim:
+        nodes = list(next(iter(next(iter(sim.values())).values())))
+        lines += ["", "| setting | network | " + " | ".join(f"{n} nodes" for n in nodes)
+                  + " |", "|---|---|" + "---|" * len(nodes)]
+        for label, nets in sim.items():
+            for name, by_n in nets.items():
+                lines.append(f"| {label} | {name} | "
+                             + " | ".join(f"{by_n[n]:,.0f}" for n in nodes) + " |")
     return "\n".join(lines)

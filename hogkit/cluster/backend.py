@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import pickle
 import signal
 import sys
 import time
@@ -85,9 +86,9 @@ class _Exchange:
 
     def __call__(self, node, messages, need=None):
         import ray
-        refs = {self.shards[m["shard"]].exchange.remote(
+        refs = {self.shards[m["shard"]].exchange.remote(ShardActor.message(
                     node, m["clock"], m["updates"], m["delta"], m["done"], need,
-                    m["window"], m["parts"]): i for i, m in enumerate(messages)}
+                    m["window"], m["parts"])): i for i, m in enumerate(messages)}
         pending = list(refs)
         deadline = time.monotonic() + self.timeout
         try:
@@ -100,7 +101,7 @@ class _Exchange:
                                       f"{node}'s exchange within {self.timeout:g} s; raise "
                                       f"call_timeout=... or look at the shard's log "
                                       f"(ray logs)")
-                yield refs[ready[0]], ray.get(ready[0])
+                yield refs[ready[0]], pickle.loads(ray.get(ready[0]))
         except ray.exceptions.RayActorError as e:
             raise ShardFailed(f"a parameter shard died during node {node}'s exchange: "
                               f"{str(e).splitlines()[0]}") from None
@@ -138,7 +139,14 @@ class NodeActor:
 class ShardActor:
     """Body of a parameter-shard actor: one :class:`Shard`, asynchronous so that an
     exchange may hold its pull (``need``: the clock its node is blocked on) while
-    other nodes' exchanges go through."""
+    other nodes' exchanges go through.
+
+    An exchange travels as one pickled ``bytes`` each way (:meth:`message`, the reply
+    pickled likewise): Ray serialises every numpy array of an argument or a result on
+    its own, and an exchange holds a dozen small ones (rows and values per parameter,
+    the version vector, the clocks). Measured by hand on the 2-core machine: 8 small
+    arrays each way cost about 0.2 ms a direction over an empty call's 1.2 ms round
+    trip, one bytes object almost nothing; BSP on mf went from 451 to 618 updates/s."""
 
     #: longest a pull is held; the agent then asks again
     HOLD_S = 0.25
@@ -147,9 +155,18 @@ class ShardActor:
         self.shard = Shard(index, values, nodes)
         self.pushed = None
 
-    async def exchange(self, node, clock, updates, delta, done=False, need=None, window=None,
-                       parts=1):
+    @staticmethod
+    def message(node, clock, updates, delta, done=False, need=None, window=None,
+                parts=1) -> bytes:
+        """One exchange's argument (:meth:`Shard.exchange`'s, plus ``need``)."""
+        return pickle.dumps((node, clock, updates, delta, done, need, window, parts),
+                            protocol=pickle.HIGHEST_PROTOCOL)
+
+    async def exchange(self, message: bytes) -> bytes:
+        """Push, hold the pull until ``need`` is reached (at most :attr:`HOLD_S`), pull;
+        the :class:`~hogkit.cluster.shard.Reply`, pickled."""
         import asyncio
+        node, clock, updates, delta, done, need, window, parts = pickle.loads(message)
         if self.pushed is None:
             self.pushed = asyncio.Condition()
         self.shard.push(node, clock, updates, delta, done, parts)
@@ -160,7 +177,7 @@ class ShardActor:
                     await asyncio.wait_for(
                         self.pushed.wait_for(lambda: self.shard.reached(node, need)),
                         self.HOLD_S)
-        return self.shard.pull(node, window)
+        return pickle.dumps(self.shard.pull(node, window), protocol=pickle.HIGHEST_PROTOCOL)
 
     async def snapshot(self):
         return self.shard.snapshot()
