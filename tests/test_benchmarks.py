@@ -125,3 +125,16 @@ def test_every_scenario_runs_in_quick_mode(name, tmp_path):
         assert isinstance(value, (int, float)) and math.isfinite(value), key
     json.dumps(r, default=float)
     assert mod.format_table(r)
+
+
+@pytest.mark.parametrize("name", ["ray.json", "ray_mlp.json"])
+def test_ray_tables_in_results_are_rendered_from_the_committed_figures(name):
+    """Every Ray figure in RESULTS.md comes from the committed JSON through
+    ``format_markdown`` (no hand-typed number)."""
+    import json
+    from pathlib import Path
+
+    from hogkit.benchmarks import ray as bench
+    root = Path(__file__).resolve().parent.parent / "benchmarks"
+    r = json.loads((root / name).read_text())
+    assert bench.format_markdown(r) in (root / "RESULTS.md").read_text()
