@@ -55,11 +55,26 @@ def read_events(path) -> list:
     return out
 
 
+def _processor() -> str:
+    """The CPU's model name (``/proc/cpuinfo``; else ``platform.processor()``): float
+    results of vectorised kernels (torch's, BLAS) can differ in the last bits between
+    instruction sets, so a result file says which processor made it."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
 def environment() -> dict:
     """Versions and settings recorded with every run."""
     import numpy
     env = {"python": sys.version.split()[0], "platform": platform.platform(),
-           "numpy": numpy.__version__, "cpus": os.cpu_count(), "start_method": "spawn",
+           "processor": _processor(), "numpy": numpy.__version__,
+           "cpus": os.cpu_count(), "start_method": "spawn",
            "thread_caps": 1, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     try:
         import numba

@@ -170,9 +170,16 @@ def test_density_staleness_cell_reruns_to_its_stored_figure(experiments_on_path)
 @pytest.mark.slow
 def test_rnn_density_cell_reruns_to_its_stored_figure(experiments_on_path):
     """The simulator runs the torch model on one thread per process in the experiment;
-    the same here, so the sums happen in the same order."""
+    the same here, so the sums happen in the same order.
+
+    On the processor that made the figure the rerun matches it to 1e-6. On another,
+    torch's float32 CPU kernels take another instruction set's path and the sums differ
+    in the last bits, which the RNN's thousands of steps carry to about 1e-4 (an Intel
+    Xeon against the AMD EPYC that made these figures: 3.09186 against 3.09157); there
+    the rerun must still be bit-identical to itself and match the figure to 1e-3."""
     import torch
     from hogkit import sweep
+    from hogkit.report import environment
     mod = importlib.import_module("rnn_density")
     results = _stored("rnn_density")
     stored = next(r for r in results["rows"] if r["density"] == "random:0.1"
@@ -183,9 +190,14 @@ def test_rnn_density_cell_reruns_to_its_stored_figure(experiments_on_path):
     torch.set_num_threads(1)
     try:
         row, = sweep({"density": ["random:0.1"], "seed": [0]}, base=base)
+        same_cpu = results["environment"].get("processor") == environment()["processor"]
+        if not same_cpu:
+            again, = sweep({"density": ["random:0.1"], "seed": [0]}, base=base)
+            assert again["m.val_bpc"] == row["m.val_bpc"]      # deterministic here
     finally:
         torch.set_num_threads(threads)
-    assert row["m.val_bpc"] == pytest.approx(stored["m.val_bpc"], rel=1e-6)
+    assert row["m.val_bpc"] == pytest.approx(stored["m.val_bpc"],
+                                             rel=1e-6 if same_cpu else 1e-3)
 
 
 def test_the_index_links_every_write_up_and_has_a_verdict_per_row():
