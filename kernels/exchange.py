@@ -5,7 +5,7 @@ shards hold from it; ``cur − base`` is the node's unsent change. ``take_change
 finds the rows where it is non-zero and moves them out in one pass over both arrays
 (the numpy way, a copy, a subtraction, ``any`` per row and a gather, made four passes
 and three temporaries of the whole model for every exchange: 0.57 ms on the mf model's
-1.36 MB, where the step is 2.5 µs).
+1.36 MB, where a step takes about 2 µs).
 
 Racy by design: workers keep writing ``cur`` while it runs. Each element of a changed
 row is read once for its delta, ``d = cur − base``, and ``base += d``, so ``cur − base``
