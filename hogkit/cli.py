@@ -535,8 +535,8 @@ def _cmd_bench(args):
     result = mod.run(quick=args.quick, **kwargs)
     print(mod.format_table(result))
     if args.json:
-        from hogkit.report import write_json
-        write_json(args.json, result)
+        from hogkit.report import environment, write_json
+        write_json(args.json, {**result, "environment": environment()})
         print(f"figures: {args.json}")
         if hasattr(mod, "plot"):
             png = os.path.splitext(args.json)[0] + ".png"

@@ -121,3 +121,14 @@ def test_usage_errors_exit_2_with_one_line_and_create_nothing(tmp_path, argv, wo
     assert len(err) == 1 and words in err[0], err
     assert "results in" not in err[0]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_bench_json_records_the_machine(tmp_path, capsys):
+    """A benchmark's raw figures say which processor and versions made them (float
+    results and speeds differ between processors)."""
+    from hogkit.report import environment
+    out = tmp_path / "instrumentation.json"
+    assert main(["bench", "instrumentation", "--quick", "--json", str(out)]) == 0
+    env = json.loads(out.read_text())["environment"]
+    assert env["processor"] == environment()["processor"] and env["processor"]
+    assert env["numpy"] and env["hogkit"]
