@@ -33,6 +33,7 @@ import time
 
 import numpy as np
 
+from hogkit.cluster.agent import take_delta
 from hogkit.cluster.node import NodeFailed, NodeRun
 from hogkit.cluster.shard import Shard, row_ranges
 from hogkit.errors import HogkitError, Interrupted, InvalidArgument
@@ -222,6 +223,9 @@ def run_cluster(plans, engine, *, nodes, servers, address, sync_every, fraction,
     params0, data0 = wl.build(plan.seed)
     initial_loss = float(wl.loss(params0, data0))
     ranges = {k: row_ranges(v.shape[0], servers) for k, v in params0.items()}
+    # compile the agents' delta kernel here, once, for these dtypes: the node actors
+    # then load it from numba's cache instead of each compiling it at its first exchange
+    take_delta(params0, {k: v.copy() for k, v in params0.items()})
     started = _start_ray(ray, address)
     shard_cls = ray.remote(num_cpus=0, max_restarts=0)(ShardActor)
     node_cls = ray.remote(max_restarts=0, max_concurrency=4)(NodeActor)
