@@ -175,8 +175,9 @@ def test_rnn_density_cell_reruns_to_its_stored_figure(experiments_on_path):
     On the processor that made the figure the rerun matches it to 1e-6. On another,
     torch's float32 CPU kernels take another instruction set's path and the sums differ
     in the last bits, which the RNN's thousands of steps carry to about 1e-4 (an Intel
-    Xeon against the AMD EPYC that made these figures: 3.09186 against 3.09157); there
-    the rerun must still be bit-identical to itself and match the figure to 1e-3."""
+    Xeon gives 3.09186 where the figure is 3.09157; the figure's processor was not
+    recorded then, and earlier CI machines matched it to 1e-6); there the rerun must
+    still be bit-identical to itself and match the figure to 1e-3."""
     import torch
     from hogkit import sweep
     from hogkit.report import environment

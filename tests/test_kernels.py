@@ -1,5 +1,5 @@
-"""Every kernel in kernels/{sparse,dense,delayed,density,guard,exchange}.py against its plain-numpy
-reference in tests/naive.py (float64), on random shapes with duplicate rows, empty
+"""Every kernel in kernels/{sparse,dense,delayed,density,guard,exchange}.py against its
+plain-numpy reference in tests/naive.py (float64), on random shapes with duplicate rows, empty
 batches, single rows and extreme values. Also run with NUMBA_DISABLE_JIT=1 by
 tests/test_nojit.py so coverage sees the kernel bodies."""
 
