@@ -54,12 +54,11 @@ NODES_SIMULATED = (2, 8, 32, 128)
 QUICK = ("async sync=1", "async sync=1 backlog=8", "bsp sync=1 servers=2 p3:4096")
 
 
-def _round_trips(ray, workload, calls=40, burst=16):
+def _round_trips(ray, params, calls=40, burst=16):
     """Median exchange round trips with a real shard actor: empty, carrying every row
-    of the workload's parameters each way, and a burst of ``burst`` empty exchanges
-    in flight at once (the fixed cost of each message: what slicing multiplies)."""
+    of ``params`` each way, and a burst of ``burst`` empty exchanges in flight at once
+    (the fixed cost of each message: what slicing multiplies)."""
     from hogkit.cluster.backend import ShardActor
-    params, _ = workload.build(0)
     shard = ray.remote(num_cpus=0)(ShardActor).remote(0, params, 2)
     full = {k: (np.arange(v.shape[0]), np.zeros_like(v)) for k, v in params.items()}
     empty = {k: (np.arange(0), v[:0]) for k, v in params.items()}
@@ -80,13 +79,13 @@ def _round_trips(ray, workload, calls=40, burst=16):
             "burst": burst, "bytes_each_way": size}
 
 
-def _prep_s(workload, rows=64, calls=200):
-    """Median time the agent takes to prepare an exchange of the workload's parameters
+def _prep_s(params, rows=64, calls=200):
+    """Median time the agent takes to prepare an exchange of ``params``
     (:func:`hogkit.cluster.agent.take_delta`: one pass over them), ``rows`` rows of
-    each changed."""
+    each changed (on a copy: ``params`` is left as it is)."""
     from hogkit.cluster.agent import take_delta
-    params, _ = workload.build(0)
     base = {k: v.copy() for k, v in params.items()}
+    params = {k: v.copy() for k, v in params.items()}
     times = []
     for _ in range(calls):
         for v in params.values():
@@ -125,11 +124,12 @@ def run(quick=False, rounds=None, seconds=None, workload="mf", only=None) -> dic
                      eval_every=None, progress=False, keep_params=False).updates_per_s
                for r in range(rounds)]
         step_s = 1.0 / statistics.median(one)
-        rt = _round_trips(ray, wl)
+        params0, _ = wl.build(0)
+        shapes = {k: v.shape for k, v in params0.items()}
+        rt = _round_trips(ray, params0)
         net = network_from_round_trips(rt["empty_s"], rt["full_s"], rt["bytes_each_way"],
                                        burst_s=rt["burst_s"], burst=rt["burst"])
-        prep_s = _prep_s(wl)
-        shapes = {k: v.shape for k, v in wl.build(0)[0].items()}
+        prep_s = _prep_s(params0)
         result["calibration"] = {"one_worker_updates_per_s": one, "step_s": step_s,
                                  "prep_s": prep_s, "round_trips": rt, "network": {
                                      "bandwidth_bytes_per_s": net.bandwidth,
@@ -209,6 +209,25 @@ def _extrapolate(result, step_s, net, full_bytes, prep_s, shapes):
     return out
 
 
+#: the measured table's columns after the setting: headers, short headers, widths
+_HEADERS = ("updates/s", "x shared memory", "loss vs 1 node, same updates",
+            "bytes/update", "cross-node gap (mean)", "model", "measured/model")
+_SHORT = ("updates/s", "x shm", "loss vs 1 node, same upd", "B/update", "gap", "model",
+          "meas/model")
+_WIDTHS = (11, 7, 28, 10, 9, 11, 11)
+
+
+def _cells(m) -> list:
+    """One setting's medians ``m`` as the measured table's cells (both formats)."""
+    lo, hi = m["loss_ratio_range"]
+    modelled = "model_updates_per_s" in m
+    return [f"{m['updates_per_s']:,.0f}", f"{m['rate_ratio']:.3f}",
+            f"{m['loss_ratio']:.3f} ({lo:.3f}–{hi:.3f})", f"{m['bytes_per_update']:,.0f}",
+            f"{m['cross_gap_mean']:.1f}",
+            f"{m['model_updates_per_s']:,.0f}" if modelled else "–",
+            f"{m['measured_over_model']:.2f}" if modelled else "–"]
+
+
 def format_table(result) -> str:
     b = result["baseline"]
     cal = result["calibration"]
@@ -223,16 +242,10 @@ def format_table(result) -> str:
                 f"{cal['round_trips']['burst_s'] * 1e3:.2f} ms (per-message overhead "
                 f"{cal['network']['overhead_s'] * 1e6:.0f} us); exchange prepared in "
                 f"{cal['prep_s'] * 1e6:.0f} us" if "burst_s" in cal["round_trips"] else ""),
-             f"{'setting':<40}{'updates/s':>11}{'x shm':>7}{'loss vs 1 node, same upd':>27}"
-             f"{'B/update':>10}{'gap':>8}{'model':>11}{'meas/model':>11}"]
+             f"{'setting':<40}" + "".join(f"{h:>{w}}" for h, w in zip(_SHORT, _WIDTHS))]
     for label, s in result["settings"].items():
-        m = s["median"]
-        lo, hi = m["loss_ratio_range"]
-        model = (f"{m['model_updates_per_s']:>11,.0f}{m['measured_over_model']:>11.2f}"
-                 if "model_updates_per_s" in m else f"{'-':>11}{'-':>11}")
-        lines.append(f"{label:<40}{m['updates_per_s']:>11,.0f}{m['rate_ratio']:>7.3f}"
-                     f"{m['loss_ratio']:>14.3f} [{lo:.2f}-{hi:.2f}]"
-                     f"{m['bytes_per_update']:>10,.0f}{m['cross_gap_mean']:>8.1f}{model}")
+        lines.append(f"{label:<40}" + "".join(
+            f"{c:>{w}}" for c, w in zip(_cells(s["median"]), _WIDTHS)))
     lines.append("SIMULATED (communication model), updates/s at N nodes x 1 worker:")
     for label, nets in result.get("simulated", {}).items():
         for name, by_n in nets.items():
@@ -252,17 +265,10 @@ def format_markdown(result) -> str:
              f"once: {cal['network']['overhead_s'] * 1e6:.0f} µs a message. An exchange is "
              f"prepared in {cal['prep_s'] * 1e6:.0f} µs.",
              "",
-             "| setting | updates/s | x shared memory | loss vs 1 node, same updates "
-             "| bytes/update | cross-node gap (mean) | model | measured/model |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| setting | " + " | ".join(_HEADERS) + " |",
+             "|---|" + "---|" * len(_HEADERS)]
     for label, s in result["settings"].items():
-        m = s["median"]
-        lo, hi = m["loss_ratio_range"]
-        model = (f"{m['model_updates_per_s']:,.0f} | {m['measured_over_model']:.2f}"
-                 if "model_updates_per_s" in m else "– | –")
-        lines.append(f"| {label} | {m['updates_per_s']:,.0f} | {m['rate_ratio']:.3f} | "
-                     f"{m['loss_ratio']:.3f} ({lo:.3f}–{hi:.3f}) | "
-                     f"{m['bytes_per_update']:,.0f} | {m['cross_gap_mean']:.1f} | {model} |")
+        lines.append(f"| {label} | " + " | ".join(_cells(s["median"])) + " |")
     sim = result.get("simulated", {})
     if sim:
         nodes = list(next(iter(next(iter(sim.values())).values())))
