@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -55,6 +56,7 @@ def read_events(path) -> list:
     return out
 
 
+@functools.lru_cache(maxsize=None)
 def _processor() -> str:
     """The CPU's model name (``/proc/cpuinfo``; else ``platform.processor()``): float
     results of vectorised kernels (torch's, BLAS) can differ in the last bits between
