@@ -8,7 +8,7 @@
    is ``overhead = median(step with record) / median(step without) - 1``, at batch 1
    (per-sample steps), 64 (``mf``'s default) and 256.
 2. **The Python step's overhead around the work**: the same steps on the Python engine
-   (:class:`hogkit.step.PythonStep`: the workload's gradient, the guard, ``rule.apply``,
+   (:class:`hogkit.engine.step.PythonStep`: the workload's gradient, the guard, ``rule.apply``,
    the reader's read/gap/commit, the clock ticks, each a Python call) minus the compiled
    core's time for the same step: what Python adds per step, at batch 256 and 64.
 
@@ -24,13 +24,13 @@ import time
 import numpy as np
 
 from hogkit import workloads
-from hogkit.clocks import RUNNING, Clocks
+from hogkit.state.clocks import RUNNING, Clocks
 from hogkit.kernels import step as K
-from hogkit.reader import Reader, StalenessLog
-from hogkit.rules import SGD
-from hogkit.step import CompiledStep, PythonStep
-from hogkit.store import ParamStore
-from hogkit.worker_loop import EVENTS_PER_S, runtime_specs
+from hogkit.state.reader import Reader, StalenessLog
+from hogkit.rules.core import SGD
+from hogkit.engine.step import CompiledStep, PythonStep
+from hogkit.state.store import ParamStore
+from hogkit.engine.worker_loop import EVENTS_PER_S, runtime_specs
 
 
 def _stores(workers=1):

@@ -1,8 +1,8 @@
 """Scenario ``p3``: prioritised sliced propagation (P3) against whole-layer FIFO, in the
 communication model and on real processes.
 
-**Simulated** (:func:`hogkit.comm.simulate_comm`, deterministic): the reference profiles
-built from their architectures (:func:`hogkit.profiles.reference`: VGG-19 and
+**Simulated** (:func:`hogkit.p3.comm.simulate_comm`, deterministic): the reference profiles
+built from their architectures (:func:`hogkit.p3.profiles.reference`: VGG-19 and
 ResNet-50 at batch 32, a Sockeye-like RNN seq2seq at batch 64; compute times from
 FLOPs at 5 TFLOP/s), 4 workers and 4 parameter-server shards, BSP, 40,000-parameter
 slices, no latency, the four schedules (``fifo``, ``slicing``, ``priority``, ``p3``)
@@ -11,7 +11,7 @@ iteration time over its own (1.25 = 25 % more iterations per second). ``gain.<mo
 is P3's gain at the reference bandwidth, :data:`REFERENCE_GBPS` (the paper's "≥ 10
 Gbps" links); ``peak.<model>`` the largest gain over the sweep and where.
 
-**Live** (:func:`hogkit.p3live.run_live`): a trainer and a parameter server in two
+**Live** (:func:`hogkit.p3.live.run_live`): a trainer and a parameter server in two
 processes, each sending on a link throttled to :data:`LIVE_BANDWIDTH` bytes/s, the
 demonstration model (convolutions, then a 4096 → 2048 layer of 8.4 M parameters),
 batch 32, each schedule run ``rounds`` times in rotating order (so each round sees
@@ -39,8 +39,8 @@ WORKERS = 4
 
 
 def simulated(quick=False) -> dict:
-    from hogkit.comm import Network, gains
-    from hogkit.profiles import reference
+    from hogkit.p3.comm import Network, gains
+    from hogkit.p3.profiles import reference
     bws = (1, 5, 10, 100) if quick else BANDWIDTHS_GBPS
     out = {"workers": WORKERS, "servers": WORKERS, "bound": 0, "slice": 40_000,
            "bandwidths_gbps": list(bws), "profiles": {}, "sweep": {}}
@@ -68,7 +68,7 @@ def simulated(quick=False) -> dict:
 
 
 def _median_profile(profiles):
-    from hogkit.profiles import Layer, Profile
+    from hogkit.p3.profiles import Layer, Profile
     first = profiles[0]
     layers = []
     for i, ly in enumerate(first["layers"]):
@@ -80,8 +80,8 @@ def _median_profile(profiles):
 
 
 def live(quick=False) -> dict:
-    from hogkit.comm import Network, simulate_comm
-    from hogkit.p3live import run_live
+    from hogkit.p3.comm import Network, simulate_comm
+    from hogkit.p3.live import run_live
     rounds = 1 if quick else 3
     kw = dict(iterations=8 if quick else 16, warmup=2 if quick else 3,
               width=512 if quick else 2048, batch=8 if quick else 32)

@@ -273,8 +273,8 @@ def _mf_libmf(lib, wl, data, target, threads, max_epochs, quick=False):
 def _hogkit(wl, target, workers, engine, lrs, max_epochs, n_samples, rate_seconds,
             grid=EPOCHS):
     from hogkit.errors import WorkerFailed
-    from hogkit.rules import SGD
-    from hogkit.runtime import train
+    from hogkit.rules.core import SGD
+    from hogkit.engine.runtime import train
     batch = wl.default_batch
     runs = []
     for lr in lrs:

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import statistics
 
-from hogkit.batching import AdaptiveBatch, FixedBatch
-from hogkit.delays import Slowdown
+from hogkit.rules.batching import AdaptiveBatch, FixedBatch
+from hogkit.engine.delays import Slowdown
 from hogkit.policy import BSP, DSSP, SSP, Async
-from hogkit.runtime import train
+from hogkit.engine.runtime import train
 
 POLICIES = (("bsp", BSP()), ("ssp1", SSP(1)), ("ssp3", SSP(3)), ("ssp10", SSP(10)),
             ("dssp1_10", DSSP(1, 10)), ("async", Async()))

@@ -24,8 +24,8 @@ import numpy as np
 from hogkit import BSP, SSP, Async, workloads
 from hogkit.cluster.model import (exchange_messages, network_from_round_trips,
                                   predict_updates_per_s)
-from hogkit.comm import Network
-from hogkit.runtime import train
+from hogkit.p3.comm import Network
+from hogkit.engine.runtime import train
 
 #: (label, policy, sync_every, backlog, push_fraction, model bound or "-" if the
 #: model does not describe it[, {"servers": S, "schedule": spec}])
@@ -40,7 +40,7 @@ SETTINGS = [
     ("async sync=1024 backlog=2048 push=0.1", Async(), 1024, 2048, 0.1, None),
     ("ssp(4) sync=1", SSP(4), 1, None, 1.0, "-"),
     ("bsp sync=1", BSP(), 1, None, 1.0, 0),
-    # the exchange cut into messages (hogkit.propagation schedules), 2 shards
+    # the exchange cut into messages (hogkit.p3.propagation schedules), 2 shards
     ("bsp sync=1 servers=2", BSP(), 1, None, 1.0, 0, {"servers": 2}),
     ("bsp sync=1 servers=2 fifo", BSP(), 1, None, 1.0, 0,
      {"servers": 2, "schedule": "fifo"}),

@@ -20,7 +20,7 @@ import os
 import statistics
 
 from hogkit import workloads
-from hogkit.runtime import train
+from hogkit.engine.runtime import train
 
 MODELS = ("large", "hot")
 

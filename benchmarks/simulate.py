@@ -21,7 +21,7 @@ from __future__ import annotations
 import statistics
 
 from hogkit import workloads
-from hogkit.simulator import simulate
+from hogkit.engine.simulator import simulate
 
 BATCHES = (64, 16, 4)
 

@@ -28,7 +28,7 @@ import threading
 import time
 
 from hogkit.procfs import children, rss_kb
-from hogkit.store import SHM_DIR as SHM
+from hogkit.state.store import SHM_DIR as SHM
 
 
 def _workers(ppid):

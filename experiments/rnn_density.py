@@ -10,7 +10,7 @@ Setup: ``hogkit.sweep`` of ``hogkit.simulate`` runs (deterministic per seed): th
 ``rnn`` workload (a character-level Elman RNN in torch, hidden 64, embedding 32,
 truncated BPTT over 16 characters) on generated order-2 Markov text (50,000
 characters, known entropy rate), W = 8 virtual workers with log-normal step times,
-1,000 updates per run, three seeds. Update density (``hogkit.density``): spatial
+1,000 updates per run, three seeds. Update density (``hogkit.rules.density``): spatial
 ``topk:d`` and ``random:d`` for d ∈ {0.5, 0.25, 0.1, 0.05} and temporal ``every:k``
 (one update in k sent, density 1/k) for k ∈ {2, 4, 10, 20}; each with the unsent part
 kept as a residual (error feedback) or dropped. Activation ∈ {sigmoid, tanh, relu};

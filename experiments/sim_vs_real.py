@@ -28,7 +28,7 @@ QUICK = {**CONFIG, "seconds": 1.0, "repeats": 1}
 
 def run(config: dict, out_dir=None) -> dict:
     import hogkit
-    from hogkit.delays import Slowdown
+    from hogkit.engine.delays import Slowdown
     from hogkit.report import environment
     from hogkit.calibrate import agreement
     out = {"config": config, "cases": {}, "environment": environment()}

@@ -7,6 +7,10 @@ spawned worker can cap its threads before numpy, numba or torch load.
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.util
+import sys
+import warnings
 
 __version__ = "0.1.0"
 
@@ -17,39 +21,81 @@ _EXPORTS = {
     "ShmCapacityError": "hogkit.errors", "PolicyTimeout": "hogkit.errors",
     "WorkerFailed": "hogkit.errors", "EnvironmentProblem": "hogkit.errors",
     # core
-    "Grad": "hogkit.grads",
-    "ParamStore": "hogkit.store",
-    "Clocks": "hogkit.clocks",
-    "Reader": "hogkit.reader", "StalenessLog": "hogkit.reader",
+    "Grad": "hogkit.rules.grads",
+    "ParamStore": "hogkit.state.store",
+    "Clocks": "hogkit.state.clocks",
+    "Reader": "hogkit.state.reader", "StalenessLog": "hogkit.state.reader",
     "Async": "hogkit.policy", "BSP": "hogkit.policy", "SSP": "hogkit.policy",
     "DSSP": "hogkit.policy", "LocalSGD": "hogkit.policy",
-    "FixedBatch": "hogkit.batching", "AdaptiveBatch": "hogkit.batching",
-    "EpochBalancedBatch": "hogkit.batching",
-    "Slowdown": "hogkit.delays", "Pauses": "hogkit.delays", "Load": "hogkit.delays",
-    "Constant": "hogkit.delays", "LogNormal": "hogkit.delays", "StepTimes": "hogkit.delays",
-    "simulate": "hogkit.simulator", "replay": "hogkit.races", "sweep": "hogkit.sweeps",
-    "SGD": "hogkit.rules", "StalenessAware": "hogkit.rules",
-    "DelayCompensated": "hogkit.rules", "GapAware": "hogkit.rules",
-    "chain": "hogkit.compose",
-    "Density": "hogkit.density",
-    "train": "hogkit.runtime", "Run": "hogkit.run",
+    "FixedBatch": "hogkit.rules.batching", "AdaptiveBatch": "hogkit.rules.batching",
+    "EpochBalancedBatch": "hogkit.rules.batching",
+    "Slowdown": "hogkit.engine.delays", "Pauses": "hogkit.engine.delays", "Load": "hogkit.engine.delays",
+    "Constant": "hogkit.engine.delays", "LogNormal": "hogkit.engine.delays", "StepTimes": "hogkit.engine.delays",
+    "simulate": "hogkit.engine.simulator", "replay": "hogkit.races", "sweep": "hogkit.sweeps",
+    "SGD": "hogkit.rules.core", "StalenessAware": "hogkit.rules.core",
+    "DelayCompensated": "hogkit.rules.core", "GapAware": "hogkit.rules.core",
+    "chain": "hogkit.rules.compose",
+    "Density": "hogkit.rules.density",
+    "train": "hogkit.engine.runtime", "Run": "hogkit.engine.run",
     # your own model and loop
     "Workload": "hogkit.workloads.base", "TorchWorkload": "hogkit.workloads.module",
     "spawn": "hogkit.spawning", "Worker": "hogkit.spawning", "Stopped": "hogkit.errors",
     # communication: propagation schedules (P3), layer profiles, the link model
-    "simulate_comm": "hogkit.comm", "Network": "hogkit.comm", "Profile": "hogkit.profiles",
-    "Schedule": "hogkit.propagation",
+    "simulate_comm": "hogkit.p3.comm", "Network": "hogkit.p3.comm", "Profile": "hogkit.p3.profiles",
+    "Schedule": "hogkit.p3.propagation",
 }
 
-#: submodules reachable as attributes (``hogkit.optim.SGD``)
-_SUBMODULES = ("optim", "profiles", "propagation", "comm", "p3live")
+#: submodules reachable as attributes (``hogkit.optim.SGD``, ``hogkit.comm.Network``)
+_SUBMODULES = {"optim": "hogkit.optim", "profiles": "hogkit.p3.profiles",
+               "propagation": "hogkit.p3.propagation", "comm": "hogkit.p3.comm",
+               "p3live": "hogkit.p3.live"}
+
+#: modules that moved into wings (CHANGELOG.md): the old dotted path still imports, as the
+#: same module object, with a DeprecationWarning that names the new one
+_MOVED = {
+    "hogkit.plan": "hogkit.engine.plan", "hogkit.step": "hogkit.engine.step",
+    "hogkit.worker_loop": "hogkit.engine.worker_loop", "hogkit._worker": "hogkit.engine.entry",
+    "hogkit.simulator": "hogkit.engine.simulator", "hogkit.run": "hogkit.engine.run",
+    "hogkit.runtime": "hogkit.engine.runtime", "hogkit.delays": "hogkit.engine.delays",
+    "hogkit.mainguard": "hogkit.engine.mainguard", "hogkit.store": "hogkit.state.store",
+    "hogkit.clocks": "hogkit.state.clocks", "hogkit.reader": "hogkit.state.reader",
+    "hogkit.worker_state": "hogkit.state.worker_state",
+    "hogkit.checkpoint": "hogkit.state.checkpoint", "hogkit.resume": "hogkit.state.resume",
+    "hogkit.local_sgd": "hogkit.policy.local_sgd", "hogkit.compose": "hogkit.rules.compose",
+    "hogkit.density": "hogkit.rules.density", "hogkit.batching": "hogkit.rules.batching",
+    "hogkit.grads": "hogkit.rules.grads", "hogkit.propagation": "hogkit.p3.propagation",
+    "hogkit.profiles": "hogkit.p3.profiles", "hogkit.comm": "hogkit.p3.comm",
+    "hogkit.p3live": "hogkit.p3.live",
+}
 
 __all__ = sorted(_EXPORTS) + list(_SUBMODULES) + ["__version__"]
 
 
+class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds a moved module's old name and hands back the module at its new one."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname in _MOVED:
+            return importlib.util.spec_from_loader(fullname, self)
+        return None
+
+    def create_module(self, spec):
+        new = _MOVED[spec.name]
+        warnings.warn(f"{spec.name} moved to {new}; import it from there (or the public "
+                      f"name from hogkit)", DeprecationWarning, stacklevel=3)
+        return importlib.import_module(new)
+
+    def exec_module(self, module):
+        """The module at the new path is already executed."""
+
+
+if not any(isinstance(f, _MovedModules) for f in sys.meta_path):
+    sys.meta_path.append(_MovedModules())
+
+
 def __getattr__(name):
     if name in _SUBMODULES:
-        return importlib.import_module(f"hogkit.{name}")
+        return importlib.import_module(_SUBMODULES[name])
     try:
         module = _EXPORTS[name]
     except KeyError:

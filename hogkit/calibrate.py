@@ -11,9 +11,9 @@ import math
 
 import numpy as np
 
-from hogkit.delays import StepTimes
+from hogkit.engine.delays import StepTimes
 from hogkit.errors import InvalidArgument
-from hogkit.run import Run
+from hogkit.engine.run import Run
 from hogkit.validation import check_float
 
 __all__ = ["fit_delays", "compare_gaps", "agreement"]
@@ -34,7 +34,7 @@ def fit_delays(run, *, sigma=0.0, events=None) -> StepTimes:
     ``sigma`` as given (0: constant). The base keeps the mean: ``median =
     mean·exp(−sigma²/2)``. Not modelled: that real step times drift and correlate.
     """
-    from hogkit.delays import Constant, LogNormal
+    from hogkit.engine.delays import Constant, LogNormal
     its = [max(int(pw["iterations"]), 1) for pw in run.per_worker]
     span = run.extra["virtual_time_s"] if run.simulated else run.wall_s
     per = [span / i for i in its]
@@ -101,7 +101,7 @@ def agreement(real, workload, *, policy=None, rule=None, batch=None, sigma=0.0,
     """
     times = fit_delays(real, sigma=sigma, events=events)
     steps = sum(int(pw["iterations"]) for pw in real.per_worker)
-    from hogkit.simulator import simulate
+    from hogkit.engine.simulator import simulate
     sim = simulate(workload, workers=real.workers, policy=policy, rule=rule, batch=batch,
                    delays=times, steps=steps, seed=seed, engine=engine, keep_params=False)
     out = compare_gaps(sim, real)

@@ -261,7 +261,7 @@ _BATCH_FORMS = ('"fixed[:B]" | "adaptive[:B[:last|ema|narx]]" | "epoch[:B]" '
 def parse_batch(text, *, per_worker=32, workers=1):
     """Parse a CLI batch spec; every form takes the global batch B (default
     ``per_worker · workers``)."""
-    from hogkit.batching import AdaptiveBatch, EpochBalancedBatch, FixedBatch
+    from hogkit.rules.batching import AdaptiveBatch, EpochBalancedBatch, FixedBatch
     if not isinstance(text, str):
         raise InvalidType(f"batch must be a string such as 'adaptive:256', got "
                           f"{type(text).__name__}")
@@ -294,7 +294,7 @@ _DENSITY_FORMS = ('a fraction F, "topk:F", "random:F" or "every:K", with ":dropp
 def parse_density(spec):
     """A density from a fraction or ``"topk:F"`` | ``"random:F"`` | ``"every:K"``, with
     ``":dropped"`` appended for no residual; ``1``/``"1.0"``: None (everything sent)."""
-    from hogkit.density import Density
+    from hogkit.rules.density import Density
     if isinstance(spec, (int, float)) and not isinstance(spec, bool):
         return None if float(spec) == 1.0 else Density(float(spec))
     if not isinstance(spec, str):
@@ -327,7 +327,7 @@ _STRAGGLER_FORMS = ('RANK:FACTOR (e.g. 1:3, worker 1 runs three times slower), '
 def parse_straggler(text: str):
     """``"RANK:FACTOR"`` → ``(rank, Slowdown(factor))``; ``"RANK:load:A:P"`` →
     ``(rank, Load(A, P))``; ``"RANK:pauses:PROB:S"`` → ``(rank, Pauses(PROB, S))``."""
-    from hogkit.delays import Load, Pauses, Slowdown
+    from hogkit.engine.delays import Load, Pauses, Slowdown
     from hogkit.validation import check_int
     parts = [p.strip() for p in str(text).lower().split(":")]
     kinds = {"load": Load, "pauses": Pauses}
@@ -347,7 +347,7 @@ def parse_straggler(text: str):
 
 
 def _make_rule(name, lr, momentum, workload):
-    from hogkit import rules
+    from hogkit.rules import core as rules
     lr = workload.default_lr if lr is None else lr
     if name == "sgd":
         return rules.SGD(lr=lr, momentum=momentum)
@@ -419,7 +419,7 @@ def _knobs(args):
     wl = workloads.get(args.workload, **parse_options(args.option))
     density = None
     if args.density is not None:
-        from hogkit.density import Density
+        from hogkit.rules.density import Density
         density = Density(args.density)
     steps, seconds = args.steps, args.seconds
     if steps is None and seconds is None:
@@ -466,9 +466,9 @@ def _resumed_args(args):
 
 
 def _cmd_run(args):
-    from hogkit.runtime import train
+    from hogkit.engine.runtime import train
 
-    from hogkit.plan import make_plan
+    from hogkit.engine.plan import make_plan
 
     if args.resume is not None:
         args = _resumed_args(args)
@@ -507,7 +507,7 @@ def _cmd_run(args):
 
 
 def _cmd_sim(args):
-    from hogkit.simulator import simulate
+    from hogkit.engine.simulator import simulate
 
     wl, knobs = _knobs(args)
     out = args.out or _default_out()

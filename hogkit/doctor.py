@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from hogkit.errors import EnvironmentProblem
-from hogkit.store import SHM_DIR
+from hogkit.state.store import SHM_DIR
 
 __all__ = ["Finding", "run_checks", "preflight", "format_findings", "planned_bytes", "SHM_DIR",
            "OK", "WARN", "FATAL"]
@@ -77,12 +77,12 @@ def shared_memory(needed_bytes: Optional[int] = None, path: str = SHM_DIR) -> Fi
 def planned_bytes(workload, workers: int, *, rule=None, density=None, seed: int = 0) -> int:
     """The shared memory a live run of ``workload`` with ``workers`` workers takes: its
     parameters and data (built, as the run builds them), every worker's rule and
-    density state (:mod:`hogkit.worker_state`), and the control arrays."""
+    density state (:mod:`hogkit.state.worker_state`), and the control arrays."""
     import numpy as np
 
-    from hogkit.rules import SGD
-    from hogkit.worker_loop import control_specs
-    from hogkit.worker_state import initial
+    from hogkit.rules.core import SGD
+    from hogkit.engine.worker_loop import control_specs
+    from hogkit.state.worker_state import initial
 
     params, data = workload.build(seed)
     rule = rule if rule is not None else SGD(lr=workload.default_lr)
@@ -135,7 +135,7 @@ def cores(workers: int) -> Finding:
 
 
 def thread_variables() -> Finding:
-    from hogkit._worker import THREAD_VARS
+    from hogkit.engine.entry import THREAD_VARS
     set_ = {v: os.environ[v] for v in THREAD_VARS if v in os.environ}
     shown = ", ".join(f"{k}={v}" for k, v in set_.items()) or "none set"
     return Finding("threads", OK, f"workers cap every pool to 1 thread ({shown} in "
@@ -192,7 +192,7 @@ def smoke(seconds: float = 1.0) -> Finding:
     """Two real workers on a small ``mf`` for ``seconds``."""
     import math
 
-    from hogkit.runtime import train
+    from hogkit.engine.runtime import train
     try:
         run = train("mf", workers=2, seconds=seconds, progress=False, eval_every=None,
                     workload_options={"preset": "hot"})

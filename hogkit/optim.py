@@ -11,10 +11,10 @@ rule with hogkit's kernels, in place, to the (shared) parameters::
 
 Inside :func:`hogkit.spawn`, ``step()`` is a whole hogkit step after your backward:
 guard (a non-finite gradient is refused, or skipped and counted with
-``nonfinite="skip"``), optional :class:`~hogkit.density.Density`, the update gap τ
+``nonfinite="skip"``), optional :class:`~hogkit.rules.density.Density`, the update gap τ
 (updates by other workers since this worker's read), the rule at τ, the clock tick,
 the staleness record, then the policy's wait before the next iteration, which is also
-where the next read is marked. It is :class:`hogkit.step.PythonStep`'s ``apply``:
+where the next read is marked. It is :class:`hogkit.engine.step.PythonStep`'s ``apply``:
 the same code ``hogkit.train`` runs. Outside ``spawn`` it is an ordinary
 single-process optimizer (τ = 0, no waiting).
 
@@ -37,7 +37,7 @@ import dataclasses
 import numpy as np
 import torch
 
-from hogkit import rules as _rules
+from hogkit.rules import core as _rules
 from hogkit.errors import InvalidArgument, InvalidType, NonFiniteGradient
 from hogkit.kernels import step as _ks
 from hogkit.kernels.step import RT_HELD as _RT_HELD
@@ -53,10 +53,10 @@ _HOGKIT_SLOT = {v: k for k, v in _TORCH_SLOT.items()}
 
 
 class Optimizer(torch.optim.Optimizer):
-    """Base of hogkit's optimizers: ``rule_class`` (a :mod:`hogkit.rules` class)
+    """Base of hogkit's optimizers: ``rule_class`` (a :mod:`hogkit.rules.core` class)
     built per param group from the group's hyper-parameters (rebuilt when a
     scheduler or the user changes them). ``density``: an optional
-    :class:`~hogkit.density.Density` applied to every update before the rule;
+    :class:`~hogkit.rules.density.Density` applied to every update before the rule;
     ``nonfinite``: "raise" (default) or "skip"; ``worker``: the
     :class:`~hogkit.spawning.Worker` to drive (default: this process's inside
     :func:`hogkit.spawn`, else a private one)."""
@@ -145,7 +145,7 @@ class Optimizer(torch.optim.Optimizer):
                     self._lane.set_rules(self._step.rule)
                 self._rules_now = rules
                 return self._step
-        from hogkit.step import PythonStep
+        from hogkit.engine.step import PythonStep
         self._names, self._order = {}, []
         params, members = {}, []
         for gi, g in enumerate(self.param_groups):
@@ -341,7 +341,7 @@ class _Groups:
 
 
 class SGD(Optimizer):
-    """SGD with optional heavy-ball momentum (:class:`hogkit.rules.SGD`)."""
+    """SGD with optional heavy-ball momentum (:class:`hogkit.rules.core.SGD`)."""
 
     rule_class = _rules.SGD
 
@@ -350,7 +350,7 @@ class SGD(Optimizer):
 
 
 class StalenessAware(Optimizer):
-    """lr / max(τ, 1) (:class:`hogkit.rules.StalenessAware`, Zhang et al. 2016)."""
+    """lr / max(τ, 1) (:class:`hogkit.rules.core.StalenessAware`, Zhang et al. 2016)."""
 
     rule_class = _rules.StalenessAware
 
@@ -359,7 +359,7 @@ class StalenessAware(Optimizer):
 
 
 class DelayCompensated(Optimizer):
-    """DC-ASGD (:class:`hogkit.rules.DelayCompensated`, Zheng et al. 2017)."""
+    """DC-ASGD (:class:`hogkit.rules.core.DelayCompensated`, Zheng et al. 2017)."""
 
     rule_class = _rules.DelayCompensated
 
@@ -370,7 +370,7 @@ class DelayCompensated(Optimizer):
 
 
 class GapAware(Optimizer):
-    """Gap-Aware (:class:`hogkit.rules.GapAware`, Barkai et al. 2020)."""
+    """Gap-Aware (:class:`hogkit.rules.core.GapAware`, Barkai et al. 2020)."""
 
     rule_class = _rules.GapAware
 

@@ -81,7 +81,7 @@ class Replay:
 def _check_step(pos, step, n, width):
     if not isinstance(step, tuple) or len(step) not in (3, 4):
         raise InvalidType(f"schedule[{pos}]={step!r} must be a Step(kind, rank, row, "
-                          f"value) from hogkit.simulator")
+                          f"value) from hogkit.engine.simulator")
     step = Step(*step)
     check_choice(f"schedule[{pos}].kind", step.kind, STEP_KINDS)
     check_int(f"schedule[{pos}].rank", step.rank, min_value=0)

@@ -19,7 +19,7 @@ ticks the shared clocks, records how stale its gradient was (the same histograms
 ``events.jsonl`` as :func:`hogkit.train`), and waits as the consistency policy says
 (Async, BSP, SSP(s), DSSP); the parent supervises the workers (a dead or hung worker
 fails the run with its rank, signal and traceback; SIGINT stops every worker; nothing
-is left behind) and returns a :class:`~hogkit.run.Run`. After the run the parent's
+is left behind) and returns a :class:`~hogkit.engine.run.Run`. After the run the parent's
 ``model`` holds the trained weights (in private memory again).
 
 When the run is asked to stop (``seconds`` ran out, a peer failed, SIGINT), the next
@@ -42,11 +42,11 @@ from typing import Any, Optional
 
 import numpy as np
 
-from hogkit.clocks import DONE, RUNNING, Clocks
+from hogkit.state.clocks import DONE, RUNNING, Clocks
 from hogkit.errors import InvalidArgument, InvalidType, Stopped
 from hogkit.kernels import step as _ks
-from hogkit.reader import Reader, StalenessLog
-from hogkit.runtime import _Live
+from hogkit.state.reader import Reader, StalenessLog
+from hogkit.engine.runtime import _Live
 from hogkit.validation import check_choice, check_float, check_int
 
 __all__ = ["spawn", "Worker", "current_worker"]
@@ -81,7 +81,7 @@ class Worker:
         """A private one-worker context (an optimizer used outside :func:`spawn`):
         staleness is always 0 and nothing waits."""
         from hogkit.policy import Async
-        from hogkit.worker_loop import private_control
+        from hogkit.engine.worker_loop import private_control
         views, clocks, log = private_control()
         w = cls(0, 1, clocks, log, Async(), rt=views["rt"][0])
         w.reader.read()
@@ -127,7 +127,7 @@ class SpawnPlan:
     seed: int
     keep_params: bool
     threads: int
-    events: str = "sampled"            # what events.jsonl keeps (hogkit.plan.EVENTS)
+    events: str = "sampled"            # what events.jsonl keeps (hogkit.engine.plan.EVENTS)
     steps: Optional[int] = None        # the loop is the user's: no step budget
     shards: int = 1
     fn_name: str = ""
@@ -135,7 +135,7 @@ class SpawnPlan:
     stragglers: dict = field(default_factory=dict)
 
     def config(self, **extra) -> dict:
-        from hogkit.plan import config_of
+        from hogkit.engine.plan import config_of
         return {"workload": f"spawn:{self.fn_name}", "model": self.model_name,
                 "workers": self.workers, "policy": config_of(self.policy),
                 "rule": "the workers' hogkit.optim optimizers", "density": None,
@@ -169,8 +169,8 @@ def _run(spec: SpawnSpec) -> None:
     global _CURRENT
     import torch
 
-    from hogkit.store import ParamStore, bind_module
-    from hogkit.worker_loop import start_barrier
+    from hogkit.state.store import ParamStore, bind_module
+    from hogkit.engine.worker_loop import start_barrier
     from hogkit.workloads.module import rebuild
     torch.set_num_threads(spec.plan.threads)
     stores = [ParamStore.attach(h) for h in (spec.params, spec.control)]
@@ -207,7 +207,7 @@ def spawn(fn, model, *, nprocs=2, args=(), policy=None, seconds=None, eval_fn=No
           eval_every="auto", out=None, progress=None, seed=0, threads=1,
           wait_timeout=60.0, grace=2.0, keep_params=True, events="sampled"):
     """Run ``fn(worker, model, *args)`` in ``nprocs`` processes that share ``model``'s
-    parameters; returns a :class:`~hogkit.run.Run` (see the module docstring).
+    parameters; returns a :class:`~hogkit.engine.run.Run` (see the module docstring).
 
     Parameters
     ----------
@@ -236,8 +236,8 @@ def spawn(fn, model, *, nprocs=2, args=(), policy=None, seconds=None, eval_fn=No
     Raises InvalidArgument / InvalidType (before anything is spawned), WorkerFailed,
     Interrupted; in every case the workers are stopped and no segment is left.
     """
-    from hogkit.mainguard import check_main_guard
-    from hogkit.plan import EVENTS, _check_knob, check_out
+    from hogkit.engine.mainguard import check_main_guard
+    from hogkit.engine.plan import EVENTS, _check_knob, check_out
     from hogkit.policy import Async, LocalSGD
     check_main_guard("hogkit.spawn()")
     if not callable(fn):
@@ -267,7 +267,7 @@ def spawn(fn, model, *, nprocs=2, args=(), policy=None, seconds=None, eval_fn=No
     grace = check_float("grace", grace, min_value=0.0)
     seed = check_int("seed", seed, min_value=0)
     check_choice("events", events, EVENTS)
-    from hogkit.mainguard import check_spawnable
+    from hogkit.engine.mainguard import check_spawnable
     for what, obj in (("fn", fn), ("args", args), ("policy", policy)):
         check_spawnable(what, obj)
     plan = SpawnPlan(workers=nprocs, policy=policy, seconds=seconds,
@@ -283,8 +283,8 @@ def spawn(fn, model, *, nprocs=2, args=(), policy=None, seconds=None, eval_fn=No
 def _template(model):
     """``(template, buffers)`` of a checked model: what the workers rebuild it from
     (:func:`hogkit.workloads.module.weightless`), checked to pickle."""
-    from hogkit.mainguard import check_spawnable
-    from hogkit.store import module_arrays
+    from hogkit.engine.mainguard import check_spawnable
+    from hogkit.state.store import module_arrays
     from hogkit.workloads.module import weightless
     module_arrays(model, "model", copy=False)      # a CPU float module with parameters
     template = weightless(model)
@@ -293,7 +293,7 @@ def _template(model):
 
 
 class _SpawnRun(_Live):
-    """The supervised run of :func:`spawn`: :class:`hogkit.runtime._Live` with the
+    """The supervised run of :func:`spawn`: :class:`hogkit.engine.runtime._Live` with the
     model's parameters as the store and the user's function in the workers."""
 
     def __init__(self, plan, fn, args, model, template, eval_fn, *, wait_timeout, grace):
@@ -302,7 +302,7 @@ class _SpawnRun(_Live):
         self.template, self.buffers = template
 
     def _share(self, stack):
-        from hogkit.store import ParamStore
+        from hogkit.state.store import ParamStore
         self.pstore = stack.enter_context(ParamStore.from_module(self.model, tag="params"))
         stack.callback(_release, self.model)         # runs before the store closes
         self.params, self.data = self.pstore.views(), {}

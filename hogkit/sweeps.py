@@ -21,7 +21,7 @@ after a SIGKILL mid-write, is ignored on reading).
 or a policy object), ``rule`` (``"sgd"``, ``"staleness-aware"``, ``"dc-asgd"``,
 ``"dc-asgd-adaptive"``, ``"gap-aware"`` or a rule object) with ``lr`` and ``momentum``,
 ``density`` (a fraction, ``"topk:F"``, ``"random:F"``, ``"every:K"``, with ``":dropped"``
-for no residual, or a :class:`~hogkit.density.Density`), ``batch`` (an int or the CLI's
+for no residual, or a :class:`~hogkit.rules.density.Density`), ``batch`` (an int or the CLI's
 ``"adaptive:B[:narx]"`` forms), ``straggler`` (``"RANK:FACTOR"``, ``"RANK:load:AMP:PERIOD"``,
 ``"RANK:pauses:PROB:SECONDS"``, a list of them, or a dict ``{rank: model}``), ``delays``
 (simulated step times, the CLI's forms), ``shards``, ``nonfinite``, ``eval_every``,
@@ -152,25 +152,25 @@ def _kwargs(cell, mode_default):
     if "steps" not in kw and "seconds" not in kw:
         kw["steps"] = wl.default_steps
     # every knob checked now, as the run will check it (nothing is built)
-    from hogkit.plan import make_plan
+    from hogkit.engine.plan import make_plan
     plan_kw = {k: v for k, v in kw.items() if k not in ("delays", "progress", "engine")}
     if "engine" in kw:
-        from hogkit.runtime import ENGINES
+        from hogkit.engine.runtime import ENGINES
         from hogkit.validation import check_choice
         check_choice("engine", kw["engine"],
                      ("auto", "fused", "python") if mode == "sim" else ENGINES)
     make_plan(**plan_kw, max_workers=1 << 20 if mode == "sim" else 4096,
               spawn=mode == "live")
     if mode == "sim" and "delays" in kw:
-        from hogkit.delays import parse_delays
+        from hogkit.engine.delays import parse_delays
         if isinstance(kw["delays"], str):
             parse_delays(kw["delays"])
     return mode, kw
 
 
 def _run(mode, kw):
-    from hogkit.runtime import train
-    from hogkit.simulator import simulate
+    from hogkit.engine.runtime import train
+    from hogkit.engine.simulator import simulate
     return (simulate if mode == "sim" else train)(**kw)
 
 
@@ -249,7 +249,7 @@ def sweep(grid, *, base=None, out=None, mode="sim", progress=None) -> list:
     ``out``: a ``.jsonl`` results file (appended; makes the sweep resumable), or None
     (rows only returned). ``progress``: a tqdm bar (None: when stderr is a terminal).
     """
-    from hogkit.mainguard import check_main_guard
+    from hogkit.engine.mainguard import check_main_guard
     todo = cells(grid, base)
     plans = [(c, cell_key(c), *_kwargs(c, mode)) for c in todo]      # all checked first
     if any(m == "live" for _, _, m, _ in plans):

@@ -21,12 +21,12 @@ Strategies (plural nouns; ``min_*``/``max_*`` bounds; impossible combinations ra
 - :func:`sparse_updates` — ``(rows, values)`` sparse-row updates with duplicate rows
   (the case a fancy-indexed ``W[rows] -= G`` gets wrong).
 - :func:`staleness_bounds` — SSP bounds: ints, or ``math.inf`` (Async).
-- :func:`delay_models` — :class:`hogkit.delays.StepTimes` compute-time models.
-- :func:`layer_profiles` — :class:`hogkit.profiles.Profile` s (parameters and compute
-  times per layer) for the communication model, :func:`hogkit.comm.simulate_comm`.
+- :func:`delay_models` — :class:`hogkit.engine.delays.StepTimes` compute-time models.
+- :func:`layer_profiles` — :class:`hogkit.p3.profiles.Profile` s (parameters and compute
+  times per layer) for the communication model, :func:`hogkit.p3.comm.simulate_comm`.
 - :func:`propagation_schedules` — the four P3 schedules with any slice size.
 
-Helpers: :func:`replay` (re-exported from :mod:`hogkit.simulator`),
+Helpers: :func:`replay` (re-exported from :mod:`hogkit.engine.simulator`),
 :func:`assert_staleness_bounded`, :func:`sequential_sum` (the race-free result of a
 schedule). The profile ``"hogkit-ci"`` is registered on import.
 """
@@ -157,10 +157,10 @@ def staleness_bounds(*, min_value=0, max_value=8, allow_unbounded=True):
 
 def delay_models(*, min_seconds=1e-4, max_seconds=1e-2, max_sigma=1.0, max_workers=8,
                  stragglers=True, pauses=True, load=True):
-    """:class:`hogkit.delays.StepTimes` models: a Constant or LogNormal base in
+    """:class:`hogkit.engine.delays.StepTimes` models: a Constant or LogNormal base in
     ``[min_seconds, max_seconds]`` and, optionally, a straggler (rank <
     ``max_workers``), random pauses and a time-varying load."""
-    from hogkit.delays import Constant, Load, LogNormal, Pauses, Slowdown, StepTimes
+    from hogkit.engine.delays import Constant, Load, LogNormal, Pauses, Slowdown, StepTimes
     a = check_float("min_seconds", min_seconds, min_value=0.0)
     b = check_float("max_seconds", max_seconds, min_value=0.0)
     if a > b:
@@ -185,11 +185,11 @@ def delay_models(*, min_seconds=1e-4, max_seconds=1e-2, max_sigma=1.0, max_worke
 
 
 def layer_profiles(*, min_layers=1, max_layers=6, max_params=5000, max_seconds=1e-2):
-    """:class:`hogkit.profiles.Profile` s of ``min_layers..max_layers`` layers, each
+    """:class:`hogkit.p3.profiles.Profile` s of ``min_layers..max_layers`` layers, each
     of 1..``max_params`` parameters, forward times in ``[0, max_seconds]`` and
     backward times in ``[0, 2 * max_seconds]``. Shrinks towards fewer, smaller,
     instant layers."""
-    from hogkit.profiles import Profile
+    from hogkit.p3.profiles import Profile
     lo, hi = _bounds("layers", min_layers, max_layers, floor=1)
     max_params = check_int("max_params", max_params, min_value=1)
     t = check_float("max_seconds", max_seconds, min_value=0.0)
@@ -205,9 +205,9 @@ def layer_profiles(*, min_layers=1, max_layers=6, max_params=5000, max_seconds=1
 
 
 def propagation_schedules(*, max_slice=2000):
-    """:class:`hogkit.propagation.Schedule` s: ``fifo``, ``priority``, and ``slicing``
+    """:class:`hogkit.p3.propagation.Schedule` s: ``fifo``, ``priority``, and ``slicing``
     and ``p3`` with slices of 1..``max_slice`` parameters."""
-    from hogkit.propagation import fifo, p3, priority, slicing
+    from hogkit.p3.propagation import fifo, p3, priority, slicing
     sizes = st.integers(1, check_int("max_slice", max_slice, min_value=1))
     return st.one_of(st.just(fifo()), st.just(priority()), sizes.map(slicing), sizes.map(p3))
 
@@ -219,7 +219,7 @@ def sequential_sum(schedule, initial) -> np.ndarray:
 
 
 def assert_staleness_bounded(run, s, *, gap=None) -> None:
-    """Assert that ``run`` (a :class:`~hogkit.run.Run` or its summary) never read with
+    """Assert that ``run`` (a :class:`~hogkit.engine.run.Run` or its summary) never read with
     a clock lag above ``s`` (overall and per worker), and, with ``gap``, never
     applied an update with an update gap above ``gap``. Raises AssertionError naming
     the worst worker."""

@@ -119,8 +119,8 @@ def check_indices(name, idx, n_rows):
 
 
 def check_grads(grads):
-    """``grads`` is a sequence of :class:`~hogkit.grads.Grad`; returns it."""
-    from hogkit.grads import Grad
+    """``grads`` is a sequence of :class:`~hogkit.rules.grads.Grad`; returns it."""
+    from hogkit.rules.grads import Grad
     if isinstance(grads, Grad):
         raise InvalidType("grads must be a sequence of Grad, got a single Grad; "
                           "pass [grad]")

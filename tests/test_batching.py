@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from hogkit.batching import AdaptiveBatch, EpochBalancedBatch, FixedBatch, shares, weights
+from hogkit.rules.batching import AdaptiveBatch, EpochBalancedBatch, FixedBatch, shares, weights
 from hogkit.cli import parse_batch
 from hogkit.errors import InvalidArgument, InvalidType
 
@@ -189,7 +189,7 @@ def test_parse_batch_errors(text, match):
 
 def test_the_pacer_reports_its_load_as_the_narx_input():
     """What a live worker hands NARX: the slowdown its straggler model imposes now."""
-    from hogkit.delays import Load, Pauses, Slowdown
+    from hogkit.engine.delays import Load, Pauses, Slowdown
     p = Load(2.0, 4.0).start(0, 1)
     t0 = int(p.row[3])
     assert p.load(t0) == pytest.approx(2.0)                  # 1 + A/2 at t = 0

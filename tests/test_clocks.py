@@ -7,9 +7,9 @@ import time
 import numpy as np
 import pytest
 
-from hogkit.clocks import DONE, FAILED, IDLE, RUNNING, Clocks
+from hogkit.state.clocks import DONE, FAILED, IDLE, RUNNING, Clocks
 from hogkit.errors import InvalidArgument, InvalidType
-from hogkit.store import ParamStore
+from hogkit.state.store import ParamStore
 
 
 @pytest.fixture

@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 
 import hogkit
 from hogkit import Async, BSP, InvalidArgument
-from hogkit.clocks import DONE, RUNNING, Clocks
+from hogkit.state.clocks import DONE, RUNNING, Clocks
 from hogkit.cluster.agent import Agent, plan_messages
 from hogkit.cluster.shard import Shard, local_exchange, row_ranges
-from hogkit.propagation import parse_schedule
+from hogkit.p3.propagation import parse_schedule
 
 
 def test_row_ranges_cover_every_row_once():
@@ -302,7 +302,7 @@ def test_policy_bound_of_each_policy():
 def test_the_cluster_model_is_bounded_by_compute_and_pipelines_sliced_exchanges():
     from hogkit.cluster.model import (exchange_messages, network_from_round_trips,
                                       predict_updates_per_s)
-    from hogkit.comm import Network
+    from hogkit.p3.comm import Network
     net = network_from_round_trips(2e-3, 6e-3, 1_000_000)
     assert net.latency == pytest.approx(1e-3) and net.overhead == 0
     assert net.bandwidth == pytest.approx(2 * 1_000_000 / 4e-3)
@@ -335,8 +335,8 @@ def test_a_burst_of_round_trips_gives_the_per_message_overhead():
     """One round trip is 2·(overhead + latency); a burst of k in flight at once is
     k − 1 overheads more (the model's own arithmetic, checked by simulating it)."""
     from hogkit.cluster.model import network_from_round_trips
-    from hogkit.comm import Network, simulate_comm
-    from hogkit.profiles import Layer, Profile
+    from hogkit.p3.comm import Network, simulate_comm
+    from hogkit.p3.profiles import Layer, Profile
     net = network_from_round_trips(2e-3, 6e-3, 1_000_000, burst_s=2e-3 + 15 * 300e-6,
                                    burst=16)
     assert net.overhead == pytest.approx(300e-6)

@@ -10,11 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import naive
-from hogkit.compose import (Piece, chain, delay_compensation, gap_aware, momentum,
+from hogkit.rules.compose import (Piece, chain, delay_compensation, gap_aware, momentum,
                             scale_by_staleness)
 from hogkit.errors import InvalidArgument, InvalidType
-from hogkit.grads import Grad
-from hogkit.rules import SGD, DelayCompensated, GapAware, StalenessAware
+from hogkit.rules.grads import Grad
+from hogkit.rules.core import SGD, DelayCompensated, GapAware, StalenessAware
 
 
 @pytest.mark.parametrize("pieces, expect", [
@@ -72,7 +72,7 @@ def test_a_chained_gap_aware_matches_the_reference():
     ((momentum(0.9), scale_by_staleness()), InvalidArgument, "put momentum\\(\\) last"),
     ((delay_compensation(), momentum(0.9)), InvalidArgument, "no momentum term"),
     ((momentum(0.9), momentum(0.5)), InvalidArgument, "momentum\\(\\) twice"),
-    (("momentum",), InvalidType, "pieces from hogkit.compose"),
+    (("momentum",), InvalidType, "pieces from hogkit.rules.compose"),
     ((momentum(1.5),), InvalidArgument, "momentum"),           # the rule's own check
 ])
 def test_a_pipeline_no_kernel_computes_is_refused(pieces, exc, match):

@@ -1,4 +1,4 @@
-"""hogkit.density.Density against tests/naive.py: density 1.0 is no filter, residual
+"""hogkit.rules.density.Density against tests/naive.py: density 1.0 is no filter, residual
 mode loses no mass, top-k / threshold / random keep what they say, temporal density
 holds updates back, and bad input raises without touching the residual."""
 
@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, strategies as st
 
 import naive
-from hogkit.density import Density
+from hogkit.rules.density import Density
 from hogkit.errors import InvalidArgument, InvalidType
-from hogkit.grads import Grad
-from hogkit.rules import SGD
+from hogkit.rules.grads import Grad
+from hogkit.rules.core import SGD
 
 HOWS = [("topk", {}), ("random", {}), ("threshold", {"threshold": 0.5})]
 

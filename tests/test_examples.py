@@ -28,7 +28,7 @@ def test_a_users_workload_runs_the_same_on_both_steps():
     """The protocol holds for a workload hogkit does not know: one worker on the
     (uncached) compiled core and on the Python step, bit-identical."""
     from test_step import run_compiled, run_python
-    from hogkit.rules import DelayCompensated, SGD
+    from hogkit.rules.core import DelayCompensated, SGD
     ex = _example()
     wl = ex.SparseRidge(n_samples=400, n_features=60, nnz=4)
     for rule in (SGD(0.05), DelayCompensated(0.05)):

@@ -221,7 +221,7 @@ def test_restarts_run_out_and_then_the_run_stops(tmp_path):
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_during_shutdown_is_held_then_raised_not_lost(sig):
     from hogkit.errors import Interrupted
-    from hogkit.runtime import _signals_deferred
+    from hogkit.engine.runtime import _signals_deferred
     before = signal.getsignal(sig)
     with pytest.raises(Interrupted) as e:
         with _signals_deferred():
@@ -233,7 +233,7 @@ def test_a_signal_during_shutdown_is_held_then_raised_not_lost(sig):
 
 
 def test_an_exception_already_leaving_wins_over_a_held_signal():
-    from hogkit.runtime import _signals_deferred
+    from hogkit.engine.runtime import _signals_deferred
     with pytest.raises(WorkerFailed):
         try:
             raise WorkerFailed(1, reason="boom")

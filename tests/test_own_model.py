@@ -195,7 +195,7 @@ def test_each_missing_piece_of_the_contract_is_named_before_spawn(missing):
 
 def test_given_a_rule_and_a_batch_the_defaults_are_not_needed():
     cls = type("NoDefaults", (Duck,), {"default_lr": None, "default_batch": None})
-    from hogkit.plan import make_plan
+    from hogkit.engine.plan import make_plan
     plan = make_plan(cls(), rule=hogkit.SGD(0.1), batch=2, steps=10)
     assert plan.batch == 2
 
@@ -231,7 +231,7 @@ def test_a_script_read_from_stdin_is_refused_with_the_fix():
 
 
 def test_a_guarded_call_is_not_flagged(tmp_path):
-    from hogkit.mainguard import _guarded
+    from hogkit.engine.mainguard import _guarded
     import ast
     tree = ast.parse(textwrap.dedent("""
         import hogkit

@@ -15,10 +15,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hogkit.comm import GBPS, Network, gains, simulate_comm
+from hogkit.p3.comm import GBPS, Network, gains, simulate_comm
 from hogkit.errors import HogkitError, InvalidArgument, InvalidType
-from hogkit.profiles import Profile, from_module
-from hogkit.propagation import (BIG_ARRAY, REFERENCE_SLICE, Schedule, fifo, p3,
+from hogkit.p3.profiles import Profile, from_module
+from hogkit.p3.propagation import (BIG_ARRAY, REFERENCE_SLICE, Schedule, fifo, p3,
                                 parse_schedule, priority, slicing)
 from hogkit.testing import layer_profiles, propagation_schedules
 
@@ -298,7 +298,7 @@ class _Unused(__import__("torch").nn.Module):
 @pytest.mark.parametrize("name,params,largest", [
     ("vgg19", 143_667_240, 102_764_544), ("resnet50", 25_557_032, 2_359_296)])
 def test_reference_profiles_are_the_published_architectures(name, params, largest):
-    from hogkit.profiles import reference
+    from hogkit.p3.profiles import reference
     prof = reference(name)
     assert prof.params == params and max(prof.sizes) == largest
     gflops = sum(ly.flops for ly in prof.layers) / prof.batch / 1e9
@@ -309,7 +309,7 @@ def test_reference_profiles_are_the_published_architectures(name, params, larges
 def test_simulated_gain_shape_on_the_reference_profiles():
     """The issue's claim, on the model: where FIFO is communication-bound P3's gain is
     larger for VGG-19 than for ResNet-50, and it tends to 1 at high bandwidth."""
-    from hogkit.profiles import reference
+    from hogkit.p3.profiles import reference
     vgg, res = reference("vgg19"), reference("resnet50")
     for g in (5, 10):
         gv = gains(vgg, Network.gbps(g), workers=4, schedules=["p3"], iterations=5)
@@ -323,7 +323,7 @@ def test_simulated_gain_shape_on_the_reference_profiles():
 # --------------------------------------------------------------------------- live
 
 def test_run_live_rejects_bad_input_before_spawning():
-    from hogkit.p3live import run_live
+    from hogkit.p3.live import run_live
     with pytest.raises(InvalidArgument, match="bandwidth=0.0 must be > 0"):
         run_live("p3", bandwidth=0.0)
     with pytest.raises(InvalidArgument, match="not one of"):
@@ -345,8 +345,8 @@ def test_live_trainer_and_server_exchange_every_piece(schedule):
     """Two real processes on a throttled link: the server's final parameters equal the
     trainer's (every piece went up once and its update came back), the loss is
     finite, the model predicted the run, and nothing is left behind (conftest)."""
-    from hogkit.p3live import run_live
-    from hogkit.p3live import reference_losses
+    from hogkit.p3.live import run_live
+    from hogkit.p3.live import reference_losses
     r = run_live(schedule, bandwidth=20e6, iterations=4, warmup=1, width=64, batch=4,
                  timeout=120)
     assert r["server_agrees"]
@@ -377,7 +377,7 @@ def test_a_killed_process_ends_the_live_run_with_an_error(victim):
     import time
 
     from helpers.procs import children
-    from hogkit.p3live import run_live
+    from hogkit.p3.live import run_live
     box = {}
 
     def target():

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from hogkit.clocks import DONE, FAILED, IDLE, RUNNING, Clocks
+from hogkit.state.clocks import DONE, FAILED, IDLE, RUNNING, Clocks
 from hogkit.errors import InvalidArgument, InvalidType, PolicyTimeout, WorkerFailed
 from hogkit.policy import (DSSP, SSP, Async, BSP, LocalSGD, clock_lag, dssp_extra,
                            may_proceed)
-from hogkit.local_sgd import local_delta, merge
+from hogkit.policy.local_sgd import local_delta, merge
 from hogkit.cli import parse_policy
 
 

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hogkit import train
-from hogkit.batching import AdaptiveBatch, FixedBatch
-from hogkit.delays import Slowdown
+from hogkit.rules.batching import AdaptiveBatch, FixedBatch
+from hogkit.engine.delays import Slowdown
 from hogkit.policy import BSP, DSSP, SSP, Async, LocalSGD
 
 pytestmark = pytest.mark.process

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from hogkit.clocks import Clocks
+from hogkit.state.clocks import Clocks
 from hogkit.errors import InvalidArgument, InvalidType
 from hogkit.kernels import staleness as _kstat
-from hogkit.reader import EVENT_FIELDS, Reader, StalenessLog
-from hogkit.store import ParamStore
+from hogkit.state.reader import EVENT_FIELDS, Reader, StalenessLog
+from hogkit.state.store import ParamStore
 from helpers import store_procs
 
 

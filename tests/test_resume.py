@@ -1,4 +1,4 @@
-"""Periodic checkpoints and resume (hogkit.resume): a run killed with SIGKILL goes on
+"""Periodic checkpoints and resume (hogkit.state.resume): a run killed with SIGKILL goes on
 from its last checkpoint and ends where an uninterrupted run of the same length does."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from hogkit import SGD, Density, GapAware, train
-from hogkit.checkpoint import read
+from hogkit.state.checkpoint import read
 from hogkit.errors import InvalidArgument
 
 HOT = {"preset": "hot"}

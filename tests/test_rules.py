@@ -1,4 +1,4 @@
-"""hogkit.rules against the references in tests/naive.py: one conformance test over a
+"""hogkit.rules.core against the references in tests/naive.py: one conformance test over a
 table of every rule, the degenerate cases (SA with tau=0, DC and Gap-Aware with a
 fresh read are SGD), shared vs private state, and bad inputs that must raise and
 leave parameters and state untouched."""
@@ -13,8 +13,8 @@ from hypothesis import given, strategies as st
 
 import naive
 from hogkit.errors import InvalidArgument, InvalidType
-from hogkit.grads import Grad
-from hogkit.rules import SGD, DelayCompensated, GapAware, StalenessAware
+from hogkit.rules.grads import Grad
+from hogkit.rules.core import SGD, DelayCompensated, GapAware, StalenessAware
 from hogkit.validation import grads_finite
 
 RULES = {

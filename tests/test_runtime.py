@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from hogkit import InvalidArgument, InvalidType, train
-from hogkit.delays import Slowdown
-from hogkit.store import ParamStore
+from hogkit.engine.delays import Slowdown
+from hogkit.state.store import ParamStore
 
 HOT = {"preset": "hot"}
 
@@ -58,7 +58,7 @@ def test_the_default_event_file_is_bounded_and_says_what_it_holds(tmp_path):
     """A few seconds of millions of updates: events.jsonl keeps at most 400 update
     events a second (plus one per drain's first second), the histograms count every
     update, and the summary says what the file holds."""
-    from hogkit.plan import EVENTS_FILE_PER_S
+    from hogkit.engine.plan import EVENTS_FILE_PER_S
     run = train("mf", workers=2, seconds=3.0, workload_options=HOT, out=tmp_path / "s",
                 progress=False)
     ev = run.summary()["events"]
@@ -155,7 +155,7 @@ def test_held_back_steps_are_not_updates():
 
 
 def test_adaptive_batch_with_empty_shares_is_refused():
-    from hogkit.batching import AdaptiveBatch
+    from hogkit.rules.batching import AdaptiveBatch
     with pytest.raises(InvalidArgument, match="min_batch"):
         train("mlp", workers=2, steps=10, batch=AdaptiveBatch(64, min_batch=0),
               progress=False)
@@ -167,9 +167,9 @@ def test_warm_runs_the_engines_step_without_touching_what_it_is_given(name, engi
     """Workers call ``warm`` on the shared parameters before the start barrier (to
     load the kernels): it must leave them, and the data, exactly as they were."""
     from hogkit import workloads
-    from hogkit.density import Density
-    from hogkit.rules import GapAware
-    from hogkit.worker_loop import warm
+    from hogkit.rules.density import Density
+    from hogkit.rules.core import GapAware
+    from hogkit.engine.worker_loop import warm
     wl = workloads.get(name, **({"preset": "hot"} if name == "mf" else {}))
     params, data = wl.build(0)
     before = ({k: v.copy() for k, v in params.items()}, {k: v.copy() for k, v in data.items()})

@@ -13,15 +13,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hogkit import workloads
-from hogkit.batching import AdaptiveBatch
-from hogkit.delays import (Constant, Load, LogNormal, Pauses, Slowdown, StepTimes,
+from hogkit.rules.batching import AdaptiveBatch
+from hogkit.engine.delays import (Constant, Load, LogNormal, Pauses, Slowdown, StepTimes,
                            parse_delays)
 from hogkit.errors import InvalidArgument, InvalidType, NonFiniteGradient
 from hogkit.policy import BSP, DSSP, SSP, Async, LocalSGD
-from hogkit.rules import SGD, DelayCompensated, GapAware, StalenessAware
-from hogkit.density import Density
+from hogkit.rules.core import SGD, DelayCompensated, GapAware, StalenessAware
+from hogkit.rules.density import Density
 from hogkit.calibrate import agreement, compare_gaps, fit_delays
-from hogkit.simulator import simulate, strip_wall
+from hogkit.engine.simulator import simulate, strip_wall
 from hogkit.testing import assert_staleness_bounded, delay_models, staleness_bounds
 
 LOGREG = workloads.get("logreg", n_samples=400, n_features=120, min_nnz=3, max_nnz=8)
@@ -236,7 +236,7 @@ def test_bad_arguments_are_named(kwargs, exc, match):
 
 def test_both_front_doors_take_the_same_knobs_with_the_same_defaults():
     import inspect
-    from hogkit.runtime import train
+    from hogkit.engine.runtime import train
     t, s = (inspect.signature(f).parameters for f in (train, simulate))
     shared = set(t) & set(s)
     assert {"workers", "policy", "rule", "batch", "steps", "eval_every", "shards",
@@ -283,7 +283,7 @@ def test_simulated_gaps_agree_with_a_real_two_worker_run(tmp_path):
     0.24-0.66. Time-slicing is not modelled, so only the loose claim is asserted: the
     mean gaps agree within a factor of 4 and both medians are at most 1.
     """
-    from hogkit.runtime import train
+    from hogkit.engine.runtime import train
     wl = workloads.get("logreg", n_samples=5000, n_features=2000)
     real = train(wl, workers=2, seconds=2.0, batch=16, seed=0, eval_every=None,
                  progress=False, out=tmp_path)
@@ -304,5 +304,5 @@ def test_held_back_steps_are_not_updates_in_the_simulator():
 
 def test_hogkit_simulate_stays_the_function_after_the_module_is_imported():
     import hogkit
-    from hogkit.simulator import strip_wall  # noqa: F401 - importing the module must not shadow
+    from hogkit.engine.simulator import strip_wall  # noqa: F401 - importing the module must not shadow
     assert callable(hogkit.simulate) and hogkit.simulate.__name__ == "simulate"

@@ -9,16 +9,16 @@ import numpy as np
 import pytest
 
 from hogkit import workloads
-from hogkit.clocks import RUNNING, Clocks
-from hogkit.delays import LogNormal, Pauses, Slowdown, StepTimes
-from hogkit.density import Density
+from hogkit.state.clocks import RUNNING, Clocks
+from hogkit.engine.delays import LogNormal, Pauses, Slowdown, StepTimes
+from hogkit.rules.density import Density
 from hogkit.kernels import step as K
 from hogkit.policy import DSSP, SSP, Async
-from hogkit.reader import Reader, StalenessLog
-from hogkit.rules import SGD, DelayCompensated, GapAware, StalenessAware
-from hogkit.simulator import simulate, strip_wall
-from hogkit.step import CompiledStep, PythonStep, compiled_support, encode_pacer
-from hogkit.worker_loop import runtime_specs
+from hogkit.state.reader import Reader, StalenessLog
+from hogkit.rules.core import SGD, DelayCompensated, GapAware, StalenessAware
+from hogkit.engine.simulator import simulate, strip_wall
+from hogkit.engine.step import CompiledStep, PythonStep, compiled_support, encode_pacer
+from hogkit.engine.worker_loop import runtime_specs
 
 MF = workloads.get("mf", preset="hot")
 LOGREG = workloads.get("logreg", n_samples=300, n_features=80, min_nnz=2, max_nnz=9)
@@ -187,7 +187,7 @@ def test_the_core_stops_on_the_flag_and_blocks_past_the_bound():
 
 
 def test_unsupported_knobs_are_named():
-    from hogkit.batching import AdaptiveBatch
+    from hogkit.rules.batching import AdaptiveBatch
     mlp = workloads.get("mlp")
     assert "torch" in compiled_support(mlp, rule=SGD(0.1), density=None, batch=32)
     assert "adaptive" in compiled_support(MF, rule=SGD(0.1), density=None,

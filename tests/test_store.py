@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from hogkit.errors import InvalidArgument, InvalidType, ShmCapacityError
-from hogkit.store import ALIGN, ParamStore, StoreHandle, sweep_dead_segments
-import hogkit.store as store_mod
-from hogkit import checkpoint
+from hogkit.state.store import ALIGN, ParamStore, StoreHandle, sweep_dead_segments
+import hogkit.state.store as store_mod
+from hogkit.state import checkpoint
 from helpers import store_procs
 
 SPAWN = mp.get_context("spawn")

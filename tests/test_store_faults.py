@@ -23,7 +23,7 @@ import time
 import numpy as np
 import pytest
 
-from hogkit.store import ParamStore
+from hogkit.state.store import ParamStore
 
 HELPER = os.path.join(os.path.dirname(__file__), "helpers", "store_procs.py")
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(

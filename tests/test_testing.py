@@ -12,10 +12,10 @@ from hypothesis import find, given, settings
 from hypothesis.errors import NoSuchExample
 
 from hogkit import workloads
-from hogkit.delays import StepTimes
+from hogkit.engine.delays import StepTimes
 from hogkit.errors import InvalidArgument
 from hogkit.policy import Async
-from hogkit.simulator import simulate
+from hogkit.engine.simulator import simulate
 from hogkit.testing import (CI_PROFILE, Step, assert_staleness_bounded, delay_models,
                             interleave, replay, schedules, sequential_sum, sparse_updates,
                             staleness_bounds)

@@ -1,13 +1,11 @@
-"""hogkit.worker_state: a worker's stream and state survive it (publish -> restore)."""
+"""hogkit.state.worker_state: a worker's stream and state survive it (publish -> restore)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from hogkit import SGD, Density, GapAware
-from hogkit import worker_state as ws
-
-
+from hogkit.state import worker_state as ws
 def _views(rule, density=None, workers=2):
     params = {"w": np.zeros((4, 3), np.float32), "b": np.zeros(3, np.float32)}
     return params, {k: np.array(v, copy=True)

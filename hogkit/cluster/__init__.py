@@ -12,7 +12,7 @@ inside each node.
 - :mod:`~hogkit.cluster.backend`: the Ray actors and the driver.
 
 This module checks the cluster's own arguments and builds one plan per node (the
-same :func:`~hogkit.plan.make_plan` checks as a single-node run, before Ray starts).
+same :func:`~hogkit.engine.plan.make_plan` checks as a single-node run, before Ray starts).
 """
 
 from __future__ import annotations
@@ -21,14 +21,14 @@ import dataclasses
 
 from hogkit.errors import InvalidArgument
 from hogkit.policy import SSP, Async
-from hogkit.propagation import parse_schedule
+from hogkit.p3.propagation import parse_schedule
 from hogkit.validation import check_float, check_int
 
 __all__ = ["train_cluster", "node_plans"]
 
 
 def node_plans(plan, nodes, stragglers, make):
-    """One plan per node, each checked by ``make`` (:func:`~hogkit.plan.make_plan`'s
+    """One plan per node, each checked by ``make`` (:func:`~hogkit.engine.plan.make_plan`'s
     keywords): the steps split over the nodes (as a plan splits them over its
     workers), each node's own random stream (``stream = node``: the same data and
     initial model, different samples), stragglers keyed by global rank ``node ·
@@ -57,9 +57,9 @@ def train_cluster(workload, *, nodes, workers, address, servers, sync_every, pus
                   start_timeout=120.0, **plan_kwargs):
     """``train(backend="ray", ...)``: checks, plans, then :func:`backend.run_cluster`."""
     from hogkit.cluster.backend import check_address, require_ray, run_cluster
-    from hogkit.plan import eval_interval, make_plan
+    from hogkit.engine.plan import eval_interval, make_plan
     from hogkit.report import environment
-    from hogkit.runtime import choose_engine
+    from hogkit.engine.runtime import choose_engine
 
     nodes = check_int("nodes", nodes, min_value=1, fix="use nodes=1 or more")
     servers = check_int("servers", servers, min_value=1,

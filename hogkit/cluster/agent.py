@@ -73,12 +73,12 @@ import time
 
 import numpy as np
 
-from hogkit.clocks import DONE, IDLE, RUNNING
+from hogkit.state.clocks import DONE, IDLE, RUNNING
 from hogkit.kernels import clock as _kc
 from hogkit.kernels import exchange as _kx
 from hogkit.kernels import staleness as _ks
-from hogkit.propagation import parse_schedule
-from hogkit.reader import StalenessLog
+from hogkit.p3.propagation import parse_schedule
+from hogkit.state.reader import StalenessLog
 
 __all__ = ["Agent", "plan_messages", "take_delta"]
 
@@ -91,7 +91,7 @@ _IDLE_MAX = 1e-3
 class Agent:
     """The agent of node ``node`` of ``nodes`` (module docstring).
 
-    ``params``: the node's shared views; ``clocks``: its :class:`~hogkit.clocks.Clocks`
+    ``params``: the node's shared views; ``clocks``: its :class:`~hogkit.state.clocks.Clocks`
     with ``workers`` worker rows and the gate row after them; ``ranges``: ``{name:
     [(lo, hi) per shard]}``; ``bound``: the policy's bound (``math.inf`` or negative:
     none); ``fraction``: share of each push's non-zero entries sent (1: all)."""
@@ -324,7 +324,7 @@ def plan_messages(shapes, ranges, schedule=None) -> list:
     ``parts``: set on the last message to each shard, how many that shard gets).
 
     ``schedule`` None: one message per shard. Otherwise (a
-    :class:`~hogkit.propagation.Schedule` or its string form): one message per parameter and shard, cut into
+    :class:`~hogkit.p3.propagation.Schedule` or its string form): one message per parameter and shard, cut into
     slices of whole rows of about ``slice_size`` parameters (at least one row), sent
     layer by layer (the parameters' order is the forward order: input side first)
     from the output side (the order a backward pass produces them: fifo, slicing) or,

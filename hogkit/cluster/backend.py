@@ -7,7 +7,7 @@ stores, lock-free local workers, the compiled or Python step) with an agent thre
 ``servers`` ranges). The driver (this process) validates everything first, starts a
 local Ray instance when no address is given (and shuts it down at the end), places
 the actors, watches them, evaluates the global model (pulled from the shards) every
-``eval_every`` seconds, and assembles one :class:`~hogkit.run.Run` whose summary has
+``eval_every`` seconds, and assembles one :class:`~hogkit.engine.run.Run` whose summary has
 the single-node shape plus ``nodes`` and ``cross_node``.
 
 Every remote call has a timeout: an exchange ``call_timeout`` (a shard that dies or
@@ -37,10 +37,10 @@ from hogkit.cluster.agent import take_delta
 from hogkit.cluster.node import NodeFailed, NodeRun
 from hogkit.cluster.shard import Shard, row_ranges
 from hogkit.errors import HogkitError, Interrupted, InvalidArgument
-from hogkit.reader import StalenessLog
+from hogkit.state.reader import StalenessLog
 from hogkit.report import write_outputs
-from hogkit.run import Run
-from hogkit.store import sweep_dead_segments
+from hogkit.engine.run import Run
+from hogkit.state.store import sweep_dead_segments
 from hogkit.workloads.base import metrics_of
 
 __all__ = ["run_cluster", "ShardFailed", "require_ray"]
@@ -217,7 +217,7 @@ def run_cluster(plans, engine, *, nodes, servers, address, sync_every, fraction,
     """Run ``plans`` (one per node, checked already) on Ray; see the module docstring.
     ``eval_every``: seconds between evaluations of the global model (inf: none)."""
     ray = require_ray()
-    from hogkit.runtime import _parent_signals
+    from hogkit.engine.runtime import _parent_signals
     plan = plans[0]
     wl = plan.workload
     params0, data0 = wl.build(plan.seed)

@@ -1,4 +1,4 @@
-"""The cluster run in the simulator's communication model (:mod:`hogkit.comm`): how
+"""The cluster run in the simulator's communication model (:mod:`hogkit.p3.comm`): how
 many updates a second N nodes make, from a step time, an exchange size and a network.
 
 A node's exchange period is one iteration of the model: one "layer" whose backward
@@ -25,9 +25,9 @@ then checked against the measured rates before it extrapolates to more nodes.
 
 from __future__ import annotations
 
-from hogkit.comm import Network, simulate_comm
-from hogkit.profiles import Layer, Profile
-from hogkit.propagation import Schedule
+from hogkit.p3.comm import Network, simulate_comm
+from hogkit.p3.profiles import Layer, Profile
+from hogkit.p3.propagation import Schedule
 from hogkit.validation import check_float, check_int
 
 __all__ = ["exchange_profile", "exchange_messages", "predict_updates_per_s",

@@ -18,7 +18,7 @@ import threading
 from hogkit.cluster.agent import Agent
 from hogkit.errors import HogkitError, WorkerFailed
 from hogkit.policy import DSSP, SSP
-from hogkit.runtime import _Live
+from hogkit.engine.runtime import _Live
 
 __all__ = ["NodeRun", "NodeFailed", "policy_bound"]
 

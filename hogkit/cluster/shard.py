@@ -28,7 +28,7 @@ update of those iterations is in the values. A node blocked by its bound asks th
 actor to hold the pull until the other nodes have pushed the clock it needs
 (:meth:`Shard.reached`): one round trip per BSP iteration instead of polling.
 
-**Sliced exchanges** (a propagation schedule, :mod:`hogkit.propagation`): a node may
+**Sliced exchanges** (a propagation schedule, :mod:`hogkit.p3.propagation`): a node may
 cut one exchange with a shard into several messages, each pushing and pulling only a
 ``window`` of rows ``{name: (lo, hi)}``, sent in the schedule's order (P3: input-side
 layers first). Each row remembers which push each node last pulled it after, so a

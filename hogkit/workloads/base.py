@@ -52,7 +52,7 @@ from typing import Mapping, NamedTuple
 import numpy as np
 
 from hogkit.errors import InvalidArgument, InvalidType
-from hogkit.grads import Grad
+from hogkit.rules.grads import Grad
 from hogkit.validation import check_array, check_choice, check_int
 
 PARAM_DTYPES = ("float32", "float64")
@@ -169,7 +169,7 @@ def check_workload(wl, *, need_lr=True, need_batch=True, spawn=False):
         raise InvalidArgument(f"{what} has grad_reduction={red!r}; use 'mean' (the "
                               f"gradient is averaged over the batch) or 'sum'")
     if spawn:
-        from hogkit.mainguard import check_spawnable
+        from hogkit.engine.mainguard import check_spawnable
         check_spawnable(what, wl)
     return wl
 

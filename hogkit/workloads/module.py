@@ -3,7 +3,7 @@ the built-in torch workloads (``mlp``, ``rnn``) stand on.
 
 A torch workload trains a module whose parameters live in the shared store: each
 worker builds its own copy of the module and rebinds every parameter to a zero-copy
-view of shared memory (:func:`hogkit.store.bind_module`), so ``loss.backward()``
+view of shared memory (:func:`hogkit.state.store.bind_module`), so ``loss.backward()``
 reads the live parameters (racy, by design) and the rule writes them in place.
 Gradients (``p.grad``) stay private to the worker. The data lives in the shared data
 store and each worker sees zero-copy tensors of it.
@@ -38,7 +38,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from hogkit.errors import InvalidArgument, InvalidType
-from hogkit.grads import Grad
+from hogkit.rules.grads import Grad
 from hogkit.validation import check_float, check_int
 from hogkit.workloads.base import Workload, check_keys, check_param, check_seed
 
@@ -59,8 +59,8 @@ def as_tensor(a):
 
 def module_params(module, what="module"):
     """``{name: private numpy copy}`` of a module's parameters, checked
-    (:func:`hogkit.store.module_arrays`)."""
-    from hogkit.store import module_arrays
+    (:func:`hogkit.state.store.module_arrays`)."""
+    from hogkit.state.store import module_arrays
     return module_arrays(module, what)
 
 
@@ -154,7 +154,7 @@ class ModuleWorkload(Workload):
 
     def _bound(self, params, data):
         """A module bound to ``params`` and the data as tensors (cached per object)."""
-        from hogkit.store import bind_module
+        from hogkit.state.store import bind_module
         cache = self.__dict__.get("_eval")
         if cache is None:
             cache = self.__dict__["_eval"] = self.make_module()
@@ -196,7 +196,7 @@ class ModuleWorkload(Workload):
     def setup(self, params, data, *, rank=0, seed=0):
         """A module bound to the shared ``params`` (checked against it) and a snapshot
         module for ``keep_read``."""
-        from hogkit.store import bind_module
+        from hogkit.state.store import bind_module
         module = self.make_module()
         shapes = {k: (tuple(p.shape), p.detach().numpy().dtype)
                   for k, p in module.named_parameters()}

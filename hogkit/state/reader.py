@@ -4,7 +4,7 @@ Two measures per update (docs/algorithms.md §1):
 
 * **update gap** ``tau`` - updates applied by *other* workers between this worker's read of
   the parameters and its apply: ``tau = (sum(u_now) - u_now[me]) - (sum(u_read) -
-  u_read[me])`` over the single-writer counters ``u`` of :class:`~hogkit.clocks.Clocks`.
+  u_read[me])`` over the single-writer counters ``u`` of :class:`~hogkit.state.clocks.Clocks`.
   With per-shard counters ``u[w, s]``, ``gap(shards)`` counts only updates by others that
   touched those shards.
 * **clock lag** - ``own iterations - min over the workers that are not DONE`` at read
@@ -38,7 +38,7 @@ from typing import Mapping
 import numpy as np
 
 from hogkit.errors import InvalidArgument, InvalidType
-from hogkit.clocks import _shard_ids
+from hogkit.state.clocks import _shard_ids
 from hogkit.kernels import staleness as _ks
 from hogkit.kernels.clock import clock_lag as _clock_lag
 from hogkit.kernels.staleness import record_event as _record_event

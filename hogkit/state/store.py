@@ -33,7 +33,7 @@ aarch64): it sees the old or the new value. A read of a vector or matrix is *not
 snapshot: other workers may write some elements while it is being read (Hogwild! accepts
 this by design). :meth:`snapshot` and :meth:`save` copy element by element, so they are
 consistent only when workers are quiesced; otherwise they are "fuzzy" and the caller
-should label them so (with a version vector from :class:`hogkit.clocks.Clocks`).
+should label them so (with a version vector from :class:`hogkit.state.clocks.Clocks`).
 
 Views stay valid after :meth:`close`: the mapping is released when the last numpy/torch
 view of it is garbage collected (unlinking only removes the name).
@@ -75,7 +75,7 @@ DTYPES = tuple(np.dtype(d) for d in (np.float32, np.float64, np.int32, np.int64)
 PREFIX = "hogkit_"
 _MAGIC = b"HOGKIT1\0"
 _HDR = struct.Struct("<8sQ")  # magic, length of the JSON layout that follows
-_FORMAT = "hogkit.store/1"
+_FORMAT = "hogkit.state.store/1"
 _TAG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,31}$")
 _SEGMENT_RE = re.compile(r"^hogkit_(\d+)_")
 
@@ -157,7 +157,7 @@ def _capacity_error(name, size, cause):
         errno.ENOSPC,
         f"shared memory {SHM_DIR} cannot hold segment {name!r}: needs {size} bytes "
         f"({size / 2**20:.1f} MiB), {free_s} bytes free ({cause}); free space there "
-        f"(stale segments: hogkit.store.sweep_dead_segments()), enlarge it "
+        f"(stale segments: hogkit.state.store.sweep_dead_segments()), enlarge it "
         f"(mount -o remount,size=2G {SHM_DIR}; docker run --shm-size=2g), or use a "
         f"smaller model")
 
@@ -491,23 +491,23 @@ class ParamStore:
 
     def save(self, path, *, meta=None):
         """Write every array and ``meta`` (a JSON-able dict) to ``path``, atomically
-        (:func:`hogkit.checkpoint.save`: tmp → fsync → ``os.replace``). Values are
+        (:func:`hogkit.state.checkpoint.save`: tmp → fsync → ``os.replace``). Values are
         copied from live memory (see :meth:`snapshot` on consistency)."""
-        from hogkit import checkpoint
+        from hogkit.state import checkpoint
         checkpoint.save(path, self.snapshot(), meta=meta)
 
     @staticmethod
     def read_file(path):
         """Read a file :meth:`save` wrote: ``(arrays, meta)``
-        (:func:`hogkit.checkpoint.read`)."""
-        from hogkit import checkpoint
+        (:func:`hogkit.state.checkpoint.read`)."""
+        from hogkit.state import checkpoint
         return checkpoint.read(path)
 
     def load(self, path) -> dict:
         """Write the arrays of ``path`` into this store; returns the file's meta. The
         file must hold exactly this store's names, shapes and dtypes; everything is
-        checked before anything is written (:func:`hogkit.checkpoint.load_into`)."""
-        from hogkit import checkpoint
+        checked before anything is written (:func:`hogkit.state.checkpoint.load_into`)."""
+        from hogkit.state import checkpoint
         return checkpoint.load_into(self.views(), path, what=f"store {self.name!r}")
 
     # ------------------------------------------------------------------ closing

@@ -13,7 +13,7 @@ so it scales with the workload and the machine.
 - ``Load(amplitude, period)``: time-varying load; the slowdown factor follows
   ``1 + amplitude · (1 + sin(2πt/period)) / 2``.
 
-**Virtual compute times** (:mod:`hogkit.simulator`). In the simulator nothing is
+**Virtual compute times** (:mod:`hogkit.engine.simulator`). In the simulator nothing is
 measured: the compute time itself comes from a model. :class:`StepTimes` combines
 
 - a base compute time: :class:`Constant` ``(seconds)`` or :class:`LogNormal`
@@ -274,7 +274,7 @@ class StepTimes:
             check_int("straggler rank", r, min_value=0)
             if not isinstance(m, (Slowdown, Pauses, Load)):
                 raise InvalidType(f"stragglers[{r}]={m!r} must be Slowdown, Pauses or "
-                                  f"Load from hogkit.delays")
+                                  f"Load from hogkit.engine.delays")
         object.__setattr__(self, "stragglers", tuple((int(r), m) for r, m in items))
         if self.pauses is not None and not isinstance(self.pauses, Pauses):
             raise InvalidType(f"pauses={self.pauses!r} must be Pauses(prob, seconds)")
@@ -349,7 +349,7 @@ def step_times(delays=None, stragglers=None) -> StepTimes:
         st = delays
     else:
         raise InvalidType(f"delays={delays!r} must be a string such as 'constant:1e-3', "
-                          f"Constant, LogNormal or StepTimes from hogkit.delays")
+                          f"Constant, LogNormal or StepTimes from hogkit.engine.delays")
     if stragglers:
         merged = dict(st.stragglers)
         for r, m in dict(stragglers).items():

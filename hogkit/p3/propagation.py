@@ -26,7 +26,7 @@ still on the wire.
 The four schedules the paper compares are :func:`fifo` (baseline), :func:`slicing`
 (slices, FIFO order), :func:`priority` (whole layers, priority order) and :func:`p3`
 (both). They are used by the communication model of the simulator
-(:mod:`hogkit.comm`), the live two-process demonstration (:mod:`hogkit.p3live`) and
+(:mod:`hogkit.p3.comm`), the live two-process demonstration (:mod:`hogkit.p3.live`) and
 any real push path that sends layer pieces over a link.
 """
 

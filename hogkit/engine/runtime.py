@@ -6,7 +6,7 @@ the numba kernels once (workers then load them from numba's cache), spawns the
 workers with the ``spawn`` start method and capped thread pools, and supervises
 them on their process sentinels. It evaluates the loss on the live parameters now
 and then, drains the staleness log into ``events.jsonl``, and, at the end, returns
-a :class:`~hogkit.run.Run` with the final snapshot.
+a :class:`~hogkit.engine.run.Run` with the final snapshot.
 
 Shutdown is ordered and happens on every exit path (done, worker failure,
 SIGINT/SIGTERM to the parent, an exception in the parent): stop flag → grace →
@@ -32,22 +32,23 @@ import time
 
 import numpy as np
 
-from hogkit import _worker, worker_state
-from hogkit.clocks import DONE, FAILED, IDLE, RUNNING, Clocks
-from hogkit.checkpoint import load_into
+from hogkit.engine import entry as _worker
+from hogkit.state import worker_state
+from hogkit.state.clocks import DONE, FAILED, IDLE, RUNNING, Clocks
+from hogkit.state.checkpoint import load_into
 from hogkit.errors import Interrupted, InvalidArgument, WorkerFailed
 from hogkit.kernels import step as _ks
-from hogkit.mainguard import check_main_guard
-from hogkit.plan import EVENTS_FILE_PER_S, eval_interval, make_plan
-from hogkit.reader import StalenessLog
+from hogkit.engine.mainguard import check_main_guard
+from hogkit.engine.plan import EVENTS_FILE_PER_S, eval_interval, make_plan
+from hogkit.state.reader import StalenessLog
 from hogkit.report import EventLog, environment, write_outputs
-from hogkit.resume import (CARRIED_STATS, CHECKPOINT, RunState, check_compatible,
+from hogkit.state.resume import (CARRIED_STATS, CHECKPOINT, RunState, check_compatible,
                            load_state, pack_hist, remaining, unpack_hist)
-from hogkit.run import Run
-from hogkit.store import ParamStore, sweep_dead_segments
+from hogkit.engine.run import Run
+from hogkit.state.store import ParamStore, sweep_dead_segments
 from hogkit.validation import check_choice, check_float, check_int
 from hogkit.workloads.base import metrics_of
-from hogkit.worker_loop import WorkerSpec, control_specs, warm
+from hogkit.engine.worker_loop import WorkerSpec, control_specs, warm
 
 ENGINES = ("auto", "compiled", "python")
 BACKENDS = ("local", "ray")
@@ -306,7 +307,7 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
     nonfinite : ``"raise"`` (the run stops with the worker's rank and step) or
         ``"skip"`` (the update is dropped and counted). Either way, nothing
         non-finite reaches the shared parameters.
-    stragglers : ``{rank: delay model}`` from :mod:`hogkit.delays`.
+    stragglers : ``{rank: delay model}`` from :mod:`hogkit.engine.delays`.
     eval_every : seconds between loss evaluations on the live parameters; "auto"
         (every 0.5 s), or None (only at the start and the end).
     out : folder for ``summary.json``, ``events.jsonl``, ``loss.csv``, plots and
@@ -325,9 +326,9 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
     engine : ``"auto"`` (default: the compiled step core wherever it can run the
         workload and knobs, else the Python step with a one-line notice),
         ``"compiled"`` (refuse what it cannot run) or ``"python"`` (the reference
-        path). The summary says which ran (:mod:`hogkit.step`).
+        path). The summary says which ran (:mod:`hogkit.engine.step`).
     checkpoint_every : seconds between fuzzy checkpoints of the live parameters and
-        the run's state into ``out/checkpoint.npz`` (:mod:`hogkit.resume`); "auto": 60
+        the run's state into ``out/checkpoint.npz`` (:mod:`hogkit.state.resume`); "auto": 60
         when ``out`` is given; None: only the quiesced one at the end.
     on_failure : ``"stop"`` (default: the first worker that dies ends the run with
         :class:`WorkerFailed`) or ``"restart"``: a worker that exits or is killed is
@@ -350,7 +351,7 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
         ``"ray://host:port"`` joins a cluster (:mod:`hogkit.cluster`). ``steps`` and
         straggler ranks are over the whole cluster. Under Async, ``backlog=b`` keeps
         each node at most b iterations ahead of its last exchange. ``schedule`` (a
-        :class:`~hogkit.propagation.Schedule` or ``"fifo"``, ``"slicing:N"``,
+        :class:`~hogkit.p3.propagation.Schedule` or ``"fifo"``, ``"slicing:N"``,
         ``"priority"``, ``"p3:N"``) cuts each exchange into messages of about N
         parameters, sent input side first under priority and p3, each merged as
         it arrives; None (default): one message per shard.
@@ -616,7 +617,7 @@ class _Live:
                 self.events.write([{"type": "update", **e} for e in kept])
         return cursors
 
-    # ---- checkpoints and resumed segments (hogkit.resume)
+    # ---- checkpoints and resumed segments (hogkit.state.resume)
 
     def _carry_over(self):
         """A resumed segment starts its histograms and exact stats where the run was."""
@@ -734,7 +735,7 @@ def choose_engine(engine, wl, *, rule, density, batch, shards=1, policy=None,
     import warnings
 
     from hogkit.errors import EngineNotice
-    from hogkit.step import compiled_support
+    from hogkit.engine.step import compiled_support
     check_choice("engine", engine, ENGINES)
     if engine == "python":
         return "python"
@@ -753,7 +754,7 @@ def choose_engine(engine, wl, *, rule, density, batch, shards=1, policy=None,
 
 class _EventSampler:
     """Which drained update events go to ``events.jsonl`` (``plan.events``): all, none,
-    or a budget of :data:`~hogkit.plan.EVENTS_FILE_PER_S` a second since the first
+    or a budget of :data:`~hogkit.engine.plan.EVENTS_FILE_PER_S` a second since the first
     drain, spent evenly over each batch (every k-th event)."""
 
     def __init__(self, mode):

@@ -1,21 +1,21 @@
 """The worker process body: attach, run the step until done or stopped, finish.
 
-:func:`run_worker` is what the runtime spawns (through :mod:`hogkit._worker`, which caps
+:func:`run_worker` is what the runtime spawns (through :mod:`hogkit.engine.entry`, which caps
 threads first). Everything a worker shares with others is in three shared-memory stores
 attached by handle: parameters, data, and control (clocks, staleness log, and the
 runtime's per-worker counters). Every shared slot has one writer: worker ``w`` writes
 only row ``w`` of the control arrays; the parent writes only the stop flag and FAILED
 marks.
 
-A worker runs one of the two engines of :mod:`hogkit.step`:
+A worker runs one of the two engines of :mod:`hogkit.engine.step`:
 
-- **compiled**: :class:`~hogkit.step.CompiledStep` runs chunks of whole steps in the
+- **compiled**: :class:`~hogkit.engine.step.CompiledStep` runs chunks of whole steps in the
   compiled core; between chunks this loop beats the heartbeat, adapts the chunk to
   about 1 ms (so the stop flag and the parent's death are noticed within ~1 ms), and
   handles what the core hands back: a policy wait (SSP/DSSP, with backoff, liveness
   and timeout in :mod:`hogkit.policy`), a DSSP grant, a local-SGD merge, a long
   straggler pause, a non-finite gradient;
-- **python**: :class:`~hogkit.step.PythonStep` one step at a time (torch workloads,
+- **python**: :class:`~hogkit.engine.step.PythonStep` one step at a time (torch workloads,
   per-shard staleness, adaptive batch sizes).
 
 Races here are the object of study, not bugs: the gradient reads parameters while
@@ -35,14 +35,14 @@ from typing import Any, Optional
 
 import numpy as np
 
-from hogkit import worker_state
-from hogkit.clocks import DONE, FAILED, IDLE, RUNNING, Clocks
+from hogkit.state import worker_state
+from hogkit.state.clocks import DONE, FAILED, IDLE, RUNNING, Clocks
 from hogkit.errors import NonFiniteGradient
 from hogkit.kernels import step as _ks
-from hogkit.local_sgd import local_delta, merge
+from hogkit.policy.local_sgd import local_delta, merge
 from hogkit.policy import DSSP, SSP, LocalSGD
-from hogkit.reader import Reader, StalenessLog
-from hogkit.store import ParamStore
+from hogkit.state.reader import Reader, StalenessLog
+from hogkit.state.store import ParamStore
 
 #: the compiled loop returns to Python about this often (stop flag, heartbeat)
 CHUNK_NS = 1_000_000
@@ -79,14 +79,14 @@ def control_specs(workers: int, shards: int = 1, gate: int = 0, **log) -> dict:
 @dataclass
 class WorkerSpec:
     """Everything one worker needs; pickled by the parent, loaded in the child: the
-    run's :class:`~hogkit.plan.RunPlan` and this worker's part of it."""
+    run's :class:`~hogkit.engine.plan.RunPlan` and this worker's part of it."""
     rank: int
-    plan: Any                       # hogkit.plan.RunPlan (workload, knobs, seed...)
+    plan: Any                       # hogkit.engine.plan.RunPlan (workload, knobs, seed...)
     steps: Optional[int]            # this worker's share of the steps, None = until stop
     params: Any                     # StoreHandle
     data: Any                       # StoreHandle
     control: Any                    # StoreHandle
-    state: Any = None               # StoreHandle of hogkit.worker_state's store, or None
+    state: Any = None               # StoreHandle of hogkit.state.worker_state's store, or None
     step0: int = 0                  # this worker's iterations in earlier segments
     engine: str = "python"          # "compiled" | "python" (decided by the parent)
     wait_timeout: float = 60.0
@@ -106,7 +106,7 @@ class _Worker:
     """State of one worker (private to its process)."""
 
     def __init__(self, spec: WorkerSpec, params, data, control, wviews=None):
-        from hogkit.step import PythonStep
+        from hogkit.engine.step import PythonStep
         self.spec = spec
         self.rank = spec.rank
         self.shared = params
@@ -123,7 +123,7 @@ class _Worker:
         self.ctx = spec.plan.workload.setup(self.params, data, rank=spec.rank,
                                             seed=spec.plan.worker_seed)
         # rule and density state, stream and cursor outlive the process (a restart, a
-        # resume): bound to, and restored from, hogkit.worker_state's store
+        # resume): bound to, and restored from, hogkit.state.worker_state's store
         self.wviews = wviews
         rule, density = spec.plan.rule, spec.plan.density
         if wviews is not None:
@@ -226,7 +226,7 @@ class _Worker:
         """Build the compiled step and load its machine code (a call for 0 steps), before
         the start barrier: loading a cached core takes a few hundred ms, which must not
         count as training time nor skew the first steps' staleness."""
-        from hogkit.step import CompiledStep, encode_pacer
+        from hogkit.engine.step import CompiledStep, encode_pacer
         spec, rank, clocks = self.spec, self.rank, self.clocks
         policy = spec.plan.policy
         bound = -1
@@ -288,7 +288,7 @@ class _Worker:
             elif code == _ks.NONFINITE:
                 raise NonFiniteGradient.at(f"worker {rank}", int(clocks.step[rank]))
             if code in (_ks.PAUSE, _ks.MERGE) and core.io[_ks.IO_PAUSE_NS] > 0:
-                from hogkit.delays import wait_ns     # a straggler's long pause: sleep
+                from hogkit.engine.delays import wait_ns     # a straggler's long pause: sleep
                 wait_ns(int(core.io[_ks.IO_PAUSE_NS]))
             rt[_ks.RT_BUSY] += time.perf_counter_ns() - t1
         return steps
@@ -438,7 +438,7 @@ def warm(workload, rule, density, params, data, seed, batch, engine="python") ->
     adaptive-batch weight), the compiled engine two steps of the core; both then use
     the Reader and clock kernels the loops call around the step.
     """
-    from hogkit.step import CompiledStep, PythonStep
+    from hogkit.engine.step import CompiledStep, PythonStep
     views, clocks, log = private_control()
     if engine in ("compiled", "python"):     # ("reader": only the kernels around it)
         scratch = {k: v.copy() for k, v in params.items()}

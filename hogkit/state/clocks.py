@@ -1,6 +1,6 @@
 """Per-worker counters in shared memory: the clocks staleness and policies are read from.
 
-:class:`Clocks` is a thin shell over int64 views of a :class:`~hogkit.store.ParamStore`
+:class:`Clocks` is a thin shell over int64 views of a :class:`~hogkit.state.store.ParamStore`
 built from :meth:`Clocks.specs` (names start with ``clk_``)::
 
     store = ParamStore.create({**params, **Clocks.specs(workers, shards)})

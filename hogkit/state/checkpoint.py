@@ -19,7 +19,7 @@ import numpy as np
 
 from hogkit.errors import InvalidArgument, InvalidType
 
-FORMAT = "hogkit.store/1"
+FORMAT = "hogkit.state.store/1"
 META_KEY = "__hogkit_meta__"
 
 __all__ = ["save", "read", "load_into"]

@@ -43,7 +43,7 @@ def _die_with_parent(parent_pid: int) -> None:
 def main(blob: bytes, parent_pid: int, threads: int, error_file: str) -> None:
     """Run one worker.
 
-    ``blob`` is the pickled spec (:class:`hogkit.worker_loop.WorkerSpec`, or
+    ``blob`` is the pickled spec (:class:`hogkit.engine.worker_loop.WorkerSpec`, or
     :class:`hogkit.spawning.SpawnSpec`: anything with ``run()``, ``rank`` and the
     ``control`` store's handle). It arrives as
     bytes so that unpickling it - which imports numpy and the workload - happens only
@@ -66,7 +66,7 @@ def main(blob: bytes, parent_pid: int, threads: int, error_file: str) -> None:
         except OSError:
             pass
         try:
-            from hogkit.worker_loop import mark_failed
+            from hogkit.engine.worker_loop import mark_failed
             if spec is not None:
                 mark_failed(spec)
         except BaseException:  # noqa: BLE001

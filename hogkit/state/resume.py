@@ -1,7 +1,7 @@
 """Periodic checkpoints of a live run, and resuming from one.
 
 **What a checkpoint holds.** ``<out>/checkpoint.npz`` (the format of
-:mod:`hogkit.checkpoint`: tmp → fsync → ``os.replace``): the parameters, plus in its
+:mod:`hogkit.state.checkpoint`: tmp → fsync → ``os.replace``): the parameters, plus in its
 ``meta`` the run's state so far (:class:`RunState`): training seconds, every worker's
 iterations, updates, samples, skips and hold-backs, the loss curve, the staleness
 histograms and exact sums/maxima, the config, and how it was taken. A periodic
@@ -11,7 +11,7 @@ vector of updates it reflects at most); the one at the end is **quiesced**.
 **Resuming** (:func:`hogkit.train` ``(resume=DIR)``, ``hogkit run --resume DIR``) starts a
 new *segment* of the same run: the same data (built from the same seed), the
 checkpoint's parameters, the remaining budget (steps not yet done, seconds not yet
-spent), each worker's own state from ``worker_state.npz`` (:mod:`hogkit.worker_state`:
+spent), each worker's own state from ``worker_state.npz`` (:mod:`hogkit.state.worker_state`:
 rule state such as momentum, density residuals, its random stream and sampler cursor;
 density's step index goes on from the worker's earlier iterations), the histograms
 carried over, and a summary, loss curve and ``events.jsonl`` (appended) that cover the
@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from hogkit.checkpoint import read
+from hogkit.state.checkpoint import read
 from hogkit.errors import InvalidArgument
 from hogkit.kernels import staleness as _ks
 

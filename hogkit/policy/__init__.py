@@ -12,7 +12,7 @@ iteration the worker calls ``policy.wait(clocks, p)``. The policies (docs/algori
   [s_lo, s_hi] from the workers' recent iteration times (see :class:`DSSP`).
 - **LocalSGD(h, overlap)** (local SGD / HLSGD, Zhou et al. 2020): h private steps, then a
   merge of the average change; its wait never blocks (see :class:`LocalSGD`,
-  :mod:`hogkit.local_sgd` for the merge arithmetic).
+  :mod:`hogkit.policy.local_sgd` for the merge arithmetic).
 
 Choices made here (the papers leave them open):
 
@@ -50,7 +50,7 @@ import time
 
 import numpy as np
 
-from hogkit.clocks import DONE, FAILED, STATES
+from hogkit.state.clocks import DONE, FAILED, STATES
 from hogkit.errors import InvalidArgument, InvalidType, PolicyTimeout, WorkerFailed
 from hogkit.validation import check_float, check_int
 
@@ -427,7 +427,7 @@ class LocalSGD(_Value):
 
     Each worker takes ``h`` steps on a private replica starting from ``base`` (the shared
     values it pulled), then merges its change ``Δ = replica − base`` into the shared
-    model as ``shared += Δ / W`` (:mod:`hogkit.local_sgd`): when all W workers merge
+    model as ``shared += Δ / W`` (:mod:`hogkit.policy.local_sgd`): when all W workers merge
     deltas from the same base, the shared model becomes ``base + mean_w Δ_w``, the
     model average of local SGD. With ``overlap=True`` the merge of round k runs while
     round k+1's local phase goes on (the worker commits its replica, keeps stepping, and

@@ -1,6 +1,6 @@
 """Rules as pieces that compose, the way optax transformations do::
 
-    from hogkit.compose import chain, scale_by_staleness, gap_aware, momentum
+    from hogkit.rules.compose import chain, scale_by_staleness, gap_aware, momentum
 
     rule = chain(scale_by_staleness(), momentum(0.9), lr=0.05)   # == StalenessAware(0.05, 0.9)
     rule = chain(gap_aware(gamma=0.999), momentum(0.9), lr=0.05)  # == GapAware(0.05, 0.9)
@@ -71,13 +71,13 @@ _CORRECTIONS = ("staleness", "dc", "gap")
 
 def chain(*pieces, lr):
     """The rule that applies ``pieces`` in order, then ``w -= lr·u`` (see the module
-    docstring); one of :class:`~hogkit.rules.SGD`, :class:`~hogkit.rules.StalenessAware`,
-    :class:`~hogkit.rules.DelayCompensated`, :class:`~hogkit.rules.GapAware`."""
-    from hogkit import rules
+    docstring); one of :class:`~hogkit.rules.core.SGD`, :class:`~hogkit.rules.core.StalenessAware`,
+    :class:`~hogkit.rules.core.DelayCompensated`, :class:`~hogkit.rules.core.GapAware`."""
+    from hogkit.rules import core as rules
     for i, p in enumerate(pieces):
         if not isinstance(p, Piece):
             raise InvalidType(f"chain() piece {i} is {p!r}; pass pieces from "
-                              f"hogkit.compose ({', '.join(m + '()' for m in _MAKERS.values())})")
+                              f"hogkit.rules.compose ({', '.join(m + '()' for m in _MAKERS.values())})")
     kinds = [p.kind for p in pieces]
     for k in set(kinds):
         if kinds.count(k) > 1:

@@ -1,12 +1,12 @@
 """P3 on real processes: a trainer and a parameter server joined by a throttled link.
 
-**Why.** The communication model (:mod:`hogkit.comm`) predicts how much a propagation
+**Why.** The communication model (:mod:`hogkit.p3.comm`) predicts how much a propagation
 schedule gains; this module checks the direction, and the size, against real processes
 on this machine. :func:`run_live` spawns two processes:
 
 - the **trainer** runs a torch model's forward and backward passes (one thread). As each
   layer's gradient is complete (``register_post_accumulate_grad_hook``) its pieces
-  (the schedule's :meth:`~hogkit.propagation.Schedule.plan`) are queued on the
+  (the schedule's :meth:`~hogkit.p3.propagation.Schedule.plan`) are queued on the
   trainer's outgoing link; a forward pre-hook makes layer l wait until every piece of
   layer l has come back from the previous iteration;
 - the **parameter server** applies each pushed piece (plain SGD) as it arrives and
@@ -19,8 +19,8 @@ the schedule's key when the link frees (preemption at message boundaries). Deadl
 are absolute, so a late wake-up does not slow a backlogged link down.
 
 The trainer measures its iterations per second, each layer's wait, and the loss;
-before the run it measures its own layer profile (:func:`hogkit.profiles.from_module`,
-``measure=True``) so that :func:`hogkit.comm.simulate_comm` can predict the same run
+before the run it measures its own layer profile (:func:`hogkit.p3.profiles.from_module`,
+``measure=True``) so that :func:`hogkit.p3.comm.simulate_comm` can predict the same run
 (``predict=True``). At the end the server sends its parameters back and the trainer
 checks they equal its own (every piece went up and came back once).
 """
@@ -37,7 +37,7 @@ import time
 from typing import Optional
 
 from hogkit.errors import HogkitError, InvalidArgument, InvalidType
-from hogkit.propagation import Schedule, parse_schedule
+from hogkit.p3.propagation import Schedule, parse_schedule
 from hogkit.validation import check_float, check_int
 
 __all__ = ["run_live", "reference_losses", "demo_module", "PacedSender", "LinkClosed"]
@@ -152,7 +152,7 @@ def _demo(seed, batch, width):
     """The demonstration's model (seeded), its four batches, and its layers in order."""
     import torch
 
-    from hogkit.profiles import forward_layers
+    from hogkit.p3.profiles import forward_layers
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = demo_module(width)
@@ -336,7 +336,7 @@ class _Trainer:
         cfg = self.cfg
         profile = None
         if cfg["profile"]:
-            from hogkit.profiles import from_module
+            from hogkit.p3.profiles import from_module
             profile = from_module(self.model, self.xs[0], measure=True, repeats=5,
                                   loss_fn=lambda out: torch.nn.functional.cross_entropy(
                                       out, self.ys[0]), name="p3-demo")
@@ -447,7 +447,7 @@ def _set_process_name(name: str) -> None:
 
 
 def _entry(role, conn, result, cfg, parent_pid):
-    from hogkit._worker import _die_with_parent, cap_threads
+    from hogkit.engine.entry import _die_with_parent, cap_threads
     cap_threads(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent(parent_pid)
@@ -477,7 +477,7 @@ def run_live(schedule="p3", *, bandwidth: float = 200e6, iterations: int = 20,
     """Train the demonstration model (:func:`demo_module`) for ``iterations``
     iterations with a trainer and a parameter server in two processes, each sending on
     a link of ``bandwidth`` bytes/s, in ``schedule`` order (a
-    :class:`~hogkit.propagation.Schedule` or ``"fifo"``, ``"slicing[:SIZE]"``,
+    :class:`~hogkit.p3.propagation.Schedule` or ``"fifo"``, ``"slicing[:SIZE]"``,
     ``"priority"``, ``"p3[:SIZE]"``).
 
     Returns the trainer's figures: ``iteration_s`` (steady state: iterations
@@ -486,7 +486,7 @@ def run_live(schedule="p3", *, bandwidth: float = 200e6, iterations: int = 20,
     server's final parameters equal the trainer's), CPU seconds per iteration of both
     processes, its measured ``profile`` (``profile=True``) and, with
     ``predict=True``, ``predicted_iteration_s`` from
-    :func:`hogkit.comm.simulate_comm` on that profile, bandwidth and schedule.
+    :func:`hogkit.p3.comm.simulate_comm` on that profile, bandwidth and schedule.
     Everything stops within ``timeout`` seconds (plus a few for the shutdown); a
     process that dies is reported with its exit code."""
     import multiprocessing as mp
@@ -509,7 +509,7 @@ def run_live(schedule="p3", *, bandwidth: float = 200e6, iterations: int = 20,
                               "measured profile)")
     import torch
 
-    from hogkit.profiles import forward_layers
+    from hogkit.p3.profiles import forward_layers
     with torch.device("meta"):                  # sizes only: no memory, no RNG use
         layers = forward_layers(demo_module(width), torch.empty(1, 3, 32, 32))
     sizes = [sum(p.numel() for p in m.parameters(recurse=False)) for _, m in layers]
@@ -565,8 +565,8 @@ def run_live(schedule="p3", *, bandwidth: float = 200e6, iterations: int = 20,
     out.update(schedule=schedule.spec, bandwidth=bandwidth, batch=batch, width=width,
                iterations=iterations, warmup=warmup, seed=seed, lr=lr)
     if predict:
-        from hogkit.comm import Network, simulate_comm
-        from hogkit.profiles import Profile
+        from hogkit.p3.comm import Network, simulate_comm
+        from hogkit.p3.profiles import Profile
         prof = Profile.from_dict(out["profile"])
         sim = simulate_comm(prof, schedule, Network(bandwidth), workers=1, servers=1,
                             iterations=iterations, warmup=warmup + 1)

@@ -44,7 +44,7 @@ class RunPlan:
     policy: object              # default Async()
     rule: object                # default SGD(workload.default_lr)
     density: object             # None or a Density
-    batch: object               # int (per worker, fixed) or a hogkit.batching object
+    batch: object               # int (per worker, fixed) or a hogkit.rules.batching object
     global_batch: int           # B of a batching object; 0 for an int batch
     epoch_steps: int            # iterations per epoch (EpochBalancedBatch); 0 for an int
     steps: Optional[int]        # total iterations over all workers, or None
@@ -113,7 +113,7 @@ def make_plan(workload="mf", *, workers=2, policy=None, rule=None, density=None,
     and ``eval_every`` count in messages; ``spawn``: the workload goes to worker
     processes, so it must pickle."""
     from hogkit.policy import Async
-    from hogkit.rules import SGD
+    from hogkit.rules.core import SGD
 
     wl = resolve_workload(workload, workload_options, need_lr=rule is None,
                           need_batch=batch is None, spawn=spawn)
@@ -129,16 +129,16 @@ def make_plan(workload="mf", *, workers=2, policy=None, rule=None, density=None,
     rule = SGD(lr=wl.default_lr) if rule is None else rule
     _check_knob("policy", policy, ("wait",), "hogkit.policy (SSP, BSP(), Async(), DSSP, "
                 "LocalSGD)")
-    _check_knob("rule", rule, ("init", "apply"), "hogkit.rules (SGD, StalenessAware, ...)")
+    _check_knob("rule", rule, ("init", "apply"), "hogkit.rules.core (SGD, StalenessAware, ...)")
     if density is not None:
-        _check_knob("density", density, ("init", "filter"), "hogkit.density.Density")
+        _check_knob("density", density, ("init", "filter"), "hogkit.rules.density.Density")
     if stragglers is not None and not isinstance(stragglers, Mapping):
         raise InvalidType(f"stragglers={stragglers!r} must be a dict {{rank: delay model}}")
     stragglers = dict(stragglers or {})
     for r, model in stragglers.items():
         check_int("straggler rank", r, min_value=0, max_value=workers - 1,
                   fix=f"ranks run from 0 to workers-1 = {workers - 1}")
-        _check_knob(f"stragglers[{r}]", model, ("start",), "hogkit.delays (Slowdown, "
+        _check_knob(f"stragglers[{r}]", model, ("start",), "hogkit.engine.delays (Slowdown, "
                     "Pauses, Load)")
     if eval_every is not None and eval_every != "auto":
         eval_every = check_float("eval_every", eval_every, min_value=0.0, exclude_min=True,
@@ -218,14 +218,14 @@ def _check_budget(steps, seconds, workers, time_unit):
 
 def _resolve_batch(batch, wl, workers):
     """``(batch, global_batch, epoch_steps)``: an int batch is per worker and fixed
-    (global_batch 0); a hogkit.batching object sizes each worker's share per iteration."""
+    (global_batch 0); a hogkit.rules.batching object sizes each worker's share per iteration."""
     if batch is None:
         return wl.default_batch, 0, 0
     if isinstance(batch, (int, np.integer)) and not isinstance(batch, bool):
         return check_int("batch", batch, min_value=1), 0, 0
     if not all(hasattr(batch, a) for a in ("sizes", "observe", "speed", "global_batch")):
         raise InvalidType(f"batch={batch!r} must be an int (samples per worker per "
-                          f"step) or a hogkit.batching object (FixedBatch, AdaptiveBatch, "
+                          f"step) or a hogkit.rules.batching object (FixedBatch, AdaptiveBatch, "
                           f"EpochBalancedBatch)")
     if getattr(batch, "min_batch", 1) < 1:
         raise InvalidArgument(f"{batch!r} has min_batch={batch.min_batch}: a worker could "

@@ -1,7 +1,7 @@
 """Layer profiles: what a model sends and how long its layers compute.
 
 A :class:`Profile` is the per-layer description the communication model
-(:mod:`hogkit.comm`) needs: for each layer with parameters, in forward order (0 = input
+(:mod:`hogkit.p3.comm`) needs: for each layer with parameters, in forward order (0 = input
 side), its parameter count and its forward and backward compute times. Two ways to get
 one from a real ``torch.nn.Module``:
 
@@ -70,7 +70,7 @@ class Profile:
             raise InvalidArgument(f"profile {self.name!r} has no layer with parameters")
         for i, ly in enumerate(self.layers):
             if not isinstance(ly, Layer):
-                raise InvalidType(f"profile layers[{i}] must be a hogkit.profiles.Layer, "
+                raise InvalidType(f"profile layers[{i}] must be a hogkit.p3.profiles.Layer, "
                                   f"got {type(ly).__name__}")
             check_int(f"layers[{i}].params", ly.params, min_value=1)
             check_float(f"layers[{i}].forward_s", ly.forward_s, min_value=0.0)

@@ -3,7 +3,7 @@
 **Why.** Hogwild! runs are not reproducible, and two cores cannot show what 64
 workers do. :func:`simulate` runs the same workloads, rules, density filters and
 policies as :func:`hogkit.train`, in one process, with N virtual workers whose
-compute times come from a model (:mod:`hogkit.delays`). Same seed ⇒ bit-identical
+compute times come from a model (:mod:`hogkit.engine.delays`). Same seed ⇒ bit-identical
 results; the worker count is not bounded by the cores.
 
 **What is modelled** (discrete events in virtual time, one pending event per worker;
@@ -18,9 +18,9 @@ the event loop is ``hogkit.kernels.sim.run_events``):
   clock vector, gradient, guard) runs at once, on the parameters exactly as of this
   event (an exact snapshot: nothing else happens at the same instant), with the
   worker's own context and RNG (as a live worker).
-- ``FINISH`` at ``t + step time`` (:class:`hogkit.delays.StepTimes`): the second half
+- ``FINISH`` at ``t + step time`` (:class:`hogkit.engine.delays.StepTimes`): the second half
   (density, gap, rule, tick) with **gap = updates applied by others between the read
-  and this apply** (exact), recorded in a :class:`~hogkit.reader.StalenessLog` over
+  and this apply** (exact), recorded in a :class:`~hogkit.state.reader.StalenessLog` over
   private arrays (so summaries have the live format).
 - Ties: events are ordered by ``(time, kind, seq)``, ``FINISH`` before ``START``
   (updates that finish at t are visible to reads at t) and ``seq`` a global counter
@@ -36,7 +36,7 @@ memory/cache contention and OS scheduling (compute times do not grow with the
 worker count), the cost of the policy wait itself, and adaptive batch sizing.
 
 **Engines** (the same event loop, two implementations of the step, as in
-:mod:`hogkit.step`): ``engine="fused"`` runs the compiled step core's halves inside
+:mod:`hogkit.engine.step`): ``engine="fused"`` runs the compiled step core's halves inside
 the loop (compiled workloads: ``mf``, ``logreg``, a user's own; every rule, density
 and policy but local SGD); ``engine="python"`` hands each half back to the Python
 reference step (any workload, local SGD). ``engine="auto"`` takes the fused one where
@@ -55,17 +55,17 @@ from typing import Optional
 
 import numpy as np
 
-from hogkit.clocks import RUNNING, Clocks
-from hogkit.delays import CHUNK, StepTimes, step_times
+from hogkit.state.clocks import RUNNING, Clocks
+from hogkit.engine.delays import CHUNK, StepTimes, step_times
 from hogkit.errors import InvalidArgument, NonFiniteGradient
 from hogkit.kernels import clock as _kc
 from hogkit.kernels import sim as K
-from hogkit.local_sgd import local_delta, merge
-from hogkit.plan import eval_interval, make_plan
+from hogkit.policy.local_sgd import local_delta, merge
+from hogkit.engine.plan import eval_interval, make_plan
 from hogkit.policy import DSSP, LocalSGD
-from hogkit.reader import Reader, StalenessLog
+from hogkit.state.reader import Reader, StalenessLog
 from hogkit.report import write_outputs
-from hogkit.run import Run
+from hogkit.engine.run import Run
 from hogkit.validation import check_choice
 from hogkit.workloads.base import metrics_of
 
@@ -92,7 +92,7 @@ def strip_wall(summary: dict) -> dict:
 
 def fused_supported(workload, rule, policy, density, batch=None) -> Optional[str]:
     """None when the fused engine can run this combination, else the reason."""
-    from hogkit.step import compiled_support
+    from hogkit.engine.step import compiled_support
     if isinstance(policy, LocalSGD):
         return f"policy {policy!r} (local SGD runs on the Python engine)"
     return compiled_support(workload, rule=rule, density=density, policy=policy,
@@ -135,7 +135,7 @@ def simulate(workload="mf", *, workers=2, policy=None, rule=None, density=None, 
 
     delays : compute-time model: ``None`` (``Constant(1e-3)``), a string for
         :func:`parse_delays` (``"lognormal:1e-3:0.5,straggler:3:4"``), or a
-        ``Constant``/``LogNormal``/``StepTimes`` from :mod:`hogkit.delays`.
+        ``Constant``/``LogNormal``/``StepTimes`` from :mod:`hogkit.engine.delays`.
     seconds : a budget in **virtual** seconds: no worker starts an iteration at or
         after it. ``steps`` and/or ``seconds`` must be given.
     eval_every : virtual seconds between loss evaluations; "auto": ``evals`` points
@@ -145,7 +145,7 @@ def simulate(workload="mf", *, workers=2, policy=None, rule=None, density=None, 
 
     What the simulator cannot model (adaptive batches, per-shard staleness, a policy
     of your own, overlapped local-SGD merges) is refused by
-    :meth:`hogkit.plan.RunPlan.simulable`. The result has ``simulated=True``;
+    :meth:`hogkit.engine.plan.RunPlan.simulable`. The result has ``simulated=True``;
     ``wall_s`` is the real time the simulation took, ``extra["virtual_time_s"]`` the
     simulated span, and ``loss_curve`` times are virtual. Everything except
     ``wall_s``/``updates_per_s`` is a function of the arguments (:func:`strip_wall`),
@@ -312,7 +312,7 @@ def _run_fused(S):
     from numba import typed
 
     from hogkit.kernels.step import cacheable
-    from hogkit.step import encode_density, encode_rule
+    from hogkit.engine.step import encode_density, encode_rule
     st = _loop_state(S)
     W = S.W
     ctxs = [S.wl.setup(S.params, S.data, rank=r, seed=S.seed) for r in range(W)]
@@ -337,7 +337,7 @@ def _run_fused(S):
 
 def _run_python(S):
     """The Python engine: the same event loop, the reference step's halves in Python."""
-    from hogkit.step import PythonStep
+    from hogkit.engine.step import PythonStep
     st = _loop_state(S)
     W, slots, ist, fst, gi = S.W, st["slots"], st["ist"], st["fst"], st["gi"]
     views = {"clk_slots": slots, "clk_shard_updates": np.zeros((W, 1), np.int64),

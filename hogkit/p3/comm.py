@@ -1,9 +1,9 @@
 """The simulator's communication model: workers, parameter-server shards and links.
 
-**Why.** A propagation schedule (:mod:`hogkit.propagation`) changes *when* each layer's
+**Why.** A propagation schedule (:mod:`hogkit.p3.propagation`) changes *when* each layer's
 fresh parameters are back, and so how much of the communication hides behind compute.
 :func:`simulate_comm` runs a data-parallel parameter-server iteration in virtual time,
-deterministically, to show it for any :class:`~hogkit.profiles.Profile`, bandwidth,
+deterministically, to show it for any :class:`~hogkit.p3.profiles.Profile`, bandwidth,
 latency, worker and shard count, consistency bound and schedule.
 
 **What is modelled** (discrete events; ties broken by a global sequence number, so
@@ -17,7 +17,7 @@ the same arguments give the same result):
 - A message costs a push (worker → its shard) and a pull (shard → worker, the
   updated values). Every endpoint has one outgoing link: ``network.bandwidth`` bytes/s,
   one message at a time (``size × bytes_per_param / bandwidth + overhead`` seconds),
-  picked by the schedule's :meth:`~hogkit.propagation.Schedule.key` when the link
+  picked by the schedule's :meth:`~hogkit.p3.propagation.Schedule.key` when the link
   becomes free (preemption at message boundaries), delivered ``latency`` seconds after
   it leaves. Incoming links are not a bottleneck: with as many shards as workers and
   slices spread round-robin, a shard receives what a worker sends. With fewer shards
@@ -43,8 +43,8 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from hogkit.errors import InvalidArgument, InvalidType
-from hogkit.profiles import Profile
-from hogkit.propagation import Schedule, parse_schedule
+from hogkit.p3.profiles import Profile
+from hogkit.p3.propagation import Schedule, parse_schedule
 from hogkit.validation import check_float, check_int
 
 __all__ = ["Network", "CommResult", "simulate_comm", "gains", "GBPS"]
@@ -151,19 +151,19 @@ def simulate_comm(profile: Profile, schedule="fifo", network: Optional[Network] 
     """Simulate ``iterations`` data-parallel iterations of ``profile`` on ``workers``
     workers and ``servers`` parameter-server shards (default: as many as workers)
     joined by ``network`` (default: 10 Gbit/s, no latency), sending with ``schedule``
-    (a :class:`~hogkit.propagation.Schedule` or its string form: ``"fifo"``,
+    (a :class:`~hogkit.p3.propagation.Schedule` or its string form: ``"fifo"``,
     ``"slicing"``, ``"priority"``, ``"p3"``, ``"p3:SIZE"``); ``bound`` is the
     consistency bound (0: BSP; s: bounded staleness; None: asynchronous); ``speeds``
     per-worker compute-time factors (default all 1). See the module docstring for
     the model. Returns a :class:`CommResult`."""
     if not isinstance(profile, Profile):
-        raise InvalidType(f"profile must be a hogkit.profiles.Profile, got "
+        raise InvalidType(f"profile must be a hogkit.p3.profiles.Profile, got "
                               f"{type(profile).__name__}; build one with "
-                              f"hogkit.profiles.from_module(...) or Profile.of(...)")
+                              f"hogkit.p3.profiles.from_module(...) or Profile.of(...)")
     schedule = parse_schedule(schedule)
     net = network if network is not None else Network.gbps(10)
     if not isinstance(net, Network):
-        raise InvalidType(f"network must be a hogkit.comm.Network, got "
+        raise InvalidType(f"network must be a hogkit.p3.comm.Network, got "
                               f"{type(net).__name__}")
     W = check_int("workers", workers, min_value=1)
     S = W if servers is None else check_int("servers", servers, min_value=1)
@@ -310,7 +310,7 @@ def simulate_comm(profile: Profile, schedule="fifo", network: Optional[Network] 
 
     if any(len(e) != iterations for e in ends):
         raise RuntimeError("communication model ended before every worker finished; "
-                           "this is a bug in hogkit.comm")         # pragma: no cover
+                           "this is a bug in hogkit.p3.comm")         # pragma: no cover
     steady = iterations - warmup
     per_worker, busy = [], []
     for w in range(W):

@@ -32,7 +32,7 @@ import os
 
 import numpy as np
 
-from hogkit.checkpoint import read, save
+from hogkit.state.checkpoint import read, save
 
 __all__ = ["FILE", "initial", "bind", "publish", "restore", "save_state", "load_state",
            "load_into"]

@@ -146,7 +146,7 @@ class CompiledStep:
 
     ``ctx``: the workload's :class:`~hogkit.workloads.base.KernelCtx` (parameter views,
     buffers, sampler cursor); ``slots``, ``rt``, ``stop``: the control arrays;
-    ``log``: the :class:`~hogkit.reader.StalenessLog` arrays. ``dssp``: ``(s_lo,
+    ``log``: the :class:`~hogkit.state.reader.StalenessLog` arrays. ``dssp``: ``(s_lo,
     s_hi)`` for DSSP (``grants``: this worker's histogram row), else ``policy_bound``
     (-1: Async). ``params2d`` overrides the parameters written. :meth:`run` returns
     the core's code and leaves what happened in ``cfg``/``io``/``rt``.
@@ -223,7 +223,7 @@ class PythonStep:
     :meth:`compute` is the first half (read the clock vector, gradient, guard),
     :meth:`apply` the second (density, gap, rule, tick, record): the simulator holds
     the result of one and calls the other later; the live loop calls them back to
-    back. ``reader``: the worker's :class:`~hogkit.reader.Reader` (its clocks and log).
+    back. ``reader``: the worker's :class:`~hogkit.state.reader.Reader` (its clocks and log).
 
     **The lean lane.** For a compiled workload (its context a ``KernelCtx``) with a
     hogkit rule and a log, each half is one compiled call: ``compute`` runs

@@ -38,7 +38,7 @@ from typing import Mapping, Optional, Sequence
 import numpy as np
 
 from hogkit.errors import InvalidArgument, InvalidType
-from hogkit.grads import Grad
+from hogkit.rules.grads import Grad
 from hogkit.kernels import density as _k
 from hogkit.validation import (FLOAT_DTYPES, INDEX_DTYPES, check_array, check_choice,
                                check_float, check_grads, check_indices, check_int)
