@@ -52,21 +52,12 @@ _SUBMODULES = {"optim": "hogkit.optim", "profiles": "hogkit.p3.profiles",
 
 #: modules that moved into wings (CHANGELOG.md): the old dotted path still imports, as the
 #: same module object, with a DeprecationWarning that names the new one
-_MOVED = {
-    "hogkit.plan": "hogkit.engine.plan", "hogkit.step": "hogkit.engine.step",
-    "hogkit.worker_loop": "hogkit.engine.worker_loop", "hogkit._worker": "hogkit.engine.entry",
-    "hogkit.simulator": "hogkit.engine.simulator", "hogkit.run": "hogkit.engine.run",
-    "hogkit.runtime": "hogkit.engine.runtime", "hogkit.delays": "hogkit.engine.delays",
-    "hogkit.mainguard": "hogkit.engine.mainguard", "hogkit.store": "hogkit.state.store",
-    "hogkit.clocks": "hogkit.state.clocks", "hogkit.reader": "hogkit.state.reader",
-    "hogkit.worker_state": "hogkit.state.worker_state",
-    "hogkit.checkpoint": "hogkit.state.checkpoint", "hogkit.resume": "hogkit.state.resume",
-    "hogkit.local_sgd": "hogkit.policy.local_sgd", "hogkit.compose": "hogkit.rules.compose",
-    "hogkit.density": "hogkit.rules.density", "hogkit.batching": "hogkit.rules.batching",
-    "hogkit.grads": "hogkit.rules.grads", "hogkit.propagation": "hogkit.p3.propagation",
-    "hogkit.profiles": "hogkit.p3.profiles", "hogkit.comm": "hogkit.p3.comm",
-    "hogkit.p3live": "hogkit.p3.live",
-}
+_WINGS = {"engine": "plan step worker_loop simulator run runtime delays mainguard",
+          "state": "store clocks reader worker_state checkpoint resume",
+          "policy": "local_sgd", "rules": "compose density batching grads",
+          "p3": "propagation profiles comm"}
+_MOVED = {f"hogkit.{m}": f"hogkit.{w}.{m}" for w, ms in _WINGS.items() for m in ms.split()}
+_MOVED.update({"hogkit._worker": "hogkit.engine.entry", "hogkit.p3live": "hogkit.p3.live"})
 
 __all__ = sorted(_EXPORTS) + list(_SUBMODULES) + ["__version__"]
 
