@@ -48,7 +48,7 @@ _EXPORTS = {
 #: submodules reachable as attributes (``hogkit.optim.SGD``, ``hogkit.comm.Network``)
 _SUBMODULES = {"optim": "hogkit.optim", "profiles": "hogkit.p3.profiles",
                "propagation": "hogkit.p3.propagation", "comm": "hogkit.p3.comm",
-               "p3live": "hogkit.p3.live"}
+               "p3live": "hogkit.p3.live", "cluster": "hogkit.cluster"}
 
 #: modules that moved into wings (CHANGELOG.md): the old dotted path still imports, as the
 #: same module object, with a DeprecationWarning that names the new one

@@ -46,7 +46,7 @@ from hogkit.state.clocks import DONE, RUNNING, Clocks
 from hogkit.errors import InvalidArgument, InvalidType, Stopped
 from hogkit.kernels import step as _ks
 from hogkit.state.reader import Reader, StalenessLog
-from hogkit.engine.runtime import _Live
+from hogkit.engine.live import LiveRun
 from hogkit.validation import check_choice, check_float, check_int
 
 __all__ = ["spawn", "Worker", "current_worker"]
@@ -292,8 +292,8 @@ def _template(model):
     return template
 
 
-class _SpawnRun(_Live):
-    """The supervised run of :func:`spawn`: :class:`hogkit.engine.runtime._Live` with the
+class _SpawnRun(LiveRun):
+    """The supervised run of :func:`spawn`: :class:`~hogkit.engine.live.LiveRun` with the
     model's parameters as the store and the user's function in the workers."""
 
     def __init__(self, plan, fn, args, model, template, eval_fn, *, wait_timeout, grace):

@@ -1,8 +1,8 @@
 """Past one machine: the same training on a Ray cluster, with shared-memory Hogwild!
 inside each node.
 
-``hogkit.train(..., backend="ray", nodes=N, workers=per_node)`` (and ``hogkit run
---backend ray``) lands here. Rooms:
+:func:`train` (``hogkit.cluster.train(workload, nodes=N, workers=per_node, ...)``, and
+``hogkit run --backend ray``) is the entry. Rooms:
 
 - :mod:`~hogkit.cluster.shard`: a parameter shard (rows of every parameter, version
   vector, node clocks), push-then-pull in one atomic exchange;
@@ -12,19 +12,26 @@ inside each node.
 - :mod:`~hogkit.cluster.backend`: the Ray actors and the driver.
 
 This module checks the cluster's own arguments and builds one plan per node (the
-same :func:`~hogkit.engine.plan.make_plan` checks as a single-node run, before Ray starts).
+same :func:`~hogkit.engine.plan.make_plan` checks as a single-node run, before Ray
+starts), then hands them to :func:`~hogkit.cluster.backend.run_cluster`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+from hogkit.cluster.backend import check_address, require_ray, run_cluster
+from hogkit.engine.mainguard import check_main_guard
+from hogkit.engine.plan import eval_interval, make_plan
+from hogkit.engine.run import Run
+from hogkit.engine.runtime import choose_engine
 from hogkit.errors import InvalidArgument
-from hogkit.policy import SSP, Async
 from hogkit.p3.propagation import parse_schedule
+from hogkit.policy import SSP, Async
+from hogkit.report import environment
 from hogkit.validation import check_float, check_int
 
-__all__ = ["train_cluster", "node_plans"]
+__all__ = ["train", "node_plans"]
 
 
 def node_plans(plan, nodes, stragglers, make):
@@ -51,48 +58,54 @@ def node_plans(plan, nodes, stragglers, make):
     return out
 
 
-def train_cluster(workload, *, nodes, workers, address, servers, sync_every, push_fraction,
-                  backlog, schedule, stragglers, steps, out, keep_params, eval_every, resume,
-                  on_failure, checkpoint_every, engine, wait_timeout, grace, call_timeout=30.0,
-                  start_timeout=120.0, **plan_kwargs):
-    """``train(backend="ray", ...)``: checks, plans, then :func:`backend.run_cluster`."""
-    from hogkit.cluster.backend import check_address, require_ray, run_cluster
-    from hogkit.engine.plan import eval_interval, make_plan
-    from hogkit.report import environment
-    from hogkit.engine.runtime import choose_engine
+def train(workload="mf", *, nodes, workers, policy=None, rule=None, density=None,
+          batch=None, steps=None, seconds=None, seed=0, nonfinite="raise", stragglers=None,
+          eval_every="auto", out=None, keep_params=True, workload_options=None, shards=1,
+          engine="auto", events="sampled", wait_timeout=60.0, grace=2.0, address=None,
+          servers=1, sync_every=1, push_fraction=1.0, backlog=None, schedule=None,
+          call_timeout=30.0, start_timeout=120.0) -> Run:
+    """Train ``workload`` on ``nodes`` nodes of ``workers`` worker processes each: every
+    node a single-node run whose agent exchanges deltas with ``servers`` parameter-shard
+    actors, the policy's bound held across nodes. Returns one
+    :class:`~hogkit.engine.run.Run` whose summary adds ``nodes`` and ``cross_node``.
 
-    nodes = check_int("nodes", nodes, min_value=1, fix="use nodes=1 or more")
-    servers = check_int("servers", servers, min_value=1,
-                        fix="servers is how many parameter-shard actors: 1 or more")
-    sync_every = check_int("sync_every", sync_every, min_value=1,
-                           fix="node-clock iterations between exchanges: 1 or more")
-    push_fraction = check_float("push_fraction", push_fraction, min_value=0.0,
-                                max_value=1.0, exclude_min=True,
-                                fix="the share of each push's non-zero entries sent, in (0, 1]")
-    call_timeout = check_float("call_timeout", call_timeout, min_value=0.0, exclude_min=True)
-    start_timeout = check_float("start_timeout", start_timeout, min_value=0.0,
-                                exclude_min=True)
+    nodes, workers : Ray node actors, and worker processes in each (≥ 1).
+    address : None (start a local Ray instance for the run), ``"auto"`` (join the
+        cluster ``ray start --head`` made on this machine) or ``"ray://host:port"``.
+    servers : parameter-shard actors; the rows of every parameter are cut over them.
+    sync_every : iterations of a node's clock between its exchanges (1: as often as a
+        round trip allows).
+    push_fraction : the largest share of each delta's entries sent, the rest later.
+    backlog : Async only: each node runs at most this many iterations ahead of its
+        last exchange.
+    schedule : a :class:`~hogkit.p3.propagation.Schedule` or ``"fifo"``,
+        ``"slicing:N"``, ``"priority"``, ``"p3:N"``: each exchange cut into messages of
+        about N parameters (input side first under priority and p3), each merged as it
+        arrives; None: one message per shard.
+    call_timeout, start_timeout : seconds an exchange, and the actors' start, may take.
+
+    The rest as in :func:`hogkit.train`; ``steps`` and straggler ranks are over the
+    whole cluster (node n's worker r is rank ``n · workers + r``). Not (yet) on a
+    cluster: resuming, restarting workers, checkpoints.
+
+    Raises InvalidArgument / InvalidType before Ray starts, NodeFailed (the node, and
+    the worker's rank) or ShardFailed when a node or shard fails, Interrupted on
+    SIGINT/SIGTERM; every actor is killed and no segment is left.
+    """
+    check_main_guard("hogkit.cluster.train()")
+    nodes, servers, sync_every, push_fraction, backlog = _exchange_settings(
+        nodes, servers, sync_every, push_fraction, backlog)
+    timeouts = _timeouts(call_timeout, start_timeout, wait_timeout, grace)
     address = check_address(address)
-    if schedule is not None:
-        schedule = parse_schedule(schedule)
-    if backlog is not None:
-        backlog = check_int("backlog", backlog, min_value=0,
-                            fix="iterations a node may run ahead of its last exchange")
-    for name, value, ok, fix in (
-            ("resume", resume, None, "resume is for single-node runs"),
-            ("on_failure", on_failure, "stop", "a cluster run stops at the first failure"),
-            ("checkpoint_every", checkpoint_every, None,
-             "a cluster run writes no checkpoints yet; use checkpoint_every=None")):
-        if value != ok and not (name == "checkpoint_every" and value == "auto"):
-            raise InvalidArgument(f'{name}={value!r} is not supported with backend="ray"; '
-                                  f"{fix}")
-    stragglers = dict(stragglers or {})
+    schedule = None if schedule is None else parse_schedule(schedule)
     W = check_int("workers", workers, min_value=1, fix="workers per node: 1 or more")
-    for g in stragglers:
-        check_int("straggler rank", g, min_value=0, max_value=nodes * W - 1,
-                  fix=f"ranks are global: node n's worker r is n * {W} + r")
+    stragglers = _global_stragglers(stragglers, nodes, W)
+
     def make(**kw):
-        return make_plan(workload, workers=W, spawn=True, **plan_kwargs, **kw)
+        return make_plan(workload, workers=W, policy=policy, rule=rule, density=density,
+                         batch=batch, seconds=seconds, seed=seed, nonfinite=nonfinite,
+                         shards=shards, workload_options=workload_options, events=events,
+                         spawn=True, **kw)
 
     plan = make(steps=steps, out=out, keep_params=keep_params, eval_every=eval_every)
     plans = node_plans(plan, nodes, stragglers, make)
@@ -116,6 +129,40 @@ def train_cluster(workload, *, nodes, workers, address, servers, sync_every, pus
     return run_cluster(plans, engine, nodes=nodes, servers=servers, address=address,
                        sync_every=sync_every, fraction=push_fraction, backlog=backlog,
                        schedule=schedule, eval_every=eval_interval(plan, live=True)[0],
-                       out=plan.out, keep_params=keep_params,
-                       config=config, wait_timeout=wait_timeout, grace=grace,
-                       call_timeout=call_timeout, start_timeout=start_timeout)
+                       out=plan.out, keep_params=keep_params, config=config, **timeouts)
+
+
+def _exchange_settings(nodes, servers, sync_every, push_fraction, backlog) -> tuple:
+    """``(nodes, servers, sync_every, push_fraction, backlog)``, checked."""
+    nodes = check_int("nodes", nodes, min_value=1, fix="use nodes=1 or more")
+    servers = check_int("servers", servers, min_value=1,
+                        fix="servers is how many parameter-shard actors: 1 or more")
+    sync_every = check_int("sync_every", sync_every, min_value=1,
+                           fix="node-clock iterations between exchanges: 1 or more")
+    push_fraction = check_float("push_fraction", push_fraction, min_value=0.0,
+                                max_value=1.0, exclude_min=True,
+                                fix="the share of each push's non-zero entries sent, in (0, 1]")
+    if backlog is not None:
+        backlog = check_int("backlog", backlog, min_value=0,
+                            fix="iterations a node may run ahead of its last exchange")
+    return nodes, servers, sync_every, push_fraction, backlog
+
+
+def _timeouts(call_timeout, start_timeout, wait_timeout, grace) -> dict:
+    """The cluster's timeouts and the nodes' supervision settings, checked."""
+    return {"call_timeout": check_float("call_timeout", call_timeout, min_value=0.0,
+                                        exclude_min=True),
+            "start_timeout": check_float("start_timeout", start_timeout, min_value=0.0,
+                                         exclude_min=True),
+            "wait_timeout": check_float("wait_timeout", wait_timeout, min_value=0.0,
+                                        exclude_min=True),
+            "grace": check_float("grace", grace, min_value=0.0)}
+
+
+def _global_stragglers(stragglers, nodes, workers) -> dict:
+    """``{global rank: model}``, every rank checked to be in the cluster."""
+    stragglers = dict(stragglers or {})
+    for g in stragglers:
+        check_int("straggler rank", g, min_value=0, max_value=nodes * workers - 1,
+                  fix=f"ranks are global: node n's worker r is n * {workers} + r")
+    return stragglers

@@ -2,8 +2,8 @@
 its lock-free workers, its supervisor) plus the agent that connects it to the
 parameter shards.
 
-:class:`NodeRun` is ``runtime._Live`` with one gate row in its clocks and an
-:class:`~hogkit.cluster.agent.Agent` started once every store exists and finished
+:class:`NodeRun` is a :class:`~hogkit.engine.live.LiveRun` with one gate row in its
+clocks and an :class:`~hogkit.cluster.agent.Agent` started once every store exists and finished
 (one last exchange, marked done) once its workers are; everything else (spawning,
 supervision, failures, shutdown, segment cleanup) is the single-node runtime's. It
 knows nothing of Ray: the exchange is a callable, so the node is tested with
@@ -18,7 +18,7 @@ import threading
 from hogkit.cluster.agent import Agent
 from hogkit.errors import HogkitError, WorkerFailed
 from hogkit.policy import DSSP, SSP
-from hogkit.engine.runtime import _Live
+from hogkit.engine.live import LiveRun
 
 __all__ = ["NodeRun", "NodeFailed", "policy_bound"]
 
@@ -45,7 +45,7 @@ def policy_bound(policy):
     return math.inf
 
 
-class NodeRun(_Live):
+class NodeRun(LiveRun):
     """A node's live run (module docstring)."""
 
     gate_rows = 1
