@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from hogkit import BSP, SSP, Async, workloads
+from hogkit import BSP, SSP, Async, cluster, workloads
 from hogkit.cluster.model import (exchange_messages, network_from_round_trips,
                                   predict_updates_per_s)
 from hogkit.p3.comm import Network
@@ -143,10 +143,10 @@ def run(quick=False, rounds=None, seconds=None, workload="mf", only=None) -> dic
             extra = more[0] if more else {}
             rows = []
             for r in range(rounds):
-                c = train(workload, backend="ray", nodes=2, workers=1, policy=policy,
-                          seconds=seconds, seed=r, sync_every=sync, backlog=backlog,
-                          push_fraction=frac, eval_every=None, progress=False,
-                          keep_params=False, **extra)
+                c = cluster.train(workload, nodes=2, workers=1, policy=policy,
+                                  seconds=seconds, seed=r, sync_every=sync, backlog=backlog,
+                                  push_fraction=frac, eval_every=None, keep_params=False,
+                                  **extra)
                 s = c.summary()
                 # the single-node run with the same policy and the same updates
                 ref = train(workload, workers=2, policy=policy, steps=c.updates, seed=r,

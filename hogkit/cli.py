@@ -12,16 +12,18 @@ gradient under nonfinite="raise"), 2 bad usage, 130 interrupted (SIGINT/SIGTERM)
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
 import time
 
-from hogkit.errors import InvalidArgument, InvalidType
+from hogkit.errors import InvalidArgument
+from hogkit.parse import (RULES, parse_batch, parse_density, parse_policy, parse_rule,
+                          parse_stragglers)
 
 EXIT_OK, EXIT_WORKER_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
-RULES = ("sgd", "staleness-aware", "dc-asgd", "dc-asgd-adaptive", "gap-aware")
 BENCH_SCENARIOS = ("kernels", "peers", "scaling", "instrumentation", "policies", "simulate",
                    "own_loop", "p3", "soak", "ray")
 
@@ -64,8 +66,10 @@ def _add_training_options(p):
     p.add_argument("--lr", type=_positive_float, default=None,
                    help="learning rate (default: the workload's)")
     p.add_argument("--momentum", type=float, default=0.0)
-    p.add_argument("--density", type=float, default=None,
-                   help="apply this fraction of each update (top-k), keep the rest as residual")
+    p.add_argument("--density", default=None, metavar="DENSITY",
+                   help="apply a part of each update, keep the rest as residual: a "
+                        "fraction F (top-k), topk:F, random:F or every:K (every K-th "
+                        "step), with :dropped appended for no residual")
     p.add_argument("--batch", default=None,
                    help="samples per worker per step (an int), or shares of a global batch "
                         "B: fixed[:B] (even) | adaptive[:B[:last|ema|narx]] (LB-BSP) | "
@@ -119,6 +123,12 @@ def build_parser():
     parser = argparse.ArgumentParser(
         prog="hogkit", description="Lock-free, staleness-aware training on one machine.")
     sub = parser.add_subparsers(dest="command", required=True)
+    for add in (_add_run, _add_sim, _add_bench, _add_doctor, _add_sweep, _add_report):
+        add(sub)
+    return parser
+
+
+def _add_run(sub):
     run = sub.add_parser("run", help="train with real worker processes")
     _add_training_options(run)
     run.add_argument("--events", default="sampled", choices=("sampled", "all", "none"),
@@ -138,6 +148,10 @@ def build_parser():
     run.add_argument("--engine", default="auto", choices=("auto", "compiled", "python"),
                      help="step engine: auto (compiled where the knobs allow, else Python "
                           "with a notice), compiled (an error where it cannot run), python")
+    _add_cluster_options(run)
+
+
+def _add_cluster_options(run):
     ray = run.add_argument_group("cluster (--backend ray; pip install -e '.[ray]')")
     ray.add_argument("--backend", default="local", choices=("local", "ray"),
                      help="local (this machine's shared memory, default) or ray: --nodes "
@@ -160,6 +174,9 @@ def build_parser():
                      help="cut each exchange into messages: fifo, slicing:N, priority, "
                           "p3:N (N parameters a slice; priority and p3 send the input "
                           "side first); default: one message per shard")
+
+
+def _add_sim(sub):
     sim = sub.add_parser("sim", help="simulate the run in virtual time (deterministic; "
                                      "workers may far exceed the cores)")
     _add_training_options(sim)
@@ -170,12 +187,18 @@ def build_parser():
              "by commas (default constant:1e-3); --seconds is then virtual time")
     sim.add_argument("--engine", default="auto", choices=("auto", "fused", "python"),
                      help="event loop: the fused numba kernel where supported (auto)")
+
+
+def _add_bench(sub):
     bench = sub.add_parser("bench", help="run benchmark scenarios")
     bench.add_argument("scenario", nargs="?", default="kernels", choices=BENCH_SCENARIOS)
     bench.add_argument("--quick", action="store_true", help="small sizes, a few rounds")
     bench.add_argument("--json", default=None, metavar="FILE", help="write raw figures here")
     bench.add_argument("--workload", default=None, choices=_workload_names(),
                        help="the workload, for scenarios that take one (ray)")
+
+
+def _add_doctor(sub):
     doc = sub.add_parser("doctor", help="check this machine: shared memory, limits, cores, "
                                         "start method, torch build, numba cache, a smoke run")
     doc.add_argument("--workers", type=_positive_int, default=2,
@@ -186,6 +209,9 @@ def build_parser():
                           "as a run builds them)")
     doc.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
                      help="a setting of --workload, as for run (repeatable)")
+
+
+def _add_sweep(sub):
     sw = sub.add_parser("sweep", help="run a grid of runs (live or simulated) into one "
                                       "results table; resumable")
     sw.add_argument("--grid", action="append", default=[], metavar="KNOB=V1,V2,...",
@@ -203,165 +229,11 @@ def build_parser():
                     help="also draw Y against knob X, one line per LINE (mean and std "
                          "over the rest) into FILE's .png")
     sw.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _add_report(sub):
     rep = sub.add_parser("report", help="print a results folder's summary and re-draw plots")
     rep.add_argument("folder")
-    return parser
-
-
-# --------------------------------------------------------------------------- option parsers
-# The command line's string forms, and only here: the Python API takes objects.
-
-_POLICY_FORMS = '"async" | "bsp" | "ssp:S" | "dssp:LO:HI" | "local:H" | "local:H:overlap"'
-
-
-def _policy_int(text, field, name):
-    try:
-        return int(field)
-    except ValueError:
-        raise InvalidArgument(f"policy {text!r}: {name}={field!r} is not an int; "
-                              f"expected {_POLICY_FORMS}") from None
-
-
-def parse_policy(text):
-    """Parse a CLI policy: ``async`` | ``bsp`` | ``ssp:S`` | ``dssp:LO:HI`` |
-    ``local:H`` | ``local:H:overlap`` (case-insensitive)."""
-    from hogkit.policy import BSP, DSSP, SSP, Async, LocalSGD
-    if not isinstance(text, str):
-        raise InvalidType(f"policy must be a string such as 'ssp:2', got "
-                          f"{type(text).__name__}")
-    parts = [p.strip() for p in text.strip().lower().split(":")]
-    kind, args = parts[0], parts[1:]
-    arity = {"async": (0,), "bsp": (0,), "ssp": (1,), "dssp": (2,), "local": (1, 2)}
-    if kind not in arity:
-        raise InvalidArgument(f"unknown policy {text!r}; expected {_POLICY_FORMS}")
-    if len(args) not in arity[kind]:
-        raise InvalidArgument(f"policy {text!r} has {len(args)} argument(s); expected "
-                              f"{_POLICY_FORMS}")
-    if kind == "async":
-        return Async()
-    if kind == "bsp":
-        return BSP()
-    if kind == "ssp":
-        return SSP(_policy_int(text, args[0], "s"))
-    if kind == "dssp":
-        return DSSP(_policy_int(text, args[0], "s_lo"), _policy_int(text, args[1], "s_hi"))
-    overlap = False
-    if len(args) == 2:
-        if args[1] != "overlap":
-            raise InvalidArgument(f"policy {text!r}: third field must be 'overlap'; "
-                                  f"expected {_POLICY_FORMS}")
-        overlap = True
-    return LocalSGD(_policy_int(text, args[0], "h"), overlap=overlap)
-
-
-_BATCH_FORMS = ('"fixed[:B]" | "adaptive[:B[:last|ema|narx]]" | "epoch[:B]" '
-                '(B: the global batch)')
-
-
-def parse_batch(text, *, per_worker=32, workers=1):
-    """Parse a CLI batch spec; every form takes the global batch B (default
-    ``per_worker · workers``)."""
-    from hogkit.rules.batching import AdaptiveBatch, EpochBalancedBatch, FixedBatch
-    if not isinstance(text, str):
-        raise InvalidType(f"batch must be a string such as 'adaptive:256', got "
-                          f"{type(text).__name__}")
-    parts = [p.strip() for p in text.strip().lower().split(":")]
-    kind, args = parts[0], parts[1:]
-    arity = {"fixed": 1, "adaptive": 2, "epoch": 1}
-    if kind not in arity:
-        raise InvalidArgument(f"unknown batch {text!r}; expected {_BATCH_FORMS}")
-    if len(args) > arity[kind]:
-        raise InvalidArgument(f"batch {text!r} has too many fields; expected {_BATCH_FORMS}")
-    if args:
-        try:
-            n = int(args[0])
-        except ValueError:
-            raise InvalidArgument(f"batch {text!r}: size {args[0]!r} is not an int; "
-                                  f"expected {_BATCH_FORMS}") from None
-    else:
-        n = per_worker * workers
-    if kind == "fixed":
-        return FixedBatch(n)
-    if kind == "epoch":
-        return EpochBalancedBatch(n)
-    return AdaptiveBatch(n, predictor=args[1] if len(args) > 1 else "last")
-
-
-_DENSITY_FORMS = ('a fraction F, "topk:F", "random:F" or "every:K", with ":dropped" '
-                  'for no residual (e.g. "random:0.25:dropped")')
-
-
-def parse_density(spec):
-    """A density from a fraction or ``"topk:F"`` | ``"random:F"`` | ``"every:K"``, with
-    ``":dropped"`` appended for no residual; ``1``/``"1.0"``: None (everything sent)."""
-    from hogkit.rules.density import Density
-    if isinstance(spec, (int, float)) and not isinstance(spec, bool):
-        return None if float(spec) == 1.0 else Density(float(spec))
-    if not isinstance(spec, str):
-        raise InvalidType(f"density must be a number or a string ({_DENSITY_FORMS}), got "
-                          f"{type(spec).__name__}")
-    parts = [p.strip() for p in spec.strip().lower().split(":")]
-    residual = True
-    if parts[-1] == "dropped":
-        residual, parts = False, parts[:-1]
-    try:
-        if len(parts) == 1:
-            fraction = float(parts[0])
-            if fraction == 1.0 and residual:
-                return None
-            return Density(fraction, residual=residual)
-        if len(parts) == 2 and parts[0] in ("topk", "random"):
-            return Density(float(parts[1]), how=parts[0], residual=residual)
-        if len(parts) == 2 and parts[0] == "every":
-            return Density(1.0, every=int(parts[1]), residual=residual)
-    except ValueError:
-        pass
-    raise InvalidArgument(f"density {spec!r} is not {_DENSITY_FORMS}")
-
-
-_STRAGGLER_FORMS = ('RANK:FACTOR (e.g. 1:3, worker 1 runs three times slower), '
-                    'RANK:load:AMPLITUDE:PERIOD (a time-varying slowdown 1 + A(1 + '
-                    'sin 2πt/P)/2) or RANK:pauses:PROB:SECONDS')
-
-
-def parse_straggler(text: str):
-    """``"RANK:FACTOR"`` → ``(rank, Slowdown(factor))``; ``"RANK:load:A:P"`` →
-    ``(rank, Load(A, P))``; ``"RANK:pauses:PROB:S"`` → ``(rank, Pauses(PROB, S))``."""
-    from hogkit.engine.delays import Load, Pauses, Slowdown
-    from hogkit.validation import check_int
-    parts = [p.strip() for p in str(text).lower().split(":")]
-    kinds = {"load": Load, "pauses": Pauses}
-    if len(parts) == 2:
-        kind, nums = Slowdown, parts[1:]
-    elif len(parts) == 4 and parts[1] in kinds:
-        kind, nums = kinds[parts[1]], parts[2:]
-    else:
-        raise InvalidArgument(f"straggler {text!r}: expected {_STRAGGLER_FORMS}")
-    try:
-        rank, args = int(parts[0]), [float(x) for x in nums]
-    except ValueError:
-        raise InvalidArgument(f"straggler {text!r} needs an int rank and numbers; expected "
-                              f"{_STRAGGLER_FORMS}") from None
-    check_int("straggler rank", rank, min_value=0)
-    return rank, kind(*args)
-
-
-def _make_rule(name, lr, momentum, workload):
-    from hogkit.rules import core as rules
-    lr = workload.default_lr if lr is None else lr
-    if name == "sgd":
-        return rules.SGD(lr=lr, momentum=momentum)
-    if name == "staleness-aware":
-        return rules.StalenessAware(lr=lr, momentum=momentum)
-    if name in ("dc-asgd", "dc-asgd-adaptive"):
-        if momentum:
-            raise InvalidArgument(f"--momentum {momentum} with --rule {name}: DC-ASGD has no "
-                                  f"momentum term; drop --momentum or pick sgd, "
-                                  f"staleness-aware or gap-aware")
-        return rules.DelayCompensated(lr=lr, adaptive=name == "dc-asgd-adaptive")
-    if name == "gap-aware":
-        return rules.GapAware(lr=lr, momentum=momentum)
-    raise InvalidArgument(f"unknown rule {name!r}; expected one of {', '.join(RULES)}")
 
 
 def _default_out():
@@ -413,32 +285,23 @@ def print_summary(summary, out=None):
 
 
 def _knobs(args):
-    """The workload and the settings ``run`` and ``sim`` share, from parsed options."""
+    """The workload and the settings ``run`` and ``sim`` share, from parsed options
+    (each string form read by its one parser in :mod:`hogkit.parse`)."""
     from hogkit import workloads
 
     wl = workloads.get(args.workload, **parse_options(args.option))
-    density = None
-    if args.density is not None:
-        from hogkit.rules.density import Density
-        density = Density(args.density)
     steps, seconds = args.steps, args.seconds
     if steps is None and seconds is None:
         steps = wl.default_steps
+    batch = (None if args.batch is None else
+             parse_batch(args.batch, per_worker=wl.default_batch, workers=args.workers))
     return wl, {"workers": args.workers, "policy": parse_policy(args.policy),
-                "rule": _make_rule(args.rule, args.lr, args.momentum, wl),
-                "density": density,
-                "stragglers": dict(parse_straggler(s) for s in args.straggler),
+                "rule": parse_rule(args.rule, lr=args.lr, momentum=args.momentum,
+                                   workload=wl),
+                "density": None if args.density is None else parse_density(args.density),
+                "stragglers": parse_stragglers(args.straggler),
                 "steps": steps, "seconds": seconds, "seed": args.seed,
-                "nonfinite": args.nonfinite, "batch": _batch(args, wl),
-                "shards": args.shards}
-
-
-def _batch(args, wl):
-    if args.batch is None:
-        return None
-    if args.batch.isdigit():
-        return int(args.batch)
-    return parse_batch(args.batch, per_worker=wl.default_batch, workers=args.workers)
+                "nonfinite": args.nonfinite, "batch": batch, "shards": args.shards}
 
 
 COMMAND_FILE = "command.json"
@@ -447,13 +310,11 @@ COMMAND_FILE = "command.json"
 def _resumed_args(args):
     """The arguments of the run in ``args.resume`` (its ``command.json``), with this
     command's budget and progress flags laid over them."""
-    import json
     path = os.path.join(args.resume, COMMAND_FILE)
     try:
         with open(path) as f:
             argv = json.load(f)["argv"]
     except FileNotFoundError:
-        from hogkit.errors import InvalidArgument
         raise InvalidArgument(f"--resume {args.resume}: no {COMMAND_FILE} there; give the "
                               f"results folder of a `hogkit run` (runs/<timestamp>), or "
                               f"resume from Python with train(resume=...)") from None
@@ -466,29 +327,18 @@ def _resumed_args(args):
 
 
 def _cmd_run(args):
-    from hogkit.engine.runtime import train
-
-    from hogkit.engine.plan import make_plan
+    from hogkit.engine.preflight import preflight
 
     if args.resume is not None:
         args = _resumed_args(args)
     wl, knobs = _knobs(args)
     out = args.out or _default_out()
-    cluster = {}
     if args.backend == "ray":
-        cluster = {"backend": "ray", "nodes": args.nodes, "address": args.address,
-                   "servers": args.servers, "sync_every": args.sync_every,
-                   "push_fraction": args.push_fraction, "backlog": args.backlog,
-                   "schedule": args.schedule}
+        start = _cluster_run(args, wl, out, knobs)
         where = f"{args.nodes} nodes x {args.workers} workers on Ray"
     else:
-        if args.nodes != 1 or args.address is not None or args.schedule is not None:
-            from hogkit.errors import InvalidArgument
-            raise InvalidArgument("--nodes/--address/--schedule are for a cluster run: add "
-                                  "--backend ray")
-        make_plan(wl, out=out, **knobs)     # bad options: exit 2 before anything is said
+        start = _local_run(args, wl, out, knobs)
         where = f"{args.workers} workers"
-    from hogkit.doctor import preflight
     preflight(args.workers)                 # a machine that cannot: exit 1, the same way
     print(f"hogkit run: {wl.name} with {where}, results in {out}"
           + (" (resumed)" if args.resume else ""), file=sys.stderr)
@@ -496,14 +346,44 @@ def _cmd_run(args):
         from hogkit.report import write_json
         os.makedirs(out, exist_ok=True)
         write_json(os.path.join(out, COMMAND_FILE), {"argv": args.argv})
-    run = train(wl, out=out, progress=False if args.no_progress else None,
-                keep_params=False, engine=args.engine, events=args.events,
-                checkpoint_every=args.checkpoint_every or "auto", resume=args.resume,
-                on_failure=args.on_failure, max_restarts=args.max_restarts, **cluster,
-                **knobs)
+    run = start()
     print_summary(run.summary())
     print(f"results: {out}")
     return EXIT_OK
+
+
+def _local_run(args, wl, out, knobs):
+    """``hogkit.train`` for ``hogkit run``, its options checked now (exit 2 before
+    anything is said or written)."""
+    from hogkit.engine.plan import make_plan
+    from hogkit.engine.runtime import train
+    if args.nodes != 1 or args.address is not None or args.schedule is not None:
+        raise InvalidArgument("--nodes/--address/--schedule are for a cluster run: add "
+                              "--backend ray")
+    make_plan(wl, out=out, **knobs)
+    return functools.partial(
+        train, wl, out=out, progress=False if args.no_progress else None,
+        keep_params=False, engine=args.engine, events=args.events,
+        checkpoint_every=args.checkpoint_every or "auto", resume=args.resume,
+        on_failure=args.on_failure, max_restarts=args.max_restarts, **knobs)
+
+
+def _cluster_run(args, wl, out, knobs):
+    """``hogkit.cluster.train`` for ``hogkit run --backend ray``; what a cluster run
+    cannot do yet is refused now."""
+    from hogkit.cluster import train
+    for flag, given in (("--resume", args.resume is not None),
+                        ("--on-failure restart", args.on_failure != "stop"),
+                        ("--checkpoint-every", args.checkpoint_every is not None)):
+        if given:
+            raise InvalidArgument(f"{flag} is not supported with --backend ray (a cluster "
+                                  f"run stops at the first failure and writes no "
+                                  f"checkpoints yet); drop it, or run on one machine")
+    return functools.partial(
+        train, wl, nodes=args.nodes, address=args.address, servers=args.servers,
+        sync_every=args.sync_every, push_fraction=args.push_fraction,
+        backlog=args.backlog, schedule=args.schedule, out=out, keep_params=False,
+        engine=args.engine, events=args.events, **knobs)
 
 
 def _cmd_sim(args):
@@ -529,7 +409,6 @@ def _cmd_bench(args):
     kwargs = {}
     if args.workload is not None:
         if "workload" not in inspect.signature(mod.run).parameters:
-            from hogkit.errors import InvalidArgument
             raise InvalidArgument(f"hogkit bench {args.scenario} takes no --workload")
         kwargs["workload"] = args.workload
     result = mod.run(quick=args.quick, **kwargs)

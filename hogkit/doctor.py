@@ -1,10 +1,10 @@
 """``hogkit doctor``: can this machine run hogkit, and will it run it well?
 
-Each check returns a :class:`Finding`: ``ok``, ``warn`` (it runs, but slower or
-differently than it should) or ``fatal`` (a run would fail). :func:`preflight` runs the
-cheap fatal checks and raises :class:`~hogkit.errors.EnvironmentProblem` listing every
-fatal one; :func:`hogkit.train` calls it before it builds anything, so a machine that
-cannot run hogkit is told so in one message, up front, with nothing created.
+Each check returns a :class:`~hogkit.engine.preflight.Finding`: ``ok``, ``warn`` (it
+runs, but slower or differently than it should) or ``fatal`` (a run would fail). The
+cheap fatal ones live below the engine, in :mod:`hogkit.engine.preflight`, whose
+:func:`~hogkit.engine.preflight.preflight` every live run calls before it builds
+anything; the doctor runs those and the rest, and reports them all.
 
 The checks: shared memory (``/dev/shm`` exists, is writable, and has room for the
 planned stores), the open-file and process limits against the worker count, the cores
@@ -18,60 +18,15 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import resource
-import shutil
-from dataclasses import dataclass
 from typing import Optional
 
-from hogkit.errors import EnvironmentProblem
-from hogkit.state.store import SHM_DIR
+from hogkit.engine.preflight import (FATAL, OK, SHM_DIR, WARN, Finding, files_needed,
+                                     open_files, preflight, processes, shared_memory,
+                                     start_method)
 
 __all__ = ["Finding", "run_checks", "preflight", "format_findings", "planned_bytes", "SHM_DIR",
-           "OK", "WARN", "FATAL"]
-
-#: below this /dev/shm is flagged as small (Docker's default is 64 MiB)
-SMALL_SHM = 256 * 2**20
-OK, WARN, FATAL = "ok", "warn", "fatal"
-
-
-@dataclass(frozen=True)
-class Finding:
-    check: str
-    status: str
-    detail: str
-    fix: str = ""
-
-    def line(self) -> str:
-        fix = f" -> {self.fix}" if self.fix and self.status != OK else ""
-        return f"{self.status:<6}{self.check:<16}{self.detail}{fix}"
-
-
-def _gib(n) -> str:
-    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
-
-
-def shared_memory(needed_bytes: Optional[int] = None, path: str = SHM_DIR) -> Finding:
-    """``path`` exists, is writable, and has ``needed_bytes`` free (when given)."""
-    if not os.path.isdir(path):
-        return Finding("shared memory", FATAL, f"{path} does not exist",
-                       "hogkit needs POSIX shared memory (Linux: a tmpfs on /dev/shm)")
-    if not os.access(path, os.W_OK):
-        return Finding("shared memory", FATAL, f"{path} is not writable by this user",
-                       f"ask for write access to {path}")
-    usage = shutil.disk_usage(path)
-    detail = f"{path}: {_gib(usage.free)} free of {_gib(usage.total)}"
-    if needed_bytes is not None:
-        detail += f"; the run needs {_gib(needed_bytes)}"
-        if needed_bytes > usage.free:
-            return Finding("shared memory", FATAL, detail,
-                           f"free space in {path}, or a smaller model/preset; in a "
-                           f"container: --shm-size")
-    if usage.total < SMALL_SHM:
-        return Finding("shared memory", WARN, detail + f": small (under "
-                       f"{_gib(SMALL_SHM)}), only small models fit (the mf 'large' preset "
-                       f"needs ~110 MiB)", "in a container: --shm-size=1g; else remount "
-                       f"{path} larger")
-    return Finding("shared memory", OK, detail)
+           "OK", "WARN", "FATAL", "shared_memory", "open_files", "processes", "cores",
+           "start_method", "files_needed"]
 
 
 def planned_bytes(workload, workers: int, *, rule=None, density=None, seed: int = 0) -> int:
@@ -93,35 +48,6 @@ def planned_bytes(workload, workers: int, *, rule=None, density=None, seed: int 
     return int(n)
 
 
-def files_needed(workers: int) -> int:
-    """Open files a live run of ``workers`` workers may hold in the parent at once
-    (stores, sentinels, pipes, logs), with room to spare."""
-    return 64 + 8 * workers
-
-
-def open_files(workers: int) -> Finding:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    need = files_needed(workers)
-    shown = "unlimited" if soft == resource.RLIM_INFINITY else str(soft)
-    if soft != resource.RLIM_INFINITY and soft < need:
-        return Finding("open files", FATAL, f"limit {shown}, {workers} workers need "
-                       f"about {need}", f"ulimit -n {max(need, 1024)} (hard limit {hard})")
-    if soft != resource.RLIM_INFINITY and soft < 1024:
-        return Finding("open files", WARN, f"limit {shown} (enough for {workers} workers)",
-                       "ulimit -n 1024 or more for larger runs")
-    return Finding("open files", OK, f"limit {shown}")
-
-
-def processes(workers: int) -> Finding:
-    soft, _ = resource.getrlimit(resource.RLIMIT_NPROC)
-    if soft == resource.RLIM_INFINITY:
-        return Finding("processes", OK, "no per-user process limit")
-    if soft < workers + 4:
-        return Finding("processes", FATAL, f"per-user limit {soft} < {workers} workers + "
-                       f"parent", f"ulimit -u {workers + 64}")
-    return Finding("processes", OK, f"per-user limit {soft}")
-
-
 def cores(workers: int) -> Finding:
     try:
         n = len(os.sched_getaffinity(0))
@@ -140,14 +66,6 @@ def thread_variables() -> Finding:
     shown = ", ".join(f"{k}={v}" for k, v in set_.items()) or "none set"
     return Finding("threads", OK, f"workers cap every pool to 1 thread ({shown} in "
                    f"this shell)")
-
-
-def start_method() -> Finding:
-    import multiprocessing as mp
-    if "spawn" not in mp.get_all_start_methods():
-        return Finding("start method", FATAL, "this Python has no 'spawn' start method",
-                       "a CPython build with multiprocessing spawn (any Linux CPython)")
-    return Finding("start method", OK, "spawn available (hogkit never forks)")
 
 
 def torch_build() -> Finding:
@@ -222,14 +140,3 @@ def format_findings(findings) -> str:
     return "\n".join(f.line() for f in findings)
 
 
-def preflight(workers: int) -> None:
-    """The cheap fatal checks for a live run of ``workers`` workers (shared memory is
-    checked again, with the real sizes, when each store is created); raises
-    :class:`EnvironmentProblem` naming every problem and its fix."""
-    bad = [f for f in (shared_memory(), open_files(workers), processes(workers),
-                       start_method()) if f.status == FATAL]
-    if bad:
-        raise EnvironmentProblem(
-            "this machine cannot run it: " + "; ".join(
-                f"{f.check}: {f.detail}" + (f" (fix: {f.fix})" if f.fix else "")
-                for f in bad) + ". `hogkit doctor` checks everything")

@@ -21,12 +21,13 @@ after a SIGKILL mid-write, is ignored on reading).
 or a policy object), ``rule`` (``"sgd"``, ``"staleness-aware"``, ``"dc-asgd"``,
 ``"dc-asgd-adaptive"``, ``"gap-aware"`` or a rule object) with ``lr`` and ``momentum``,
 ``density`` (a fraction, ``"topk:F"``, ``"random:F"``, ``"every:K"``, with ``":dropped"``
-for no residual, or a :class:`~hogkit.rules.density.Density`), ``batch`` (an int or the CLI's
+for no residual, or a :class:`~hogkit.rules.density.Density`), ``batch`` (an int or the
 ``"adaptive:B[:narx]"`` forms), ``straggler`` (``"RANK:FACTOR"``, ``"RANK:load:AMP:PERIOD"``,
 ``"RANK:pauses:PROB:SECONDS"``, a list of them, or a dict ``{rank: model}``), ``delays``
 (simulated step times, the CLI's forms), ``shards``, ``nonfinite``, ``eval_every``,
 ``engine`` (as ``train``/``simulate`` take it: to compare like with like where one
-cell could take the compiled step and another not). Unknown knobs, bad values and a
+cell could take the compiled step and another not). Every string form is read by the
+parser the command line uses (:mod:`hogkit.parse`). Unknown knobs, bad values and a
 knob the mode cannot take are refused for every cell before the first one runs.
 
 A run that diverges (a non-finite gradient with ``nonfinite="raise"``) is a row with
@@ -41,7 +42,15 @@ import math
 import os
 from typing import Iterable, Mapping
 
+from hogkit import workloads
+from hogkit.engine.mainguard import check_main_guard
+from hogkit.engine.plan import make_plan
+from hogkit.engine.runtime import ENGINES, train
+from hogkit.engine.simulator import simulate
 from hogkit.errors import InvalidArgument, InvalidType, NonFiniteGradient, WorkerFailed
+from hogkit.parse import (parse_batch, parse_delays, parse_density, parse_policy, parse_rule,
+                          parse_stragglers)
+from hogkit.validation import check_choice
 
 __all__ = ["sweep", "cells", "load", "aggregate", "mean_std", "plot", "KNOBS"]
 
@@ -103,9 +112,6 @@ def cell_key(cell) -> str:
 
 def _kwargs(cell, mode_default):
     """``(mode, fn kwargs)`` for one cell; raises on anything wrong with it."""
-    from hogkit import workloads
-    from hogkit.cli import (_make_rule, parse_batch, parse_density, parse_policy,
-                            parse_straggler)
     cell = dict(cell)
     unknown = [k for k in cell if k not in KNOBS and not k.startswith("o.")]
     if unknown:
@@ -125,7 +131,7 @@ def _kwargs(cell, mode_default):
     lr, momentum = cell.pop("lr", None), cell.pop("momentum", 0.0)
     rule = cell.pop("rule", "sgd")
     if isinstance(rule, str):
-        kw["rule"] = _make_rule(rule, lr, momentum, wl)
+        kw["rule"] = parse_rule(rule, lr=lr, momentum=momentum, workload=wl)
     else:
         if lr is not None or momentum:
             raise InvalidArgument("lr/momentum go with a rule name; a rule object carries "
@@ -143,34 +149,23 @@ def _kwargs(cell, mode_default):
                                    workers=cell.get("workers", 2))
                        if isinstance(b, str) else b)
     if "straggler" in cell:
-        s = cell.pop("straggler")
-        if isinstance(s, str):
-            s = [s]
-        kw["stragglers"] = (dict(parse_straggler(x) for x in s) if isinstance(s, list)
-                            else s)
+        kw["stragglers"] = parse_stragglers(cell.pop("straggler"))
     kw.update(cell)            # workers, steps, seconds, seed, delays, shards, ...
     if "steps" not in kw and "seconds" not in kw:
         kw["steps"] = wl.default_steps
     # every knob checked now, as the run will check it (nothing is built)
-    from hogkit.engine.plan import make_plan
     plan_kw = {k: v for k, v in kw.items() if k not in ("delays", "progress", "engine")}
     if "engine" in kw:
-        from hogkit.engine.runtime import ENGINES
-        from hogkit.validation import check_choice
         check_choice("engine", kw["engine"],
                      ("auto", "fused", "python") if mode == "sim" else ENGINES)
     make_plan(**plan_kw, max_workers=1 << 20 if mode == "sim" else 4096,
               spawn=mode == "live")
-    if mode == "sim" and "delays" in kw:
-        from hogkit.engine.delays import parse_delays
-        if isinstance(kw["delays"], str):
-            parse_delays(kw["delays"])
+    if mode == "sim" and isinstance(kw.get("delays"), str):
+        parse_delays(kw["delays"])
     return mode, kw
 
 
 def _run(mode, kw):
-    from hogkit.engine.runtime import train
-    from hogkit.engine.simulator import simulate
     return (simulate if mode == "sim" else train)(**kw)
 
 
@@ -249,7 +244,6 @@ def sweep(grid, *, base=None, out=None, mode="sim", progress=None) -> list:
     ``out``: a ``.jsonl`` results file (appended; makes the sweep resumable), or None
     (rows only returned). ``progress``: a tqdm bar (None: when stderr is a terminal).
     """
-    from hogkit.engine.mainguard import check_main_guard
     todo = cells(grid, base)
     plans = [(c, cell_key(c), *_kwargs(c, mode)) for c in todo]      # all checked first
     if any(m == "live" for _, _, m, _ in plans):

@@ -132,3 +132,48 @@ def test_bench_json_records_the_machine(tmp_path, capsys):
     env = json.loads(out.read_text())["environment"]
     assert env["processor"] == environment()["processor"] and env["processor"]
     assert env["numpy"] and env["hogkit"]
+
+
+@pytest.mark.parametrize("density, config", [
+    ("topk:0.5", {"fraction": 0.5, "how": "topk", "residual": True, "every": 1}),
+    ("0.25", {"fraction": 0.25, "how": "topk", "residual": True, "every": 1}),
+    ("random:0.5", {"fraction": 0.5, "how": "random", "residual": True, "every": 1}),
+    ("random:0.25:dropped", {"fraction": 0.25, "how": "random", "residual": False,
+                             "every": 1}),
+    ("every:4", {"fraction": 1.0, "every": 4}),
+    ("1.0", None),
+])
+def test_run_takes_every_density_form_the_parser_takes(tmp_path, density, config):
+    """``--density`` is read by :func:`hogkit.parse.parse_density`, the parser a sweep
+    and Python use: every form it takes runs from the command line (``topk:0.5`` used
+    to be refused by argparse, which took a float only)."""
+    out = tmp_path / "r"
+    assert main(["run", "--workload", "mf", "-o", "preset=hot", "--steps", "400",
+                 "--density", density, "--no-progress", "--out", str(out)]) == 0
+    got = json.loads((out / "summary.json").read_text())["config"]["density"]
+    if config is None:
+        assert got is None
+    else:
+        assert {k: got[k] for k in config} == config
+
+
+@pytest.mark.parametrize("density", ["half", "topk", "topk:x", "every:2.5"])
+def test_a_bad_density_exits_2_naming_the_forms(tmp_path, density, capsys):
+    assert main(["run", "--density", density, "--steps", "10", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert density in err and "topk:F" in err
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--nodes", "2"], "--backend ray"),
+    (["--schedule", "p3"], "--backend ray"),
+    (["--backend", "ray", "--on-failure", "restart"], "--on-failure restart"),
+    (["--backend", "ray", "--checkpoint-every", "5"], "--checkpoint-every"),
+])
+def test_cluster_flags_are_checked_before_anything_starts(tmp_path, argv, words, capsys,
+                                                         monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "--steps", "100", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0], err
+    assert list(tmp_path.iterdir()) == []

@@ -83,9 +83,11 @@ def test_an_unwritable_numba_cache_is_flagged(tmp_path, monkeypatch):
 
 
 def test_preflight_raises_every_fatal_problem(monkeypatch):
-    monkeypatch.setattr(doctor, "files_needed", lambda workers: 1 << 40)
+    from hogkit.engine import preflight
+    monkeypatch.setattr(preflight, "files_needed", lambda workers: 1 << 40)
     with pytest.raises(EnvironmentProblem, match="open files: limit .* need about"):
-        doctor.preflight(2)
+        preflight.preflight(2)
+    assert doctor.preflight is preflight.preflight        # the doctor runs the same checks
 
 
 @pytest.mark.process

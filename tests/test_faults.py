@@ -27,7 +27,7 @@ def hot():
 @pytest.mark.timeout(120)               # liveness: a hang fails here, not in CI's limit
 @pytest.mark.parametrize("policy", ["async", "bsp", "ssp:2", "dssp:1:4"])
 def test_sigkill_of_a_worker_mid_run(policy):
-    from hogkit.cli import parse_policy
+    from hogkit.parse import parse_policy
     with pytest.raises(WorkerFailed) as info:
         train(Faulty(hot(), rank=1, step=200, fault="sigkill"), workers=2, steps=100_000,
               policy=parse_policy(policy), progress=False, eval_every=None)
@@ -189,7 +189,7 @@ def test_a_killed_worker_is_restarted_and_the_run_finishes(policy, tmp_path):
     """on_failure="restart": worker 1 is SIGKILLed once at its 300th step; a fresh
     process takes its place on the same stores, goes on from the shared clocks, and
     the run does all its steps; the restart is in the summary and the events."""
-    from hogkit.cli import parse_policy
+    from hogkit.parse import parse_policy
     out = str(tmp_path / "run")
     run = train(Faulty(hot(), rank=1, step=300, fault="sigkill",
                        once=str(tmp_path / "fired")),
@@ -221,10 +221,10 @@ def test_restarts_run_out_and_then_the_run_stops(tmp_path):
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_during_shutdown_is_held_then_raised_not_lost(sig):
     from hogkit.errors import Interrupted
-    from hogkit.engine.runtime import _signals_deferred
+    from hogkit.engine.supervisor import signals_deferred
     before = signal.getsignal(sig)
     with pytest.raises(Interrupted) as e:
-        with _signals_deferred():
+        with signals_deferred():
             os.kill(os.getpid(), sig)
             time.sleep(0.01)                 # the handler runs; the block goes on
             finished = True
@@ -233,11 +233,11 @@ def test_a_signal_during_shutdown_is_held_then_raised_not_lost(sig):
 
 
 def test_an_exception_already_leaving_wins_over_a_held_signal():
-    from hogkit.engine.runtime import _signals_deferred
+    from hogkit.engine.supervisor import signals_deferred
     with pytest.raises(WorkerFailed):
         try:
             raise WorkerFailed(1, reason="boom")
         finally:
-            with _signals_deferred():
+            with signals_deferred():
                 os.kill(os.getpid(), signal.SIGINT)
                 time.sleep(0.01)

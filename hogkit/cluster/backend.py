@@ -40,6 +40,7 @@ from hogkit.errors import HogkitError, Interrupted, InvalidArgument
 from hogkit.state.reader import StalenessLog
 from hogkit.report import write_outputs
 from hogkit.engine.run import Run
+from hogkit.engine.supervisor import parent_signals
 from hogkit.state.store import sweep_dead_segments
 from hogkit.workloads.base import metrics_of
 
@@ -217,7 +218,6 @@ def run_cluster(plans, engine, *, nodes, servers, address, sync_every, fraction,
     """Run ``plans`` (one per node, checked already) on Ray; see the module docstring.
     ``eval_every``: seconds between evaluations of the global model (inf: none)."""
     ray = require_ray()
-    from hogkit.engine.runtime import _parent_signals
     plan = plans[0]
     wl = plan.workload
     params0, data0 = wl.build(plan.seed)
@@ -232,7 +232,7 @@ def run_cluster(plans, engine, *, nodes, servers, address, sync_every, fraction,
     actors, node_actors = [], []
     tag = f"hogkit-{os.getpid()}-{time.time_ns()}"     # actor names: `ray list actors`
     try:
-        with _parent_signals():
+        with parent_signals():
             shards = [shard_cls.options(name=f"{tag}-shard{s}").remote(
                           s, {k: v[ranges[k][s][0]:ranges[k][s][1]]
                                            for k, v in params0.items()}, nodes)

@@ -2,7 +2,10 @@
 
 ``plan`` (the validated run plan), ``step`` (the step, written once: the compiled and the
 Python engines), ``worker_loop`` and ``entry`` (a worker process), ``runtime`` (``train``:
-plan → spawn and supervise → collect), ``simulator`` (the same step in virtual time),
+plan → run → collect), ``live`` (``LiveRun``: share, spawn, supervise, collect; what
+``spawn`` and a cluster node build on), ``supervisor`` (worker processes, failures,
+ordered shutdown, signals), ``preflight`` (the cheap fatal checks every live run makes
+first), ``simulator`` (the same step in virtual time),
 ``delays`` (straggler and step-time models), ``run`` (the result both front doors return),
 ``mainguard`` (the unguarded-script check).
 

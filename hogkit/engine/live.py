@@ -1,0 +1,445 @@
+"""A live run on this machine: :class:`LiveRun` shares a plan's stores, spawns and
+supervises its workers, and collects the :class:`~hogkit.engine.run.Run`.
+
+:func:`hogkit.train` is a plan handed to a ``LiveRun``; :func:`hogkit.spawn`
+(:mod:`hogkit.spawning`) and a cluster node (:mod:`hogkit.cluster.node`) are subclasses
+that override its hooks (see the class). Shutdown is ordered and happens on every exit
+path (done, worker failure, SIGINT/SIGTERM to the parent, an exception in the parent):
+stop flag → grace → SIGTERM → grace → SIGKILL → unlink every segment
+(:mod:`hogkit.engine.supervisor`). Workers ignore SIGINT and are killed by the kernel if
+the parent dies (``PR_SET_PDEATHSIG``); if the parent is SIGKILLed the multiprocessing
+resource tracker unlinks the segments it created.
+
+While the workers run, the parent evaluates the loss on the live parameters now and
+then, drains the staleness log into ``events.jsonl`` (:class:`_EventSampler`), and
+writes fuzzy checkpoints; a resumed segment (:mod:`hogkit.state.resume`) starts its
+histograms, counters and loss curve where the run was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import tempfile
+import time
+
+import numpy as np
+
+from hogkit.engine.plan import EVENTS_FILE_PER_S, eval_interval
+from hogkit.engine.preflight import preflight
+from hogkit.engine.run import Run
+from hogkit.engine.supervisor import Supervisor, parent_signals, signals_deferred
+from hogkit.engine.worker_loop import WorkerSpec, control_specs, warm
+from hogkit.errors import WorkerFailed
+from hogkit.kernels import step as _ks
+from hogkit.report import EventLog, environment, write_outputs
+from hogkit.state import worker_state
+from hogkit.state.checkpoint import load_into
+from hogkit.state.clocks import Clocks
+from hogkit.state.reader import StalenessLog
+from hogkit.state.resume import CARRIED_STATS, CHECKPOINT, RunState, pack_hist, unpack_hist
+from hogkit.state.store import ParamStore, sweep_dead_segments
+from hogkit.workloads.base import metrics_of
+
+__all__ = ["LiveRun"]
+
+
+class LiveRun:
+    """One live run of a plan on this machine: share, supervise, collect.
+
+    ``LiveRun(plan, engine, ...).run(progress)`` puts the workload's parameters and data
+    in shared memory, creates the control store (clocks, staleness rings, counters),
+    spawns one worker per rank under a :class:`~hogkit.engine.supervisor.Supervisor`,
+    evaluates, checkpoints and drains events while they run, and returns a
+    :class:`~hogkit.engine.run.Run` (written to ``plan.out`` when it is set).
+
+    Other runs are built on it by overriding its hooks (everything else, spawning,
+    supervision, failures, shutdown and segment clean-up, is shared):
+
+    - ``gate_rows``: extra clock rows no worker of this run writes (a cluster node's
+      gate, :func:`~hogkit.engine.worker_loop.control_specs`);
+    - ``_share(stack) -> initial loss``: put parameters (``self.pstore``,
+      ``self.params``) and data (``self.dstore``, ``self.data``) in shared memory;
+    - ``_started(stack)``: every store exists, no worker yet (a cluster node starts its
+      agent here, :class:`hogkit.cluster.node.NodeRun`);
+    - ``_specs() -> [spec]``: one picklable spec per rank, whose ``run()`` is the
+      worker's body (:class:`~hogkit.engine.worker_loop.WorkerSpec`; a user's own loop
+      in :mod:`hogkit.spawning`);
+    - ``_supervise(errdir, progress) -> wall seconds``: spawn and watch the workers (a
+      cluster node wraps it to finish its agent);
+    - ``_loss()`` and ``_metrics()``: the loss on the live parameters, the metrics on the
+      final ones.
+    """
+
+    #: extra clock rows no process of this run writes (a cluster node's gate:
+    #: ``worker_loop.control_specs``)
+    gate_rows = 0
+
+    def __init__(self, plan, engine, *, wait_timeout, grace, checkpoint_every=None,
+                 resume=None, on_failure="stop", max_restarts=0):
+        self.plan, self.engine = plan, engine
+        self.on_failure, self.max_restarts = on_failure, max_restarts
+        self.restarts = []
+        self.wait_timeout, self.grace = wait_timeout, grace
+        self.checkpoint_every = checkpoint_every
+        self.resume_dir, prev, self.prev_meta = resume or (None, None, {})
+        self.prev = prev if prev is not None else RunState()
+        self.wstore = self.wviews = None
+        self.restored = []
+        self.config = plan.config(engine=engine, environment=environment())
+        self.curve = []
+        self.dropped = 0
+        self.events = None
+        self.sampler = _EventSampler(getattr(plan, "events", "sampled"))
+
+    def run(self, progress) -> Run:
+        """Preflight, share, spawn, supervise, collect; ``progress``: a tqdm bar (None:
+        when stderr is a terminal). Every store is released on every exit path."""
+        p = self.plan
+        preflight(p.workers)
+        sweep_dead_segments()
+        with contextlib.ExitStack() as stack:
+            initial_loss = self._share(stack)
+            self.curve = [{"t": 0.0, "updates": 0, "loss": initial_loss}]
+            if p.out is not None:
+                os.makedirs(p.out, exist_ok=True)
+                self.events = EventLog(os.path.join(p.out, "events.jsonl"))
+                stack.callback(self.events.close)
+            errdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="hogkit-err-"))
+            self.cstore = stack.enter_context(ParamStore.create(
+                control_specs(p.workers, self._shards(), gate=self.gate_rows), tag="ctl"))
+            self.control = self.cstore.views()
+            self.clocks, self.log = Clocks(self.control), StalenessLog(self.control)
+            self._carry_over()
+            self._started(stack)
+            start = {"type": "start" if self.resume_dir is None else "resume",
+                     "t": self.prev.t, "config": self.config, "initial_loss": initial_loss}
+            if self.resume_dir is not None:
+                start["worker_state"] = len(self.restored)
+            self._event(start)
+            wall = self._supervise(errdir, progress)
+            return self._collect(initial_loss, wall)
+
+    def _share(self, stack) -> float:
+        """Build the workload, compile its kernels, put parameters and data in shared
+        memory; returns the initial loss."""
+        p = self.plan
+        wl = p.workload
+        params0, data0 = wl.build(p.seed)
+        if self.resume_dir is not None:          # checked before anything is written
+            load_into(params0, os.path.join(self.resume_dir, CHECKPOINT),
+                      what="the workload's parameters")
+        warm(wl, p.rule, p.density, params0, data0, p.seed, p.worker_batch(), self.engine)
+        initial_loss = float(wl.loss(params0, data0))
+        self.pstore = stack.enter_context(ParamStore.create(params0, tag="params"))
+        self.dstore = stack.enter_context(ParamStore.create(data0, tag="data"))
+        self.params, self.data = self.pstore.views(), self.dstore.views()
+        self.wstore = stack.enter_context(ParamStore.create(
+            worker_state.initial(p.rule, p.density, params0, p.workers), tag="wstate"))
+        self.wviews = self.wstore.views()
+        if self.resume_dir is not None:
+            saved = worker_state.load_state(self.resume_dir,
+                                            self.prev_meta.get("worker_state"))
+            if saved is not None:
+                self.restored = worker_state.load_into(self.wviews, saved)
+        return initial_loss
+
+    def _started(self, stack):
+        """Every store exists, no worker yet: a subclass's hook (a cluster node starts
+        its agent here, :mod:`hogkit.cluster.node`)."""
+
+    def _shards(self):
+        p = self.plan
+        return p.shards * len(self.params) if p.shards > 1 else 1
+
+    def _loss(self) -> float:
+        """The loss on the live parameters."""
+        return float(self.plan.workload.loss(self.params, self.data))
+
+    def _metrics(self) -> dict:
+        """The workload's metrics on the final parameters (``loss`` and more)."""
+        return metrics_of(self.plan.workload, self.params, self.data)
+
+    def _specs(self):
+        p = self.plan
+        return [WorkerSpec(rank=r, plan=p, steps=n, params=self.pstore.handle,
+                           data=self.dstore.handle, control=self.cstore.handle,
+                           state=self.wstore.handle,
+                           step0=int(self.prev.iterations[r] if self.prev.iterations else 0),
+                           engine=self.engine, wait_timeout=self.wait_timeout,
+                           parent_pid=os.getpid())
+                for r, n in enumerate(p.quotas())]
+
+    def _event(self, record):
+        if self.events is not None:
+            self.events.write([record])
+
+    def _supervise(self, errdir, progress) -> float:
+        """Spawn the workers and watch them until they are done; returns the training
+        time (first worker out of the start barrier to the last one done: spawning and
+        imports excluded, so rates compare across workloads). Every exit path shuts
+        the workers down in order."""
+        p, clocks = self.plan, self.clocks
+        sup = Supervisor(p.workers, self.grace,
+                          restarts=self.max_restarts if self.on_failure == "restart" else 0)
+        cursors = np.zeros(self.log.workers, dtype=np.int64)
+        bar = _progress_bar(progress, p.steps, p.seconds)
+        rt = self.control["rt"]
+        t0_ns = rt[:, _ks.RT_T0]
+        every, _ = eval_interval(p, live=True)
+        started = None                # when the first worker left the start barrier
+        try:
+            with parent_signals():
+                sup.start(self._specs(), errdir)
+                next_beat_check = time.monotonic() + self.wait_timeout
+                next_eval = next_ckpt = math.inf
+                stop_sent = False
+                try:
+                    while not sup.done:
+                        for info in sup.poll(clocks, clocks.step, 0.05):
+                            t = time.monotonic() - started if started is not None else 0.0
+                            info["t"] = round(t + self.prev.t, 4)
+                            self.restarts.append(info)
+                            self._event({"type": "restart", **info})
+                        now = time.monotonic()
+                        if now >= next_beat_check:
+                            sup.check_heartbeats(clocks, clocks.step, self.wait_timeout)
+                            next_beat_check = now + 1.0
+                        if started is None:
+                            if not t0_ns.all():
+                                continue          # still starting up: nothing to time
+                            started = t0_ns.min() * 1e-9
+                            next_eval = started + every
+                            next_ckpt = started + (self.checkpoint_every or math.inf)
+                        if (p.seconds is not None and not stop_sent
+                                and now - started >= p.seconds):
+                            clocks.request_stop()
+                            stop_sent = True
+                        if now >= next_eval:
+                            self._evaluate(round(now - started, 4))
+                            next_eval = now + every
+                        if now >= next_ckpt:
+                            self._checkpoint(now - started, "fuzzy")
+                            next_ckpt = time.monotonic() + self.checkpoint_every
+                        cursors = self._drain(cursors)
+                        if bar is not None:
+                            bar.n = (round(min(now - started, p.seconds), 1)
+                                     if p.steps is None and p.seconds is not None
+                                     else int(clocks.iterations.sum()))
+                            bar.refresh()
+                except WorkerFailed as failure:
+                    with signals_deferred():
+                        sup.shutdown(clocks)
+                    t_fail = time.monotonic() - started if started is not None else 0.0
+                    self._event({"type": "failure", "t": round(t_fail, 4),
+                                 "rank": failure.rank, "signal": failure.signal,
+                                 "exitcode": failure.exitcode})
+                    raise
+                wall = (rt[:, _ks.RT_T1].max() - t0_ns.min()) * 1e-9
+        finally:
+            with signals_deferred():
+                if bar is not None:
+                    bar.close()
+                sup.shutdown(clocks)
+        self._drain(cursors)
+        return float(wall)
+
+    def _evaluate(self, t, *, event=True):
+        loss = self._loss()
+        self.curve.append({"t": t, "updates": int(self.clocks.updates.sum()), "loss": loss})
+        if event:                         # whole-run time and updates (resumed segments)
+            self._event({"type": "eval", "t": round(t + self.prev.t, 4),
+                         "updates": self.curve[-1]["updates"] + sum(self.prev.updates),
+                         "loss": loss})
+        return loss
+
+    def _drain(self, cursors):
+        if self.events is not None:
+            new, cursors, lost = self.log.drain(cursors)
+            self.dropped += lost
+            kept = self.sampler.keep(new)
+            if kept:
+                self.events.write([{"type": "update", **e} for e in kept])
+        return cursors
+
+    # ---- checkpoints and resumed segments (hogkit.state.resume)
+
+    def _carry_over(self):
+        """A resumed segment starts its histograms and exact stats where the run was."""
+        prev = self.prev
+        if not prev.gap_hist:
+            return
+        unpack_hist(prev.gap_hist, self.log.gap_hist)
+        unpack_hist(prev.lag_hist, self.log.lag_hist)
+        for w, row in enumerate(prev.stats):
+            for col, v in zip(CARRIED_STATS, row):
+                self.log.stats[w, col] = v
+
+    def _counts(self):
+        """Per-worker counters of the whole run so far (earlier segments added)."""
+        prev, W, rt = self.prev, self.plan.workers, self.control["rt"]
+
+        def plus(old, cur):
+            return [int(c) + (int(old[r]) if old else 0) for r, c in enumerate(cur)]
+        return {"iterations": plus(prev.iterations, self.clocks.iterations[:W]),
+                "updates": plus(prev.updates, self.clocks.updates[:W]),
+                "samples": plus(prev.samples, rt[:W, _ks.RT_SAMPLES]),
+                "nonfinite": plus(prev.nonfinite, rt[:W, _ks.RT_NONFINITE]),
+                "held": plus(prev.held, rt[:W, _ks.RT_HELD])}
+
+    def _whole_curve(self):
+        """The loss curve of the whole run: earlier segments, then this one shifted by
+        their time and updates (its first point repeats their last and is dropped)."""
+        prev = self.prev
+        if not prev.curve:
+            return list(self.curve)
+        t0, u0 = prev.t, sum(prev.updates)
+        return list(prev.curve) + [{"t": round(c["t"] + t0, 4), "updates": c["updates"] + u0,
+                                    "loss": c["loss"]} for c in self.curve[1:]]
+
+    def _state(self, t) -> RunState:
+        counts = self._counts()
+        return RunState(segment=getattr(self.plan, "stream", 0), t=self.prev.t + t,
+                        curve=self._whole_curve(),
+                        gap_hist=pack_hist(self.log.gap_hist),
+                        lag_hist=pack_hist(self.log.lag_hist),
+                        stats=[[int(self.log.stats[w, c]) for c in CARRIED_STATS]
+                               for w in range(self.plan.workers)],
+                        events_dropped=self.prev.events_dropped + int(self.dropped),
+                        **counts)
+
+    def _checkpoint(self, t, consistency):
+        """Parameters and run state to ``out/checkpoint.npz`` (atomically); "fuzzy":
+        copied while the workers write, labelled with the update counts it holds at
+        most; "quiesced": every worker stopped."""
+        state = self._state(t)
+        meta = {}
+        if self.wviews is not None:     # first, so a checkpoint never names a missing one
+            meta["worker_state"] = seq = time.time_ns()
+            worker_state.save_state(self.plan.out, self.wviews, seq)
+        self.pstore.save(os.path.join(self.plan.out, CHECKPOINT),
+                         meta={**meta, "consistency": consistency,
+                               "updates": sum(state.updates),
+                               "version_vector": state.updates, "seed": self.plan.seed,
+                               "config": self.config, "state": state.to_meta()})
+        self._event({"type": "checkpoint", "t": round(state.t, 4),
+                     "consistency": consistency, "updates": sum(state.updates)})
+
+    def _collect(self, initial_loss, wall) -> Run:
+        """The run's result from the quiesced stores; written to ``out`` when given."""
+        p, log, rt = self.plan, self.log, self.control["rt"]
+        prev = self.prev
+        for c in self.curve:       # a point taken after the last worker finished is at wall
+            c["t"] = min(c["t"], round(wall, 4))
+        final_loss = self._evaluate(round(wall, 4), event=False)   # the end event has it
+        counts = self._counts()
+        summary = log.summary()
+        per_worker = _per_worker(self.clocks, log, self.control, p.workers)
+        for r, row in enumerate(per_worker):
+            row.update(updates=counts["updates"][r], iterations=counts["iterations"][r],
+                       samples=counts["samples"][r],
+                       nonfinite_skipped=counts["nonfinite"][r], held_back=counts["held"][r])
+        whole_wall = prev.t + wall
+        run = Run(config=self.config, workers=p.workers, updates=sum(counts["updates"]),
+                  wall_s=whole_wall,
+                  initial_loss=prev.curve[0]["loss"] if prev.curve else initial_loss,
+                  final_loss=final_loss,
+                  staleness={"update_gap": summary["gap"], "clock_lag": summary["lag"]},
+                  per_worker=per_worker, loss_curve=self._whole_curve(),
+                  params=self.pstore.snapshot() if p.keep_params else None,
+                  out=p.out,
+                  extra={"events_dropped": prev.events_dropped + int(self.dropped),
+                         "nonfinite_skipped": sum(counts["nonfinite"]),
+                         "samples": sum(counts["samples"]),
+                         "engine": self.engine,
+                         "events_recorded": int(log.cursor.sum()),
+                         "events_stride": int(max(1, rt[:, _ks.RT_STRIDE].max()))})
+        if self.resume_dir is not None:
+            run.extra["segments"] = getattr(p, "stream", 0) + 1
+        if self.on_failure == "restart":
+            run.extra["restarts"] = self.restarts
+        run.extra["metrics"] = self._metrics()
+        if hasattr(p.policy, "grants"):
+            g = self.control["rt_grants"].sum(axis=0)
+            run.extra["dssp_grants"] = {str(r): int(n) for r, n in enumerate(g) if n}
+        if p.out is not None:
+            self._checkpoint(wall, "quiesced")
+            self._event({"type": "end", "t": round(whole_wall, 4), "updates": run.updates,
+                         "final_loss": final_loss})
+            self.events.close()           # flushed, so the size below is the file's
+            run.extra["events"] = self.sampler.summary(os.path.join(p.out, "events.jsonl"))
+            write_outputs(run, p.out)
+        return run
+
+
+class _EventSampler:
+    """Which drained update events go to ``events.jsonl`` (``plan.events``): all, none,
+    or a budget of :data:`~hogkit.engine.plan.EVENTS_FILE_PER_S` a second since the first
+    drain, spent evenly over each batch (every k-th event)."""
+
+    def __init__(self, mode):
+        self.mode = mode
+        self.seen = self.written = 0
+        self.t0 = None
+
+    def keep(self, new):
+        n = len(new)
+        self.seen += n
+        if not n or self.mode == "none":
+            return []
+        if self.mode == "all":
+            self.written += n
+            return new
+        now = time.monotonic()
+        if self.t0 is None:
+            self.t0 = now
+        room = int(EVENTS_FILE_PER_S * (now - self.t0 + 1.0)) - self.written
+        if room <= 0:
+            return []
+        if n > room:
+            new = new[::math.ceil(n / room)]
+        self.written += len(new)
+        return new
+
+    def summary(self, path):
+        out = {"mode": self.mode, "updates_drained": self.seen,
+               "updates_in_file": self.written}
+        if path is not None and os.path.exists(path):
+            out["file_bytes"] = os.path.getsize(path)
+        return out
+
+
+def _progress_bar(progress, steps, seconds):
+    if progress is False:
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover
+        return None
+    total = steps if steps is not None else seconds
+    unit = "s" if steps is None and seconds is not None else "it"
+    return tqdm(total=total, unit=unit, disable=None if progress is None else not progress,
+                dynamic_ncols=True, leave=False)
+
+
+def _per_worker(clocks, log, control, workers):
+    out = []
+    rt = control["rt"]
+    for r in range(workers):
+        busy = int(rt[r, _ks.RT_BUSY])
+        wait = int(rt[r, _ks.RT_WAIT])
+        compute, paused = int(rt[r, _ks.RT_COMPUTE]), int(rt[r, _ks.RT_PAUSED])
+        st = log.summary(r)
+        row = {"rank": r, "updates": int(clocks.updates[r]),
+               "iterations": int(clocks.iterations[r]),
+               "samples": int(rt[r, _ks.RT_SAMPLES]),
+               "wait_fraction": round(wait / busy, 4) if busy else 0.0,
+               "nonfinite_skipped": int(rt[r, _ks.RT_NONFINITE]),
+               "held_back": int(rt[r, _ks.RT_HELD]),
+               "staleness": {"update_gap": st["gap"], "clock_lag": st["lag"]}}
+        if compute:
+            # what a straggler model actually did: (compute + pauses) / compute
+            row["slowdown_realised"] = round((compute + paused) / compute, 4)
+        out.append(row)
+    return out

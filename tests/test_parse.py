@@ -1,0 +1,97 @@
+"""hogkit.parse: one parser per knob, the same for the command line, a sweep and Python."""
+
+from __future__ import annotations
+
+import pytest
+
+from hogkit import BSP, DSSP, SSP, Async, LocalSGD
+from hogkit.engine.delays import Constant, LogNormal, Slowdown
+from hogkit.errors import InvalidArgument, InvalidType
+from hogkit.parse import (RULES, parse_batch, parse_delays, parse_density, parse_policy,
+                          parse_rule, parse_schedule, parse_stragglers)
+from hogkit.rules.density import Density
+
+
+def test_every_string_form_has_one_parser_shared_by_cli_and_sweep():
+    """The command line and the sweep call the parse room's functions, not copies."""
+    from hogkit import cli, sweeps
+    for name in ("parse_policy", "parse_batch", "parse_density", "parse_rule",
+                 "parse_stragglers"):
+        assert getattr(cli, name) is getattr(sweeps, name), name
+    import hogkit.engine.delays
+    import hogkit.p3.propagation
+    assert parse_delays is hogkit.engine.delays.parse_delays
+    assert parse_schedule is hogkit.p3.propagation.parse_schedule
+
+
+@pytest.mark.parametrize("text, expect", [
+    ("async", Async()), ("BSP", BSP()), ("ssp:3", SSP(3)), ("dssp:1:4", DSSP(1, 4)),
+    ("local:8", LocalSGD(8)), ("local:8:overlap", LocalSGD(8, overlap=True)),
+])
+def test_policies(text, expect):
+    assert parse_policy(text) == expect
+
+
+@pytest.mark.parametrize("text, match", [
+    ("nonsense", "unknown policy"), ("ssp", "argument"), ("ssp:x", "not an int"),
+    ("local:4:sideways", "overlap"),
+])
+def test_policy_errors_name_the_forms(text, match):
+    with pytest.raises(InvalidArgument, match=match) as e:
+        parse_policy(text)
+    assert "dssp:LO:HI" in str(e.value)
+
+
+def test_rules_take_the_workload_default_lr():
+    from hogkit import workloads
+    wl = workloads.get("mf", preset="hot")
+    for name in RULES:
+        rule = parse_rule(name, workload=wl)
+        assert rule.lr == wl.default_lr
+    assert parse_rule("sgd", lr=0.5, momentum=0.9).momentum == 0.9
+    with pytest.raises(InvalidArgument, match="DC-ASGD has no momentum"):
+        parse_rule("dc-asgd", lr=0.1, momentum=0.9)
+    with pytest.raises(InvalidArgument, match="unknown rule"):
+        parse_rule("adam", lr=0.1)
+    with pytest.raises(InvalidArgument, match="lr="):
+        parse_rule("sgd")
+
+
+@pytest.mark.parametrize("spec, expect", [
+    (0.5, Density(0.5)), ("0.5", Density(0.5)), ("topk:0.5", Density(0.5)),
+    ("random:0.25", Density(0.25, how="random")),
+    ("random:0.25:dropped", Density(0.25, how="random", residual=False)),
+    ("every:4", Density(1.0, every=4)), (1, None), ("1.0", None),
+    ("1.0:dropped", Density(1.0, residual=False)),
+])
+def test_densities(spec, expect):
+    assert parse_density(spec) == expect
+
+
+def test_density_errors():
+    for bad in ("half", "topk", "every:x", "sparse:0.5"):
+        with pytest.raises(InvalidArgument, match="topk:F"):
+            parse_density(bad)
+    with pytest.raises(InvalidType, match="density"):
+        parse_density([0.5])
+
+
+def test_a_batch_of_digits_is_per_worker_the_rest_global():
+    assert parse_batch("16") == 16
+    assert parse_batch("fixed", per_worker=16, workers=4).config()["global_batch"] == 64
+    with pytest.raises(InvalidArgument, match="an int"):
+        parse_batch("sixteen")
+
+
+def test_stragglers_from_one_string_a_list_or_a_dict():
+    assert parse_stragglers("1:3") == {1: Slowdown(3.0)}
+    assert parse_stragglers(["0:2", "1:3"]) == {0: Slowdown(2.0), 1: Slowdown(3.0)}
+    mapping = {2: Slowdown(4.0)}
+    assert parse_stragglers(mapping) is mapping
+    assert parse_stragglers([]) == {}
+
+
+def test_delays_and_schedules_are_gathered_here():
+    assert parse_delays("constant:2e-3").base == Constant(2e-3)
+    assert parse_delays("lognormal:1e-3:0.5").base == LogNormal(1e-3, 0.5)
+    assert parse_schedule("p3:4096").spec == "p3:4096"
