@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from hogkit.rules.batching import AdaptiveBatch, EpochBalancedBatch, FixedBatch, shares, weights
-from hogkit.cli import parse_batch
+from hogkit.parse import parse_batch
 from hogkit.errors import InvalidArgument, InvalidType
 
 speeds_st = st.lists(st.floats(0.01, 1e4, allow_nan=False), min_size=1, max_size=16)
@@ -203,7 +203,7 @@ def test_the_pacer_reports_its_load_as_the_narx_input():
     ("1:3", ("slowdown", 3.0)), ("0:load:2:5", ("load", 2.0, 5.0)),
     ("2:pauses:0.1:0.01", ("pauses", 0.1, 0.01))])
 def test_parse_straggler_forms(text, model):
-    from hogkit.cli import parse_straggler
+    from hogkit.parse import parse_straggler
     rank, m = parse_straggler(text)
     assert rank == int(text.split(":")[0])
     assert (m.kind, *[v for k, v in m.config().items() if k != "kind"]) == model
@@ -211,6 +211,6 @@ def test_parse_straggler_forms(text, model):
 
 @pytest.mark.parametrize("text", ["1", "1:load:2", "1:fast:1:2", "x:3", "1:load:a:2"])
 def test_parse_straggler_errors_name_every_form(text):
-    from hogkit.cli import parse_straggler
+    from hogkit.parse import parse_straggler
     with pytest.raises(InvalidArgument, match="RANK:load:AMPLITUDE:PERIOD"):
         parse_straggler(text)
