@@ -238,7 +238,7 @@ def spawn(fn, model, *, nprocs=2, args=(), policy=None, seconds=None, eval_fn=No
     """
     from hogkit.engine.mainguard import check_main_guard
     from hogkit.engine.plan import EVENTS, _check_knob, check_out
-    from hogkit.policy import Async, LocalSGD
+    from hogkit.policy import Async
     check_main_guard("hogkit.spawn()")
     if not callable(fn):
         raise InvalidType(f"fn={fn!r} must be a function fn(worker, model, *args)")
@@ -248,7 +248,7 @@ def spawn(fn, model, *, nprocs=2, args=(), policy=None, seconds=None, eval_fn=No
         raise InvalidType(f"args={args!r} must be a tuple of extra arguments for fn")
     policy = Async() if policy is None else policy
     _check_knob("policy", policy, ("wait",), "hogkit.policy (SSP, BSP(), Async(), DSSP)")
-    if isinstance(policy, LocalSGD):
+    if getattr(policy, "local_steps", 0):
         raise InvalidArgument(f"policy={policy!r}: local SGD needs hogkit's own loop (its "
                               f"merges replace the optimizer step); use hogkit.train() "
                               f"with a TorchWorkload")

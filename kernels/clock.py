@@ -15,18 +15,40 @@ counters fetches exactly one line). Columns:
 ``STEP``           the step being run now (blame on failure)
 =================  ===================================================================
 
-Every definition here exists once; the live runtime (through ``hogkit.clocks``,
-``hogkit.reader``, ``hogkit.policy``), the compiled step core and both simulator engines
+Every definition here exists once; the live runtime (through ``hogkit.state.clocks``,
+``hogkit.state.reader``, ``hogkit.policy``), the compiled step core and both simulator engines
 call these functions on their own slots (shared memory live, private arrays simulated).
 
 - **clock lag** of worker p: ``c_p - min_q c_q`` over the workers that are not DONE (p
   always counts), so a worker that finished its steps never holds the others back.
 - **others' updates**: ``sum_q u_q - u_p``; the update gap of an apply is its value now
   minus its value at the read.
-- **SSP(s) admission**: a worker may start an iteration while its lag is ``<= s``
-  (``s < 0`` means unbounded: Async).
+- **admission** (:func:`admit`): whether a worker may start its next iteration under
+  a consistency policy, encoded as a small int64 row (below). One state machine serves
+  the compiled step core, both simulator engines and the Python ``policy.wait``.
 
 Nothing here imports hogkit; the caller checks ranks.
+
+**The policy row** (``hogkit.policy``'s ``encode()``; ``NPOL`` int64 columns):
+
+=================  ===================================================================
+``P_KIND``         ``K_SSP``, ``K_DSSP`` or ``K_DELAY``
+``P_A``            SSP's s (-1: unbounded, Async and LocalSGD); DSSP's s_lo;
+                   bounded delay's K
+``P_B``            DSSP's s_hi (0 otherwise)
+=================  ===================================================================
+
+Each kind bounds a *lead* (:func:`lead`): the clock lag ``c_p - min_q c_q`` for the
+SSP family (SSP, BSP, Async, DSSP), and for bounded-delay async (Lian et al., NeurIPS
+2015: the delay is bounded by T) a worker's update count above the mean
+of the running workers', ``u_p - (sum_q u_q)/n``, rounded up: with integer K,
+``ceil(x) <= K`` exactly when ``n·u_p - sum_q u_q <= n·K``, so nothing rounds.
+
+**A worker's admission state** (``NADM`` int64 columns, one row per worker, private to
+it): ``A_EXTRA`` DSSP's grant r* in force (-1: none, the episode is over),
+``A_RELEASED`` set by whoever ended a wait (the worker's next admission proceeds
+without a check, once, and decides afresh after it), ``A_WAIT`` the bound a blocked
+worker waits for (its lead must come down to it).
 """
 
 import numpy as np
@@ -35,6 +57,15 @@ from numba import njit
 SLOT = 8
 UPD, ITER, BEAT, STATE, INTERVAL, STEP = 0, 1, 2, 3, 4, 5
 IDLE, RUNNING, DONE, FAILED = 0, 1, 2, 3
+#: the policy row's columns and kinds (module docstring)
+P_KIND, P_A, P_B = 0, 1, 2
+NPOL = 3
+K_SSP, K_DSSP, K_DELAY = 0, 1, 2
+#: a worker's admission state (module docstring)
+A_EXTRA, A_RELEASED, A_WAIT = 0, 1, 2
+NADM = 3
+#: bins of the histogram of DSSP grants (r* past the last bin counts in the last)
+GRANT_BINS = 64
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -59,12 +90,6 @@ def others_updates(slots, me):
     for q in range(slots.shape[0]):
         s += slots[q, UPD]
     return s - slots[me, UPD]
-
-
-@njit(cache=True, nogil=True, inline="always")
-def admitted(lag, bound):
-    """SSP's rule: proceed while ``lag <= bound``; a negative bound is unbounded."""
-    return bound < 0 or lag <= bound
 
 
 @njit(cache=True, nogil=True)
@@ -141,3 +166,129 @@ def finish_iteration(slots, me, now):
             slots[me, INTERVAL] = now - last
         slots[me, BEAT] = now
     slots[me, ITER] += 1
+
+
+# --- admission: one state machine for every engine ----------------------------------
+
+@njit(cache=True, nogil=True, inline="always")
+def unbounded(pol):
+    """True for a policy that never waits (Async, LocalSGD: SSP with ``s < 0``)."""
+    return pol[P_KIND] == K_SSP and pol[P_A] < 0
+
+
+@njit(cache=True, nogil=True, inline="always")
+def counted(pol):
+    """The slot column a policy bounds: ``UPD`` for bounded delay, else ``ITER``."""
+    return UPD if pol[P_KIND] == K_DELAY else ITER
+
+
+@njit(cache=True, nogil=True, inline="always")
+def update_lead(slots, me):
+    """``ceil(u_me - mean_q u_q)`` over the workers that are not DONE (``me`` always
+    counts): how many updates ``me`` is ahead of the running workers' mean, rounded up
+    (bounded delay's lead; the module docstring)."""
+    u = slots[me, UPD]
+    n = 0
+    total = 0
+    for q in range(slots.shape[0]):
+        if q == me or slots[q, STATE] != DONE:
+            n += 1
+            total += slots[q, UPD]
+    return -((total - n * u) // n)              # ceil((n·u - total) / n), exactly
+
+
+@njit(cache=True, nogil=True, inline="always")
+def lead(slots, me, pol):
+    """The quantity ``pol`` bounds for worker ``me`` now: its clock lag (the SSP
+    family), or its update lead (bounded delay)."""
+    if pol[P_KIND] == K_DELAY:
+        return update_lead(slots, me)
+    return clock_lag(slots, me)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def blocked(slots, me, pol, adm):
+    """The re-check while ``me`` waits: its lead is still above ``adm[A_WAIT]``."""
+    return lead(slots, me, pol) > adm[A_WAIT]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def proceed_released(adm):
+    """A worker released from a wait proceeds now; DSSP decides afresh next time."""
+    adm[A_RELEASED] = 0
+    adm[A_EXTRA] = -1
+
+
+@njit(cache=True, nogil=True, inline="always")
+def admit(slots, me, pol, adm, grants, lag):
+    """May worker ``me`` start its next iteration under policy row ``pol``? True to
+    proceed; False with the bound to wait for in ``adm[A_WAIT]`` (then wait until
+    :func:`blocked` is False, and set ``adm[A_RELEASED]``).
+
+    ``lag`` is me's clock lag measured by the caller just now (the SSP family's lead:
+    the step core records it, so the clocks are scanned once). ``adm`` is me's
+    admission state, ``grants`` its histogram of DSSP grants. The states:
+
+    - released from a wait: proceed once without a check (:func:`proceed_released`);
+    - SSP(s) (``s < 0``: never wait) and bounded delay(K): proceed while the lead is
+      ``<= s`` (``<= K``);
+    - DSSP(s_lo, s_hi) (Zhao et al., ICDCS 2019): lag ``<= s_lo`` proceeds and ends the
+      episode; past it, the episode's grant r* is decided once (:func:`dssp_decide`,
+      counted in ``grants[min(r*, GRANT_BINS - 1)]``) and me proceeds while lag
+      ``<= s_lo + r*``.
+    """
+    if adm[A_RELEASED] != 0:
+        proceed_released(adm)
+        return True
+    kind = pol[P_KIND]
+    bound = pol[P_A]
+    x = lag
+    if kind == K_DSSP:
+        if lag <= bound:
+            adm[A_EXTRA] = -1
+            return True
+        if adm[A_EXTRA] < 0:                      # a new episode: DSSP's grant
+            r = dssp_decide(slots, me, slots[me, BEAT], bound, pol[P_B])
+            adm[A_EXTRA] = r
+            grants[min(r, GRANT_BINS - 1)] += 1
+        bound += adm[A_EXTRA]
+    elif bound < 0:
+        return True
+    elif kind == K_DELAY:
+        x = update_lead(slots, me)
+    if x <= bound:
+        return True
+    adm[A_WAIT] = bound
+    return False
+
+
+@njit(cache=True, nogil=True)
+def holding_back(slots, me, pol, adm, out):
+    """Write into ``out`` the ranks holding back ``me``, which waits for
+    ``adm[A_WAIT]``; returns how many. A rank holds ``me`` back when it is not DONE and
+    its counter (:func:`counted`) is more than the bound below me's: for the SSP family
+    the workers whose clocks keep the minimum too low; for bounded delay, while me is
+    blocked, at least one such worker exists (me's lead above K needs a peer more than
+    K updates behind it)."""
+    col = counted(pol)
+    need = slots[me, col] - adm[A_WAIT]
+    n = 0
+    for q in range(slots.shape[0]):
+        if q != me and slots[q, STATE] != DONE and slots[q, col] < need:
+            out[n] = q
+            n += 1
+    return n
+
+
+def admission_state():
+    """A fresh admission state row (no grant in force, not released, no wait)."""
+    adm = np.zeros(NADM, np.int64)
+    adm[A_EXTRA] = -1
+    return adm
+
+
+@njit(cache=True, nogil=True)
+def admit_now(slots, me, pol, adm, grants):
+    """:func:`admit` measuring me's clock lag itself (for a caller that records none:
+    the Python ``policy.wait``)."""
+    return admit(slots, me, pol, adm, grants, clock_lag(slots, me))

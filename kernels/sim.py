@@ -1,6 +1,6 @@
 """The simulator's event loop in virtual time, around the step's two halves.
 
-``hogkit.simulator`` owns the semantics (its module docstring). One loop serves both
+``hogkit.engine.simulator`` owns the semantics (its module docstring). One loop serves both
 engines: with a compiled workload (``wl`` an arrays NamedTuple) it runs the step core's
 :func:`step.begin` / :func:`step.end` itself (the *fused* engine); with ``wl=None``
 numba prunes those calls and the loop hands each step half back to Python
@@ -18,11 +18,14 @@ bit-identical results for the same seed:
 - the clocks are a private slot matrix (``clock.py`` layout), so clock lag, others'
   updates, SSP admission and DSSP's grant are the live definitions; virtual times are
   kept in ns + 1 in the ``BEAT`` slot (0 means "never");
-- SSP(bound) (``bound < 0``: Async) and DSSP(s_lo, s_hi): a worker that may not start
-  blocks until a finish event changes the clocks; after every finish the blocked
-  workers are re-checked in rank order and released at that time; a released DSSP
-  worker proceeds once without a new decision (as ``DSSP.wait``); DONE workers leave
-  the minimum.
+- admission is ``clock.admit`` on the policy's encoded row (SSP, BSP, Async, DSSP,
+  bounded delay: the live state machine): a worker that may not start blocks until a
+  finish event changes the clocks; after every finish (and every retirement) the
+  blocked workers are re-checked in rank order (``clock.blocked``) and released at
+  that time; a released worker proceeds once without a new check, as after a live
+  wait (for the SSP family the check would pass anyway: at the same instant clocks
+  only grow and DONE workers only leave the minimum); DONE workers leave the
+  minimum.
 
 State lives in arrays so the loop can return to Python (to evaluate the loss, to
 refill a worker's pre-drawn step times, to raise on a non-finite gradient) and
@@ -37,27 +40,31 @@ import math
 import numpy as np
 from numba import njit
 
-from .clock import BEAT, DONE, ITER, STATE, clock_lag, dssp_decide, finish_iteration
+from .clock import (A_RELEASED, DONE, ITER, NADM, STATE, admit, blocked, clock_lag,
+                    finish_iteration)
 from .rule import FASTMATH
-from .step import GRANT_BINS, begin, end, record
+from .step import begin, end, record
 
 # event kinds
 FINISH, START, NONE = 0, 1, -1
-# int state columns, ist[w, col]
+# int state columns, ist[w, col]; I_ADM is the first of the worker's NADM admission
+# state columns (``clock.A_*``)
 (I_STARTED, I_QUOTA, I_OREAD, I_LAG, I_KIND, I_SEQ, I_BLOCKED, I_FILLED, I_SKIPPED,
- I_BAD, I_EXTRA, I_RELEASED, I_BOUND_W, I_HELD, I_PHASE) = range(15)
-NI = 15
+ I_BAD, I_ADM) = range(11)
+I_HELD, I_PHASE = I_ADM + NADM, I_ADM + NADM + 1
+NI = I_PHASE + 1
 # float state columns, fst[w, col]
 F_T, F_WAIT_SINCE, F_WAIT, F_LAST = range(4)
 NF = 4
 # global ints gi[...]
 G_SEQ, G_TOTAL, G_WHO = range(3)
-# cfg (float64) entries
-(C_BOUND, C_EVAL_T, C_EVAL_U, C_T_STOP, C_SKIP, C_DSSP, C_S_LO, C_S_HI, C_KEEP,
- C_BATCH) = range(10)
-NC = 10
+# cfg (float64) entries (the policy travels as its encoded row, ``clock.P_*``)
+C_EVAL_T, C_EVAL_U, C_T_STOP, C_SKIP, C_KEEP, C_BATCH = range(6)
+NC = 6
 # return codes
 R_DONE, R_EVAL_T, R_EVAL_U, R_REFILL, R_NONFINITE, R_BEGIN, R_END, R_RETIRE = range(8)
+# a START's admission, inside the loop: go on with the step / blocked
+_GO, _BLOCK = -1, -2
 
 
 @njit(cache=True, nogil=True)
@@ -102,70 +109,91 @@ def _schedule(ist, fst, gi, w, t, kind):
 
 
 @njit(cache=True, nogil=True)
-def admit(slots, ist, cfg, grants, w):
-    """The policy check at a START: True to proceed, else False with the bound in force
-    in ``ist[w, I_BOUND_W]`` (as ``SSP.wait`` / ``DSSP.wait``)."""
-    lag = clock_lag(slots, w)
-    if cfg[C_DSSP] == 0.0:
-        bound = cfg[C_BOUND]
-        if bound < 0.0 or lag <= bound:
-            return True
-        ist[w, I_BOUND_W] = int(bound)
-        return False
-    lo = int(cfg[C_S_LO])
-    if ist[w, I_RELEASED] != 0:          # woken from a block: go, decide afresh next time
-        ist[w, I_RELEASED] = 0
-        ist[w, I_EXTRA] = -1
-        return True
-    if lag <= lo:
-        ist[w, I_EXTRA] = -1
-        return True
-    if ist[w, I_EXTRA] < 0:
-        r = dssp_decide(slots, w, slots[w, BEAT], lo, int(cfg[C_S_HI]))
-        ist[w, I_EXTRA] = r
-        grants[min(r, GRANT_BINS - 1)] += 1
-    if lag <= lo + ist[w, I_EXTRA]:
-        return True
-    ist[w, I_BOUND_W] = lo + ist[w, I_EXTRA]
-    return False
-
-
-@njit(cache=True, nogil=True)
-def _wake(slots, ist, fst, gi, cfg, t):
+def _wake(slots, ist, fst, gi, pol, t):
+    """Release, at time ``t``, every blocked worker whose lead is down to its bound."""
     for q in range(ist.shape[0]):
-        if ist[q, I_BLOCKED] != 0 and clock_lag(slots, q) <= ist[q, I_BOUND_W]:
+        if ist[q, I_BLOCKED] != 0 and not blocked(slots, q, pol,
+                                                  ist[q, I_ADM:I_ADM + NADM]):
             ist[q, I_BLOCKED] = 0
             fst[q, F_WAIT] += t - fst[q, F_WAIT_SINCE]
-            if cfg[C_DSSP] != 0.0:
-                ist[q, I_RELEASED] = 1
+            ist[q, I_ADM + A_RELEASED] = 1
             _schedule(ist, fst, gi, q, t, START)
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _admit_start(slots, ist, fst, gi, cfg, pol, grants, w, k, t):
+    """Worker ``w``'s START at ``t``, before its step: R_RETIRE (DONE by the time
+    budget: it leaves the minimum), R_REFILL (out of step times), else the policy's
+    admission: ``_BLOCK`` (blocked until a finish wakes it) or ``_GO`` (its clock lag
+    kept for the record)."""
+    if t >= cfg[C_T_STOP]:
+        ist[w, I_KIND] = NONE
+        slots[w, STATE] = DONE
+        _wake(slots, ist, fst, gi, pol, t)
+        return R_RETIRE
+    if k >= ist[w, I_FILLED]:
+        return R_REFILL
+    lag = clock_lag(slots, w)
+    if not admit(slots, w, pol, ist[w, I_ADM:I_ADM + NADM], grants, lag):
+        ist[w, I_KIND] = NONE
+        ist[w, I_BLOCKED] = 1
+        fst[w, F_WAIT_SINCE] = t
+        return _BLOCK
+    ist[w, I_LAG] = lag
+    return _GO
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _finished(slots, ist, fst, gi, pol, w, k, t):
+    """The end of worker ``w``'s iteration ``k`` at ``t``: tick its clock, then its
+    next START at ``t`` (or DONE at its quota), then wake who may go now."""
+    finish_iteration(slots, w, vt_ns(t) + 1)
+    fst[w, F_LAST] = t
+    if k + 1 >= ist[w, I_QUOTA]:
+        ist[w, I_KIND] = NONE
+        slots[w, STATE] = DONE
+    else:
+        _schedule(ist, fst, gi, w, t, START)
+    _wake(slots, ist, fst, gi, pol, t)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _count(gh, lh, stats, ring, ist, gi, w, k, gap, t):
+    """Count worker ``w``'s applied step ``k`` (``gap < 0``: held back, not an update)
+    and record it in the log at virtual time ``t``."""
+    if gap < 0:
+        ist[w, I_HELD] += 1
+    else:
+        gi[G_TOTAL] += 1
+        record(gh, lh, stats, ring, w, k, gap, ist[w, I_LAG], 1, vt_ns(t))
+
+
 def _run_events(wl, rngs, cursors, params, wbufs, rule, wrule, dens, wdens, mask, slots,
-                log, times, ist, fst, gi, cfg, grants):
+                log, times, ist, fst, gi, cfg, policy):
     """Run the event loop until it is done or must return to Python; returns a code.
 
     ``rule`` = ``(kind, rcfg)``, ``wrule[w]`` = worker w's ``(S1, S2, K)``; ``dens`` =
     ``(how, fraction, threshold, residual, every, seed)``, ``wdens[w]`` its residuals;
-    ``wbufs[w]`` its step buffers ``(G, R, RD, cnt, idx, GF)``; ``rngs[w]`` its
-    generator (``rngs`` None when the sampler draws nothing), ``cursors[w]`` its sampler
-    cursor (all unused, may be None, when ``wl`` is None). ``times`` = (base (W, C), pause (W, C), speed (W,), amp (W,),
-    period (W,)): worker w's step k uses slot k % C, valid while ``ist[w, I_STARTED] <
-    ist[w, I_FILLED]``. ``log`` = the StalenessLog arrays.
+    ``wbufs[w]`` its step buffers; ``rngs[w]`` its generator (None: the sampler draws
+    nothing), ``cursors[w]`` its cursor (all may be None when ``wl`` is None).
+    ``times`` = (base (W, C), pause (W, C), speed, amp, period (W,)): worker w's step k
+    uses slot k % C, valid while ``ist[w, I_STARTED] < ist[w, I_FILLED]``. ``policy`` =
+    ``(pol, grants)``: the encoded row and the DSSP grants (``clock.admit``).
 
     Codes (``gi[G_WHO]`` names the worker): R_DONE (no events left), R_EVAL_T (the next
     event is at or past ``cfg[C_EVAL_T]``; not consumed), R_EVAL_U (a finish brought
     the update count to ``cfg[C_EVAL_U]``), R_REFILL (the worker needs its next C step
-    times; not consumed), R_NONFINITE (its gradient is non-finite and ``cfg[C_SKIP] ==
-    0``; not consumed); with ``wl=None`` also R_BEGIN (compute its step now and set
-    ``ist[w, I_BAD]``), R_END (apply its step now; count it in ``gi[G_TOTAL]`` and
-    ``ist[w, I_HELD]``) and R_RETIRE (it is DONE by the time budget: merge what is
-    pending). The loop resumes where it returned.
+    times; not consumed), R_NONFINITE (a non-finite gradient and ``cfg[C_SKIP] == 0``;
+    not consumed); with ``wl=None`` also R_BEGIN (compute its step now, set ``ist[w,
+    I_BAD]``), R_END (apply it now; count it in ``gi[G_TOTAL]`` and ``ist[w, I_HELD]``)
+    and R_RETIRE (DONE by the time budget: merge what is pending). It resumes where it
+    returned.
     """
     base, pause, speed, amp, period = times
     gh, lh, stats, ring = log
     kind, rcfg = rule
     how, fraction, threshold, residual, every, seed = dens
+    pol, grants = policy
     C = base.shape[1]
     keep = cfg[C_KEEP] != 0.0
     nb = int(cfg[C_BATCH])
@@ -176,29 +204,17 @@ def _run_events(wl, rngs, cursors, params, wbufs, rule, wrule, dens, wdens, mask
         t = fst[w, F_T]
         if t >= cfg[C_EVAL_T]:
             return R_EVAL_T
+        gi[G_WHO] = w
         k = ist[w, I_STARTED]
         if ist[w, I_KIND] == START:
             if ist[w, I_PHASE] == 0:
-                if t >= cfg[C_T_STOP]:
-                    ist[w, I_KIND] = NONE
-                    slots[w, STATE] = DONE
-                    _wake(slots, ist, fst, gi, cfg, t)  # a DONE worker leaves the minimum
-                    if wl is None:
-                        gi[G_WHO] = w
-                        return R_RETIRE
+                code = _admit_start(slots, ist, fst, gi, cfg, pol, grants, w, k, t)
+                if code == R_REFILL or (code == R_RETIRE and wl is None):
+                    return code
+                if code != _GO:
                     continue
-                if k >= ist[w, I_FILLED]:
-                    gi[G_WHO] = w
-                    return R_REFILL
-                if not admit(slots, ist, cfg, grants, w):
-                    ist[w, I_KIND] = NONE
-                    ist[w, I_BLOCKED] = 1
-                    fst[w, F_WAIT_SINCE] = t
-                    continue
-                ist[w, I_LAG] = clock_lag(slots, w)
                 if wl is None:
                     ist[w, I_PHASE] = 1
-                    gi[G_WHO] = w
                     return R_BEGIN
                 G, R, RD, cnt, idx, GF, scratch = wbufs[w]
                 others, ok = begin(wl, None if rngs is None else rngs[w], cursors[w], params,
@@ -206,23 +222,19 @@ def _run_events(wl, rngs, cursors, params, wbufs, rule, wrule, dens, wdens, mask
                 ist[w, I_OREAD] = others
                 ist[w, I_BAD] = 0 if ok else 1
             ist[w, I_PHASE] = 0
-            slot = k % C
             ist[w, I_STARTED] = k + 1
-            dt = step_time(base[w, slot], speed[w], amp[w], period[w], t, pause[w, slot])
+            dt = step_time(base[w, k % C], speed[w], amp[w], period[w], t, pause[w, k % C])
             _schedule(ist, fst, gi, w, t + dt, FINISH)
             continue
-        # FINISH
-        k = slots[w, ITER]
+        k = slots[w, ITER]                                  # FINISH
         if ist[w, I_PHASE] == 0:
             if ist[w, I_BAD] != 0:
                 if cfg[C_SKIP] == 0.0:
-                    gi[G_WHO] = w
                     return R_NONFINITE
                 ist[w, I_SKIPPED] += 1
                 ist[w, I_BAD] = 0
             elif wl is None:
                 ist[w, I_PHASE] = 1
-                gi[G_WHO] = w
                 return R_END
             else:
                 G, R, RD, cnt, idx, GF, scratch = wbufs[w]
@@ -230,20 +242,9 @@ def _run_events(wl, rngs, cursors, params, wbufs, rule, wrule, dens, wdens, mask
                 gap = end(params, G, R, RD, cnt, kind, rcfg, S1, S2, K, how, fraction,
                           threshold, residual, every, seed, wdens[w], mask, k, slots, w,
                           ist[w, I_OREAD], False)
-                if gap < 0:
-                    ist[w, I_HELD] += 1
-                else:
-                    gi[G_TOTAL] += 1
-                    record(gh, lh, stats, ring, w, k, gap, ist[w, I_LAG], 1, vt_ns(t))
+                _count(gh, lh, stats, ring, ist, gi, w, k, gap, t)
         ist[w, I_PHASE] = 0
-        finish_iteration(slots, w, vt_ns(t) + 1)
-        fst[w, F_LAST] = t
-        if k + 1 >= ist[w, I_QUOTA]:
-            ist[w, I_KIND] = NONE
-            slots[w, STATE] = DONE
-        else:
-            _schedule(ist, fst, gi, w, t, START)
-        _wake(slots, ist, fst, gi, cfg, t)
+        _finished(slots, ist, fst, gi, pol, w, k, t)
         if gi[G_TOTAL] >= cfg[C_EVAL_U]:
             return R_EVAL_U
 

@@ -62,8 +62,8 @@ from numba import njit
 from numba.extending import overload
 
 from ._intrinsics import monotonic_ns, sched_yield
-from .clock import (BEAT, ITER, STEP, UPD, admitted, clock_lag, dssp_decide,
-                    finish_iteration, others_updates)
+from .clock import (GRANT_BINS, ITER, STEP, UPD, admit, blocked, clock_lag,
+                    finish_iteration, others_updates, proceed_released, unbounded)
 from .density import NONE, filter_rows, hold_rows
 from .guard import all_finite, finite_prefix
 from .rule import FASTMATH, LR, MU, SGD, apply_flat, apply_rows
@@ -154,10 +154,11 @@ def cacheable(arrays_cls) -> bool:
 
 #: cfg (int64) fields, written by the Python driver between calls (STEP0: added to the
 #: step index that density's random masks and every-k phase use, so a resumed segment
-#: goes on with the whole run's sequence)
-(ME, BATCH, KEEP_READ, SKIP, STRIDE, BOUND, DSSP, S_LO, EXTRA, RELEASED, LOCAL_H,
- QUOTA, TIMING, RECORD, S_HI, FUSED, STEP0) = range(17)
-NCFG = 17
+#: goes on with the whole run's sequence). The policy is not here: its encoded row and
+#: the worker's admission state (``clock.P_*``, ``clock.A_*``) travel in ``ctl``.
+(ME, BATCH, KEEP_READ, SKIP, STRIDE, LOCAL_H, QUOTA, TIMING, RECORD, FUSED,
+ STEP0) = range(11)
+NCFG = 11
 #: rt (int64, one row of RT columns per worker) counters, written by the worker only:
 #: ns waiting on the policy and busy in the loop, gradients skipped as non-finite,
 #: samples processed, monotonic ns it left the start barrier / finished, ns of
@@ -168,11 +169,10 @@ NCFG = 17
 RT = 16
 #: return codes of run_steps
 CHUNK, STOPPED, QUOTA_DONE, BLOCKED, MERGE, PAUSE, NONFINITE = range(7)
-GRANT_BINS = 64
 #: io (int64) results of run_steps
 IO_DONE, IO_PAUSE_NS = 0, 1
 NIO = 4
-#: pacer kinds (a straggler's extra time per step; see hogkit.delays)
+#: pacer kinds (a straggler's extra time per step; see hogkit.engine.delays)
 PACE_NONE, PACE_SLOWDOWN, PACE_PAUSES, PACE_LOAD = 0, 1, 2, 3
 #: above this a pause returns to Python to sleep; below it the core spins (sleep
 #: overshoots by ~60 µs, so short pauses would miss their factor)
@@ -268,20 +268,20 @@ def pace_ns(pacer, prng, busy_ns, now):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _spin_admit(slots, me, bound, stop, budget_ns):
-    """Re-check SSP admission (``lag <= bound``) without leaving compiled code, for up
-    to ``budget_ns``: the peer being waited for finishes a step within a few step times,
-    so most waits never reach Python (whose backoff sleeps, and a sleeping waiter is
-    slow to notice: two workers under a tight bound would convoy). Past the first
-    ``SPIN_YIELD_NS`` every re-check yields the core (``sched_yield``), so with more
-    workers than cores the peer gets to run. Returns ``(admitted, lag, ns waited)``;
-    gives up early when the stop flag is raised."""
+def _spin_admit(slots, me, pol, adm, stop, budget_ns):
+    """Re-check admission (``clock.blocked``: me's lead down to ``adm[A_WAIT]``)
+    without leaving compiled code, for up to ``budget_ns``: the peer being waited for
+    finishes a step within a few step times, so most waits never reach Python (whose
+    backoff sleeps, and a sleeping waiter is slow to notice: two workers under a tight
+    bound would convoy). Past the first ``SPIN_YIELD_NS`` every re-check yields the
+    core (``sched_yield``), so with more workers than cores the peer gets to run.
+    Returns ``(admitted, lag, ns waited)``, ``lag`` the clock lag once admitted; gives
+    up early when the stop flag is raised."""
     t0 = monotonic_ns()
     now = t0
     while now - t0 < budget_ns and stop[0] == 0:
-        lag = clock_lag(slots, me)
-        if lag <= bound:
-            return True, lag, monotonic_ns() - t0
+        if not blocked(slots, me, pol, adm):
+            return True, clock_lag(slots, me), monotonic_ns() - t0
         if now - t0 > SPIN_YIELD_NS:
             sched_yield()
         now = monotonic_ns()
@@ -296,36 +296,44 @@ def _spin_until(t):
     return now
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _pace(pacer, prng, rt, me, t0):
+    """A straggler's extra time after a step begun at ``t0`` (counted in ``rt``): spun
+    here when short; a long one is returned (ns) for Python to sleep, else 0."""
+    t1 = monotonic_ns()
+    extra = pace_ns(pacer, prng, t1 - t0, t1)
+    rt[me, RT_COMPUTE] += t1 - t0
+    rt[me, RT_PAUSED] += extra
+    if extra > SPIN_MAX_NS:
+        return extra
+    _spin_until(t1 + extra)
+    return 0
+
+
 def _run_steps(n, wl, rng, cursor, params, bufs, rule, dens, ctl, log, cfg, io, pacer,
                prng):
     """Run up to ``n`` steps of worker ``cfg[ME]``; returns a code (``CHUNK`` when all
-    ``n`` ran). ``ctl`` = ``(slots, rt, stop, grants)``: the clock slots, the runtime
-    counters, the stop flag and this worker's histogram of DSSP grants. The policy is
-    ``cfg[BOUND]`` (SSP; -1 = Async) or DSSP (``cfg[DSSP]``: proceed while lag <=
-    ``S_LO``; past it, an episode's grant r* = ``clock.dssp_decide`` (held in
-    ``cfg[EXTRA]``, counted in ``grants``) allows ``S_LO + r*``; past that wait). A wait
-    first spins here for ``SPIN_WAIT_NS`` (the time counts in ``RT_WAIT``), then returns
-    ``BLOCKED`` for Python's backoff; after that wait Python sets ``cfg[RELEASED]``: the
-    next step proceeds without a check (and a DSSP grant is dropped), as
-    ``policy.wait`` does.
-    ``io[IO_DONE]`` counts the steps run."""
+    ``n`` ran; ``io[IO_DONE]`` counts the steps run). ``ctl`` = ``(slots, rt, stop,
+    pol, adm, grants)``: the clock slots, the runtime counters, the stop flag, the
+    policy's encoded row, this worker's admission state and its histogram of DSSP
+    grants (``clock.admit``, the one admission state machine). A wait first spins here
+    for ``SPIN_WAIT_NS`` (counted in ``RT_WAIT``), then returns ``BLOCKED`` with the
+    bound in ``adm[A_WAIT]``; Python's backoff waits (the policy's ``wait_bound``, the
+    same kernel) and sets ``adm[A_RELEASED]``: the next step proceeds without a check."""
     # Every tuple is unpacked once, here: inside the loop the inlined step works on
     # plain array variables, so no reference counting runs per step.
-    slots, rt, stop, grants = ctl
+    slots, rt, stop, pol, adm, grants = ctl
     G, R, RD, cnt, idx, GF, scratch = bufs
     kind, rcfg, S1, S2, K = rule
     fused = cfg[FUSED] != 0
     lr = rcfg[LR]
     how, fraction, threshold, residual, every, seed, D, mask = dens
     gh, lh, stats, ring = log
-    me = cfg[ME]
-    nb = cfg[BATCH]
-    keep = cfg[KEEP_READ] != 0
-    local_h = cfg[LOCAL_H]
-    timing = cfg[TIMING] != 0
+    me, nb, local_h = cfg[ME], cfg[BATCH], cfg[LOCAL_H]
+    keep, timing = cfg[KEEP_READ] != 0, cfg[TIMING] != 0
     pacing = int(pacer[0]) != PACE_NONE
+    free = unbounded(pol)                     # Async, LocalSGD: one compare per step
     done = 0
-    io[IO_DONE] = 0
     io[IO_PAUSE_NS] = 0
     while done < n:
         io[IO_DONE] = done
@@ -335,30 +343,12 @@ def _run_steps(n, wl, rng, cursor, params, bufs, rule, dens, ctl, log, cfg, io, 
         if cfg[QUOTA] >= 0 and k >= cfg[QUOTA]:
             return QUOTA_DONE
         lag = clock_lag(slots, me)
-        wait_for = -1                             # the bound to wait for; -1: admitted
-        if cfg[RELEASED] != 0:
-            cfg[RELEASED] = 0
-            cfg[EXTRA] = -1
-        elif cfg[DSSP] != 0:
-            if lag <= cfg[S_LO]:
-                cfg[EXTRA] = -1
-            else:
-                if cfg[EXTRA] < 0:                # a new episode: DSSP's grant
-                    r = dssp_decide(slots, me, slots[me, BEAT], cfg[S_LO], cfg[S_HI])
-                    cfg[EXTRA] = r
-                    grants[min(r, GRANT_BINS - 1)] += 1
-                if lag > cfg[S_LO] + cfg[EXTRA]:
-                    wait_for = cfg[S_LO] + cfg[EXTRA]
-        elif not admitted(lag, cfg[BOUND]):
-            wait_for = cfg[BOUND]
-        if wait_for >= 0:
-            ok, lag, waited = _spin_admit(slots, me, wait_for, stop, SPIN_WAIT_NS)
+        if not free and not admit(slots, me, pol, adm, grants, lag):
+            ok, lag, waited = _spin_admit(slots, me, pol, adm, stop, SPIN_WAIT_NS)
             rt[me, RT_WAIT] += waited
             if not ok:
-                io[IO_DONE] = done
                 return BLOCKED
-            if cfg[DSSP] != 0:
-                cfg[EXTRA] = -1                   # released: decide afresh next time
+            proceed_released(adm)
         slots[me, STEP] = k
         t0 = monotonic_ns() if pacing else 0
         sample(wl, rng, cursor, nb, idx)
@@ -370,36 +360,24 @@ def _run_steps(n, wl, rng, cursor, params, bufs, rule, dens, ctl, log, cfg, io, 
                 record(gh, lh, stats, ring, me, k, gap, lag, cfg[STRIDE], -1)
         elif not compute(wl, params, G, R, RD, cnt, idx, GF, keep, nb):
             if cfg[SKIP] == 0:
-                io[IO_DONE] = done
                 return NONFINITE
             rt[me, RT_NONFINITE] += 1
         else:
             gap = end(params, G, R, RD, cnt, kind, rcfg, S1, S2, K, how, fraction,
                       threshold, residual, every, seed, D, mask, k + cfg[STEP0], slots, me,
-                      others,
-                      local_h > 0)
+                      others, local_h > 0)
             if gap < 0:
                 rt[me, RT_HELD] += 1
             elif local_h == 0 and cfg[RECORD] != 0:
                 record(gh, lh, stats, ring, me, k, gap, lag, cfg[STRIDE], -1)
         rt[me, RT_SAMPLES] += nb
-        long_pause = 0
-        if pacing:
-            t1 = monotonic_ns()
-            extra = pace_ns(pacer, prng, t1 - t0, t1)
-            rt[me, RT_COMPUTE] += t1 - t0
-            rt[me, RT_PAUSED] += extra
-            if extra > SPIN_MAX_NS:
-                long_pause = extra            # slept by Python once the step is done
-            else:
-                _spin_until(t1 + extra)
+        long_pause = _pace(pacer, prng, rt, me, t0) if pacing else 0
+        done += 1
         if local_h > 0 and (k + 1) % local_h == 0:
-            done += 1
             io[IO_DONE] = done
             io[IO_PAUSE_NS] = long_pause          # Python merges, ticks, then pauses
             return MERGE
         finish_iteration(slots, me, monotonic_ns() if timing else 0)
-        done += 1
         if long_pause > 0:
             io[IO_PAUSE_NS] = long_pause
             io[IO_DONE] = done

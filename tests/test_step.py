@@ -175,7 +175,7 @@ def test_the_core_stops_on_the_flag_and_blocks_past_the_bound():
     core = CompiledStep(ctx, rank=0, batch=8, rule=rule, rule_state=rule.init(params),
                         density=None, density_state=None, slots=clocks.slots,
                         rt=views["rt"], stop=clocks.stop, log=log.arrays(),
-                        rng=np.random.default_rng(0), policy_bound=1)
+                        rng=np.random.default_rng(0), policy=SSP(1))
     # worker 1 never moves: worker 0 may run 2 iterations under SSP(1), then blocks
     # (after spinning in compiled code for a while)
     assert core.run(100) == K.BLOCKED and core.done == 2

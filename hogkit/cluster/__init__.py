@@ -110,7 +110,7 @@ def train(workload="mf", *, nodes, workers, policy=None, rule=None, density=None
     plan = make(steps=steps, out=out, keep_params=keep_params, eval_every=eval_every)
     plans = node_plans(plan, nodes, stragglers, make)
     if backlog is not None:
-        if not isinstance(plan.policy, Async):
+        if plan.policy != Async():
             raise InvalidArgument(f"backlog={backlog} is for policy=Async() (a bounded policy "
                                   f"already bounds each node against the others); got "
                                   f"{plan.policy!r}")

@@ -12,12 +12,10 @@ in-process shards too.
 
 from __future__ import annotations
 
-import math
 import threading
 
 from hogkit.cluster.agent import Agent
-from hogkit.errors import HogkitError, WorkerFailed
-from hogkit.policy import DSSP, SSP
+from hogkit.errors import HogkitError, InvalidArgument, WorkerFailed
 from hogkit.engine.live import LiveRun
 
 __all__ = ["NodeRun", "NodeFailed", "policy_bound"]
@@ -36,13 +34,15 @@ class NodeFailed(HogkitError):
 
 
 def policy_bound(policy):
-    """The bound the gate enforces between nodes: SSP's s (BSP 0), DSSP's s_lo (its
-    grants stretch it as on one node), none for Async and LocalSGD."""
-    if isinstance(policy, SSP):
-        return policy.s
-    if isinstance(policy, DSSP):
-        return policy.s_lo
-    return math.inf
+    """The bound the gate enforces between nodes: the policy's ``cluster_bound`` (SSP's
+    s, BSP 0, DSSP's s_lo (its grants stretch it as on one node), ``math.inf`` for
+    Async and LocalSGD). A policy that declares none is refused."""
+    bound = getattr(policy, "cluster_bound", None)
+    if bound is None:
+        raise InvalidArgument(f"policy={policy!r} has no bound between the nodes of a "
+                              f"cluster run (its cluster_bound is None); use Async(), "
+                              f"BSP(), SSP(s), DSSP(lo, hi) or LocalSGD(h) there")
+    return bound
 
 
 class NodeRun(LiveRun):

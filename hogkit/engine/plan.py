@@ -77,19 +77,20 @@ class RunPlan:
 
     def simulable(self) -> None:
         """Raise, naming the knob and the fix, if the simulator cannot model this run."""
-        from hogkit.policy import DSSP, SSP, LocalSGD
         if self.global_batch:
             raise InvalidType(f"batch={self.batch!r}: the simulator does not model adaptive "
                               f"batch sizing; pass an int batch (samples per worker per step)")
         if self.shards != 1:
             raise InvalidArgument(f"shards={self.shards}: the simulator does not model "
                                   f"per-shard staleness; use shards=1")
-        if not isinstance(self.policy, (SSP, DSSP, LocalSGD)):
-            raise InvalidType(f"policy={self.policy!r}: the simulator models Async(), BSP(), "
-                              f"SSP(s), DSSP(lo, hi) and LocalSGD(h) from hogkit.policy")
-        if isinstance(self.policy, LocalSGD) and self.policy.overlap:
-            raise InvalidArgument(f"{self.policy!r}: the simulator does not model overlapped "
-                                  f"merges; use LocalSGD({self.policy.h}) (overlap=False)")
+        if not callable(getattr(self.policy, "encode", None)):
+            raise InvalidType(f"policy={self.policy!r}: the simulator models the policies "
+                              f"that encode themselves (hogkit.policy.Policy: Async(), BSP(), "
+                              f"SSP(s), DSSP(lo, hi), LocalSGD(h), BoundedDelay(K), or a "
+                              f"subclass of Policy); a wait() of one's own runs live only")
+        why = self.policy.simulable()
+        if why is not None:
+            raise InvalidArgument(why)
 
     def config(self, **extra) -> dict:
         """JSON-able description of the run, for ``summary.json`` (``extra`` appended)."""

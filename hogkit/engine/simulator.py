@@ -62,7 +62,6 @@ from hogkit.kernels import clock as _kc
 from hogkit.kernels import sim as K
 from hogkit.policy.local_sgd import local_delta, merge
 from hogkit.engine.plan import eval_interval, make_plan
-from hogkit.policy import DSSP, LocalSGD
 from hogkit.state.reader import Reader, StalenessLog
 from hogkit.report import write_outputs
 from hogkit.engine.run import Run
@@ -93,7 +92,7 @@ def strip_wall(summary: dict) -> dict:
 def fused_supported(workload, rule, policy, density, batch=None) -> Optional[str]:
     """None when the fused engine can run this combination, else the reason."""
     from hogkit.engine.step import compiled_support
-    if isinstance(policy, LocalSGD):
+    if getattr(policy, "local_steps", 0):
         return f"policy {policy!r} (local SGD runs on the Python engine)"
     return compiled_support(workload, rule=rule, density=density, policy=policy,
                             batch=workload.default_batch if batch is None else batch)
@@ -225,7 +224,7 @@ def _collect(plan, S, res, config, initial_loss, use_fused, loop_s, wall) -> Run
                      "engine_wall_s": round(loop_s, 4),
                      "engine_updates_per_s": round(total / loop_s, 1) if loop_s > 0 else 0.0,
                      "metrics": metrics_of(S.wl, S.params, S.data)})
-    if isinstance(plan.policy, DSSP):
+    if plan.policy.timing:          # DSSP: its controller's grants
         run.extra["dssp_grants"] = {str(r): int(n) for r, n in sorted(res["grants"].items())}
     if plan.out is not None:
         write_outputs(run, plan.out)
@@ -244,16 +243,11 @@ def _loop_state(S):
     ist[:, K.I_QUOTA] = S.quotas
     ist[:, K.I_KIND] = K.START
     ist[:, K.I_SEQ] = np.arange(W)
-    ist[:, K.I_EXTRA] = -1
+    ist[:, K.I_ADM:K.I_ADM + _kc.NADM] = _kc.admission_state()
     fst = np.zeros((W, K.NF))
     gi = np.zeros(3, np.int64)
     gi[K.G_SEQ] = W
     cfg = np.zeros(K.NC)
-    p = S.policy
-    if isinstance(p, DSSP):
-        cfg[K.C_DSSP], cfg[K.C_S_LO], cfg[K.C_S_HI] = 1.0, p.s_lo, p.s_hi
-    else:
-        cfg[K.C_BOUND] = -1.0 if p.bound == math.inf else float(p.bound)
     cfg[K.C_EVAL_T] = S.eval_every if S.eval_every is not None else math.inf
     cfg[K.C_EVAL_U] = S.eval_updates
     cfg[K.C_T_STOP] = S.t_stop
@@ -263,8 +257,9 @@ def _loop_state(S):
     speed, amp, period = S.times.arrays(W)
     times = (np.zeros((W, CHUNK)), np.zeros((W, CHUNK)), speed, amp, period)
     streams = [S.times.stream(S.seed, r) for r in range(W)]
-    return {"slots": slots, "ist": ist, "fst": fst, "gi": gi, "cfg": cfg,
-            "grants": np.zeros(K.GRANT_BINS, np.int64), "times": times, "streams": streams}
+    policy = (S.policy.encode(), np.zeros(_kc.GRANT_BINS, np.int64))
+    return {"slots": slots, "ist": ist, "fst": fst, "gi": gi, "cfg": cfg, "policy": policy,
+            "times": times, "streams": streams}
 
 
 def _drive(S, st, run, args, on_step=None):
@@ -300,7 +295,7 @@ def _drive(S, st, run, args, on_step=None):
             "wait": fst[:, K.F_WAIT].copy(), "last": fst[:, K.F_LAST].copy(),
             "skipped": ist[:, K.I_SKIPPED].copy(), "held": ist[:, K.I_HELD].copy(),
             "t_end": float(fst[:, K.F_LAST].max()),
-            "grants": {r: int(n) for r, n in enumerate(st["grants"]) if n}}
+            "grants": {r: int(n) for r, n in enumerate(st["policy"][1]) if n}}
 
 
 def _log_arrays(S):
@@ -330,7 +325,7 @@ def _run_fused(S):
             cursors, params, typed.List([c.bufs() for c in ctxs]), rules[0][:2],
             typed.List([r[2:] for r in rules]), dens[0][:6], typed.List([d[6] for d in dens]),
             dens[0][7], st["slots"], _log_arrays(S), st["times"], st["ist"], st["fst"],
-            st["gi"], st["cfg"], st["grants"])
+            st["gi"], st["cfg"], st["policy"])
     run = K.run_events if cacheable(type(args[0])) else K.run_events_uncached
     return _drive(S, st, run, args)
 
@@ -343,7 +338,7 @@ def _run_python(S):
     views = {"clk_slots": slots, "clk_shard_updates": np.zeros((W, 1), np.int64),
              "clk_stop": np.zeros(8, np.int64)}
     clocks = Clocks(views)
-    local = isinstance(S.policy, LocalSGD)
+    local = S.policy.local_steps > 0
     replicas = [{k: v.copy() for k, v in S.params.items()} if local else S.params
                 for _ in range(W)]
     bases = [{k: v.copy() for k, v in S.params.items()} for _ in range(W)] if local else None
@@ -402,7 +397,7 @@ def _run_python(S):
 
     args = (None, None, None, None, None, (0, np.zeros(1)), None,
             (0, 1.0, 0.0, False, 1, 0), None, None, slots, _log_arrays(S), st["times"],
-            ist, fst, gi, st["cfg"], st["grants"])
+            ist, fst, gi, st["cfg"], st["policy"])
     return _drive(S, st, K.run_events, args, on_step)
 
 

@@ -31,6 +31,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from hogkit.errors import InvalidArgument
+from hogkit.kernels import clock as _kc
 from hogkit.kernels import density as _kd
 from hogkit.kernels import rule as _kr
 from hogkit.kernels import step as _ks
@@ -61,10 +62,9 @@ def compiled_support(workload, *, rule, density, batch, shards=1, policy=None,
         return f"rule {rule!r} is not one of hogkit's kernel rules"
     if density is not None and not hasattr(density, "code"):
         return f"density {density!r} is not a hogkit.Density"
-    if policy is not None:
-        from hogkit.policy import DSSP, SSP, LocalSGD
-        if not isinstance(policy, (SSP, DSSP, LocalSGD)):
-            return f"policy {policy!r} is not one of hogkit's (its wait() runs in Python)"
+    if policy is not None and not callable(getattr(policy, "encode", None)):
+        return (f"policy {policy!r} does not encode itself (hogkit.policy.Policy): its "
+                f"wait() runs in Python")
     for r, model in (stragglers or {}).items():
         if getattr(model, "pacer", None) is None:
             return f"straggler model {model!r} has no compiled pacer"
@@ -146,16 +146,19 @@ class CompiledStep:
 
     ``ctx``: the workload's :class:`~hogkit.workloads.base.KernelCtx` (parameter views,
     buffers, sampler cursor); ``slots``, ``rt``, ``stop``: the control arrays;
-    ``log``: the :class:`~hogkit.state.reader.StalenessLog` arrays. ``dssp``: ``(s_lo,
-    s_hi)`` for DSSP (``grants``: this worker's histogram row), else ``policy_bound``
-    (-1: Async). ``params2d`` overrides the parameters written. :meth:`run` returns
-    the core's code and leaves what happened in ``cfg``/``io``/``rt``.
+    ``log``: the :class:`~hogkit.state.reader.StalenessLog` arrays. ``policy``: a
+    :class:`~hogkit.policy.Policy` (None: Async), read through its contract: its
+    ``encode()`` row (``pol``), ``timing`` and ``local_steps``; ``adm`` is this worker's
+    admission state and ``grants`` its histogram row of DSSP grants
+    (``hogkit.kernels.clock.admit``). ``params2d`` overrides the parameters written.
+    :meth:`run` returns the core's code and leaves what happened in
+    ``cfg``/``io``/``rt``/``adm``.
     """
 
     def __init__(self, ctx, *, rank, batch, rule, rule_state, density, density_state,
-                 slots, rt, stop, log, rng, policy_bound=-1, dssp=None, grants=None,
-                 local_h=0, quota=-1, nonfinite="raise", record=True, stride=1,
-                 pacer=None, params2d=None, step0=0):
+                 slots, rt, stop, log, rng, policy=None, grants=None, quota=-1,
+                 nonfinite="raise", record=True, stride=1, pacer=None, params2d=None,
+                 step0=0):
         self.ctx = ctx
         ctx.grow(batch) if batch > ctx.capacity else None
         self.params = tuple(params2d) if params2d is not None else ctx.params
@@ -163,8 +166,14 @@ class CompiledStep:
         self.rule = encode_rule(rule, rule_state, ctx.names, self.params)
         self.dens = encode_density(density, density_state, ctx.names, self.params, caps)
         if grants is None:
-            grants = np.zeros(_ks.GRANT_BINS, np.int64)
-        self.ctl = (slots, rt, stop, grants)
+            grants = np.zeros(_kc.GRANT_BINS, np.int64)
+        if policy is None:
+            from hogkit.policy import Async
+            policy = Async()
+        self.pol = policy.encode()
+        self.adm = _kc.admission_state()
+        local_h = int(policy.local_steps)
+        self.ctl = (slots, rt, stop, self.pol, self.adm, grants)
         self.log = log
         self.rng = rng if ctx.parts.uses_rng else None
         self.pacer, self.prng = pacer if pacer is not None else encode_pacer(None, 0, rank)
@@ -174,13 +183,9 @@ class CompiledStep:
         cfg[_ks.KEEP_READ] = int(bool(getattr(rule, "needs_read", False)))
         cfg[_ks.SKIP] = int(nonfinite == "skip")
         cfg[_ks.STRIDE] = stride
-        cfg[_ks.BOUND] = policy_bound
-        cfg[_ks.DSSP] = 0 if dssp is None else 1
-        cfg[_ks.S_LO], cfg[_ks.S_HI] = (0, 0) if dssp is None else dssp
-        cfg[_ks.EXTRA] = -1
         cfg[_ks.LOCAL_H] = local_h
         cfg[_ks.QUOTA] = quota
-        cfg[_ks.TIMING] = int(dssp is not None)
+        cfg[_ks.TIMING] = int(bool(policy.timing))
         cfg[_ks.RECORD] = int(record)
         cfg[_ks.STEP0] = step0
         # the fused SGD kernel, where the workload has one and the step is plain SGD
@@ -211,7 +216,7 @@ class CompiledStep:
     def release(self):
         """After a policy wait: the next step proceeds without a check (and drops a
         DSSP grant), as ``policy.wait`` returning does on the Python path."""
-        self.cfg[_ks.RELEASED] = 1
+        self.adm[_kc.A_RELEASED] = 1
 
 
 

@@ -26,7 +26,6 @@ stale each read was; the simulator (virtual time) is the deterministic twin.
 
 from __future__ import annotations
 
-import math
 import os
 import threading
 import time
@@ -38,9 +37,9 @@ import numpy as np
 from hogkit.state import worker_state
 from hogkit.state.clocks import DONE, FAILED, IDLE, RUNNING, Clocks
 from hogkit.errors import NonFiniteGradient
+from hogkit.kernels import clock as _kc
 from hogkit.kernels import step as _ks
 from hogkit.policy.local_sgd import local_delta, merge
-from hogkit.policy import DSSP, SSP, LocalSGD
 from hogkit.state.reader import Reader, StalenessLog
 from hogkit.state.store import ParamStore
 
@@ -58,7 +57,7 @@ def runtime_specs(workers: int) -> dict:
     DSSP's histogram of granted extra iterations, written when the worker finishes."""
     return {"rt": ((workers, _ks.RT), np.int64),
             "rt_speed": ((2, workers), np.float64),
-            "rt_grants": ((workers, _ks.GRANT_BINS), np.int64)}
+            "rt_grants": ((workers, _kc.GRANT_BINS), np.int64)}
 
 
 def control_specs(workers: int, shards: int = 1, gate: int = 0, **log) -> dict:
@@ -117,7 +116,7 @@ class _Worker:
         self.shards = spec.plan.shards
         self.param_index = {name: i for i, name in enumerate(sorted(params))}
         self.reader = Reader(self.clocks, self.log, spec.rank, shards=spec.plan.shards > 1)
-        self.local = _LocalPhase(spec, params) if isinstance(spec.plan.policy, LocalSGD) else None
+        self.local = _LocalPhase(spec, params) if _local_steps(spec.plan.policy) else None
         # Under LocalSGD the gradient reads, and the rule writes, a private replica.
         self.params = self.local.replica if self.local is not None else params
         self.ctx = spec.plan.workload.setup(self.params, data, rank=spec.rank,
@@ -143,7 +142,7 @@ class _Worker:
                       if spec.delay is not None else None)
         self.sizer = None if isinstance(spec.plan.batch, (int, np.integer)) else spec.plan.batch
         self.mean_reduced = getattr(spec.plan.workload, "grad_reduction", "mean") == "mean"
-        self.timing = isinstance(spec.plan.policy, DSSP)
+        self.timing = bool(getattr(spec.plan.policy, "timing", False))
         self.step = PythonStep(spec.plan.workload, self.ctx, rank=spec.rank, rule=spec.plan.rule,
                                rule_state=self.rule_state, density=spec.plan.density,
                                density_state=self.density_state, reader=self.reader,
@@ -228,18 +227,12 @@ class _Worker:
         count as training time nor skew the first steps' staleness."""
         from hogkit.engine.step import CompiledStep, encode_pacer
         spec, rank, clocks = self.spec, self.rank, self.clocks
-        policy = spec.plan.policy
-        bound = -1
-        if isinstance(policy, SSP) and policy.s != math.inf:
-            bound = int(policy.s)
         self.core = CompiledStep(
             self.ctx, rank=rank, batch=int(spec.plan.batch), rule=spec.plan.rule,
             rule_state=self.rule_state, density=spec.plan.density,
             density_state=self.density_state, slots=clocks.slots, rt=self.control["rt"],
-            stop=clocks.stop, log=self.log.arrays(), rng=self.rng, policy_bound=bound,
-            dssp=(policy.s_lo, policy.s_hi) if isinstance(policy, DSSP) else None,
+            stop=clocks.stop, log=self.log.arrays(), rng=self.rng, policy=spec.plan.policy,
             grants=self.control["rt_grants"][rank],
-            local_h=policy.h if self.local is not None else 0,
             quota=-1 if spec.steps is None else spec.steps, nonfinite=spec.plan.nonfinite,
             pacer=encode_pacer(spec.delay, spec.plan.worker_seed, rank), step0=spec.step0)
         if spec.plan.rule.slots[2]:
@@ -273,10 +266,9 @@ class _Worker:
                 chunk = _next_chunk(chunk, t1 - t0)
             elif code in (_ks.STOPPED, _ks.QUOTA_DONE):
                 break
-            elif code == _ks.BLOCKED:
-                b = core.cfg[_ks.BOUND] if not self.timing else (
-                    core.cfg[_ks.S_LO] + core.cfg[_ks.EXTRA])
-                policy.wait_bound(clocks, rank, int(b), timeout=spec.wait_timeout)
+            elif code == _ks.BLOCKED:         # the policy's wait, on the core's bound
+                policy.wait_bound(clocks, rank, int(core.adm[_kc.A_WAIT]),
+                                  timeout=spec.wait_timeout)
                 rt[_ks.RT_WAIT] += time.perf_counter_ns() - t1
                 if clocks.stopping():
                     break
@@ -318,10 +310,16 @@ class _Worker:
         if grants is not None:
             row = self.control["rt_grants"][self.rank]
             for r, n in grants(self.rank).items():
-                row[min(int(r), _ks.GRANT_BINS - 1)] += n
+                row[min(int(r), _kc.GRANT_BINS - 1)] += n
         if self.delay is not None:
             self.rt[_ks.RT_COMPUTE] += self.delay.compute_ns
             self.rt[_ks.RT_PAUSED] += self.delay.paused_ns
+
+
+def _local_steps(policy) -> int:
+    """LocalSGD's h (0: the steps go to the shared model); a policy of one's own that
+    declares nothing steps on the shared model."""
+    return int(getattr(policy, "local_steps", 0))
 
 
 def _next_chunk(chunk, elapsed_ns):
