@@ -261,3 +261,97 @@ def apply_rule(rule, params, grads, state, *, staleness=0):
             raise NotImplementedError(kind)
         P[...] = w
     return params, state
+
+
+# --- admission (hogkit.kernels.clock: admit, lead, blocked, holding_back) -------------
+# Plain Python from the definitions, on a (W, 8) slot matrix; a policy row is
+# [kind, a, b] and a worker's admission state [extra, released, wait].
+
+_UPD, _ITER, _BEAT, _STATE, _INTERVAL = 0, 1, 2, 3, 4
+_DONE = 2
+_K_SSP, _K_DSSP, _K_DELAY = 0, 1, 2
+
+
+def running(slots, me):
+    """The workers that count: not DONE, and ``me`` always."""
+    return [q for q in range(len(slots)) if q == me or slots[q][_STATE] != _DONE]
+
+
+def clock_lag(slots, me):
+    return int(slots[me][_ITER]) - min(int(slots[q][_ITER]) for q in running(slots, me))
+
+
+def within(slots, me, pol, bound):
+    """Whether ``me``'s lead under ``pol`` is at most ``bound``: the clock lag for the
+    SSP family; bounded delay in its integer form ``n·u_me - Σ u_q <= n·bound``."""
+    if pol[0] == _K_DELAY:
+        ranks = running(slots, me)
+        n, total = len(ranks), sum(int(slots[q][_UPD]) for q in ranks)
+        return n * int(slots[me][_UPD]) - total <= n * bound
+    return clock_lag(slots, me) <= bound
+
+
+def dssp_extra(last_f, interval_f, last_s, interval_s, r_max):
+    """DSSP's controller: the r in [0, r_max] whose ``last_f + r·interval_f`` is closest
+    to one of ``last_s + k·interval_s`` (k >= 1; ties: the smaller r)."""
+    if r_max <= 0 or not (interval_f > 0 and interval_s > 0):
+        return 0
+    if not (np.isfinite(interval_f) and np.isfinite(interval_s)):
+        return 0
+    dist = []
+    for r in range(r_max + 1):
+        t_f = last_f + r * interval_f
+        k = max(np.rint((t_f - last_s) / interval_s), 1.0)
+        dist.append(abs(t_f - (last_s + k * interval_s)))
+    return int(np.argmin(dist))
+
+
+def dssp_decide(slots, me, s_lo, s_hi):
+    """DSSP's grant for ``me``: 0 unless it is the fastest running worker and every
+    tied slowest one has a timing; the slowest predicted to finish last counts."""
+    ranks = running(slots, me)
+    clocks = {q: int(slots[q][_ITER]) for q in ranks}
+    if max(clocks.values()) > clocks[me]:
+        return 0
+    lo = min(clocks.values())
+    slow = [q for q in ranks if q != me and clocks[q] == lo]
+    if any(slots[q][_INTERVAL] <= 0 or slots[q][_BEAT] <= 0 for q in slow) or not slow:
+        return 0
+    q = max(slow, key=lambda q: (float(slots[q][_BEAT]) + float(slots[q][_INTERVAL]), -q))
+    return dssp_extra(float(slots[me][_BEAT]), float(slots[me][_INTERVAL]),
+                      float(slots[q][_BEAT]), float(slots[q][_INTERVAL]), s_hi - s_lo)
+
+
+def admit(slots, me, pol, adm, grants):
+    """The admission state machine, from its definition: returns ``(ok, adm, grants)``
+    (new lists). Released: go once, no grant. A negative bound: go. DSSP: within s_lo goes
+    and ends the episode; past it a grant r* is decided once per episode (counted in
+    ``grants[min(r*, len - 1)]``) and the bound is s_lo + r*. A refusal leaves the
+    bound waited for in ``adm[2]``."""
+    adm, grants = list(adm), list(grants)
+    if adm[1]:
+        return True, [-1, 0, adm[2]], grants
+    kind, a, b = (int(x) for x in pol[:3])
+    bound = a
+    if kind == _K_DSSP:
+        if clock_lag(slots, me) <= a:
+            adm[0] = -1
+            return True, adm, grants
+        if adm[0] < 0:
+            adm[0] = dssp_decide(slots, me, a, b)
+            grants[min(adm[0], len(grants) - 1)] += 1
+        bound = a + adm[0]
+    elif a < 0:                                   # unbounded (Async, LocalSGD)
+        return True, adm, grants
+    if within(slots, me, pol, bound):
+        return True, adm, grants
+    adm[2] = bound
+    return False, adm, grants
+
+
+def holding_back(slots, me, pol, wait):
+    """Ranks not DONE whose counter (updates for bounded delay, else the clock) is more
+    than ``wait`` below ``me``'s."""
+    col = _UPD if pol[0] == _K_DELAY else _ITER
+    return [q for q in range(len(slots)) if q != me and slots[q][_STATE] != _DONE
+            and slots[q][col] < slots[me][col] - wait]
