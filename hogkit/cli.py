@@ -21,6 +21,7 @@ import time
 from hogkit.errors import InvalidArgument
 from hogkit.parse import (RULES, parse_batch, parse_density, parse_policy, parse_rule,
                           parse_stragglers)
+from hogkit.policy import spellings
 
 EXIT_OK, EXIT_WORKER_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -61,7 +62,7 @@ def _add_training_options(p):
     g.add_argument("--seconds", type=_positive_float, default=None, help="wall-time budget")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--policy", default="async",
-                   help="async | bsp | ssp:S | dssp:LO:HI | local:H (default async)")
+                   help=f"consistency policy: {spellings()} (default async)")
     p.add_argument("--rule", default="sgd", choices=RULES, help="update rule (default sgd)")
     p.add_argument("--lr", type=_positive_float, default=None,
                    help="learning rate (default: the workload's)")

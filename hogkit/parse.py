@@ -8,7 +8,7 @@ function, so ``hogkit run --density topk:0.5``, ``sweep({"density": ["topk:0.5"]
 
 ===================  ===================================================================
 ``parse_policy``     ``async`` | ``bsp`` | ``ssp:S`` | ``dssp:LO:HI`` |
-                     ``local:H[:overlap]``
+                     ``local:H[:overlap]`` | ``delay:K`` (the policies' registry)
 ``parse_rule``       ``sgd`` | ``staleness-aware`` | ``dc-asgd`` | ``dc-asgd-adaptive`` |
                      ``gap-aware`` (with a learning rate and momentum)
 ``parse_density``    a fraction | ``topk:F`` | ``random:F`` | ``every:K``, ``:dropped``
@@ -34,7 +34,7 @@ from __future__ import annotations
 from hogkit.engine.delays import Load, Pauses, Slowdown, parse_delays
 from hogkit.errors import InvalidArgument, InvalidType
 from hogkit.p3.propagation import parse_schedule
-from hogkit.policy import BSP, DSSP, SSP, Async, LocalSGD
+from hogkit.policy import from_string
 from hogkit.rules import core as rules
 from hogkit.rules.batching import AdaptiveBatch, EpochBalancedBatch, FixedBatch
 from hogkit.rules.density import Density
@@ -45,51 +45,13 @@ __all__ = ["parse_policy", "parse_rule", "parse_density", "parse_batch", "parse_
 
 # --------------------------------------------------------------------------- policy
 
-_POLICY_FORMS = '"async" | "bsp" | "ssp:S" | "dssp:LO:HI" | "local:H" | "local:H:overlap"'
-
-
 def parse_policy(text):
     """A consistency policy from its string form: ``async`` | ``bsp`` | ``ssp:S`` |
-    ``dssp:LO:HI`` | ``local:H`` | ``local:H:overlap`` (case-insensitive)."""
-    if not isinstance(text, str):
-        raise InvalidType(f"policy must be a string such as 'ssp:2', got "
-                          f"{type(text).__name__}")
-    return _policy_of(text)
-
-
-def _policy_int(text, field, name):
-    try:
-        return int(field)
-    except ValueError:
-        raise InvalidArgument(f"policy {text!r}: {name}={field!r} is not an int; "
-                              f"expected {_POLICY_FORMS}") from None
-
-
-def _policy_of(text):
-    """The seed policies' string forms (what a registry of policy classes would read)."""
-    parts = [p.strip() for p in text.strip().lower().split(":")]
-    kind, args = parts[0], parts[1:]
-    arity = {"async": (0,), "bsp": (0,), "ssp": (1,), "dssp": (2,), "local": (1, 2)}
-    if kind not in arity:
-        raise InvalidArgument(f"unknown policy {text!r}; expected {_POLICY_FORMS}")
-    if len(args) not in arity[kind]:
-        raise InvalidArgument(f"policy {text!r} has {len(args)} argument(s); expected "
-                              f"{_POLICY_FORMS}")
-    if kind == "async":
-        return Async()
-    if kind == "bsp":
-        return BSP()
-    if kind == "ssp":
-        return SSP(_policy_int(text, args[0], "s"))
-    if kind == "dssp":
-        return DSSP(_policy_int(text, args[0], "s_lo"), _policy_int(text, args[1], "s_hi"))
-    overlap = False
-    if len(args) == 2:
-        if args[1] != "overlap":
-            raise InvalidArgument(f"policy {text!r}: third field must be 'overlap'; "
-                                  f"expected {_POLICY_FORMS}")
-        overlap = True
-    return LocalSGD(_policy_int(text, args[0], "h"), overlap=overlap)
+    ``dssp:LO:HI`` | ``local:H[:overlap]`` | ``delay:K`` | any registered policy's
+    spelling (case-insensitive). The policy classes register their own forms
+    (:func:`hogkit.policy.from_string`, :func:`hogkit.policy.spellings`), so a new
+    policy needs no edit here."""
+    return from_string(text)
 
 
 # --------------------------------------------------------------------------- rule
