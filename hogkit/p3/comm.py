@@ -38,6 +38,7 @@ time).
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Optional
@@ -134,6 +135,7 @@ class CommResult:
 # queue messages before a free link picks its next one
 _ARRIVE, _COMPUTE, _LINK = 0, 1, 2
 _PUSH, _PULL = 0, 1
+_push, _pop = heapq.heappush, heapq.heappop
 
 
 class _Link:
@@ -156,15 +158,25 @@ def simulate_comm(profile: Profile, schedule="fifo", network: Optional[Network] 
     consistency bound (0: BSP; s: bounded staleness; None: asynchronous); ``speeds``
     per-worker compute-time factors (default all 1). See the module docstring for
     the model. Returns a :class:`CommResult`."""
+    model = _Model(profile, *_checked(profile, schedule, network, workers, servers, bound,
+                                      iterations, warmup, speeds), record)
+    model.run()
+    return model.result()
+
+
+def _checked(profile, schedule, network, workers, servers, bound, iterations, warmup,
+             speeds):
+    """:func:`simulate_comm`'s arguments checked: ``(schedule, network, workers,
+    servers, bound, iterations, warmup, speeds)``."""
     if not isinstance(profile, Profile):
         raise InvalidType(f"profile must be a hogkit.p3.profiles.Profile, got "
-                              f"{type(profile).__name__}; build one with "
-                              f"hogkit.p3.profiles.from_module(...) or Profile.of(...)")
+                          f"{type(profile).__name__}; build one with "
+                          f"hogkit.p3.profiles.from_module(...) or Profile.of(...)")
     schedule = parse_schedule(schedule)
     net = network if network is not None else Network.gbps(10)
     if not isinstance(net, Network):
         raise InvalidType(f"network must be a hogkit.p3.comm.Network, got "
-                              f"{type(net).__name__}")
+                          f"{type(net).__name__}")
     W = check_int("workers", workers, min_value=1)
     S = W if servers is None else check_int("servers", servers, min_value=1)
     if bound is not None:
@@ -182,155 +194,180 @@ def simulate_comm(profile: Profile, schedule="fifo", network: Optional[Network] 
               for w, s in enumerate(speeds)]
     if len(speeds) != W:
         raise InvalidArgument(f"speeds has {len(speeds)} entries for {W} workers")
+    return schedule, net, W, S, bound, iterations, warmup, speeds
 
-    L = len(profile.layers)
-    fwd = [ly.forward_s for ly in profile.layers]
-    bwd = [ly.backward_s for ly in profile.layers]
-    plan = schedule.plan(profile.sizes, S)
-    pieces = [m for layer in plan for m in layer]
-    n_layer = [len(layer) for layer in plan]
-    cost = [net.seconds(m.size) for m in pieces]     # size / inf = 0: overhead only
 
-    events, seq = [], [0]
+class _Model:
+    """One run of the model: the event queue, the links, the workers' and the shards'
+    state, one method per event (setup in ``__init__``, the events, ``result``)."""
 
-    def at(t, kind, payload):
-        seq[0] += 1
-        heapq.heappush(events, (t, kind, seq[0], payload))
+    def __init__(self, profile, schedule, net, W, S, bound, iterations, warmup, speeds,
+                 record):
+        L = len(profile.layers)
+        self.profile, self.schedule, self.record = profile, schedule, record
+        self.key, self.latency = schedule.key, net.latency
+        self.W, self.S, self.L, self.bound = W, S, L, bound
+        self.iterations, self.warmup, self.speeds = iterations, warmup, speeds
+        self.fwd = [ly.forward_s for ly in profile.layers]
+        self.bwd = [ly.backward_s for ly in profile.layers]
+        self.plan = schedule.plan(profile.sizes, S)
+        self.pieces = [m for layer in self.plan for m in layer]
+        self.n_layer = [len(layer) for layer in self.plan]
+        self.cost = [net.seconds(m.size) for m in self.pieces]  # size / inf = 0: overhead
+        self.events = []
+        self.next_seq = itertools.count(1).__next__     # ties: first scheduled, first
+        self.wlinks = [_Link(f"worker{w}") for w in range(W)]
+        self.slinks = [_Link(f"server{s}") for s in range(S)]
+        # worker state
+        self.it = [0] * W               # current iteration
+        self.ph = [0] * W               # task: 0..L-1 forward of layer ph, L..2L-1 backward
+        self.ver = [[-1] * L for _ in range(W)]  # newest iteration whose layer l is back
+        self.got = [[0] * L for _ in range(W)]   # pieces of layer l back for ver + 1
+        self.free_at = [0.0] * W        # when the worker's compute became free
+        self.blocked = [-1] * W         # layer whose parameters it waits for, or -1
+        self.wait = [[0.0] * L for _ in range(W)]     # steady-state waits per layer
+        self.ends = [[] for _ in range(W)]
+        # shard state: pushes of piece uid received from worker w (count of iterations)
+        self.recv = [[0] * W for _ in self.pieces]
+        self.pending = [[] for _ in self.pieces]
 
-    wlinks = [_Link(f"worker{w}") for w in range(W)]
-    slinks = [_Link(f"server{s}") for s in range(S)]
+    def at(self, t, kind, payload):
+        _push(self.events, (t, kind, self.next_seq(), payload))
 
-    def enqueue(link, msg_kind, w, uid, it, now):
+    def run(self):
+        """Every worker starts at 0; events in time order until none is left."""
+        for w in range(self.W):
+            self.start(w, 0.0)
+        events = self.events
+        arrive, compute_done = self.arrive, self.compute_done
+        link_done, link_next = self.link_done, self.link_next
+        while events:
+            now, kind, _, payload = _pop(events)
+            if kind == _ARRIVE:
+                arrive(payload, now)
+            elif kind == _COMPUTE:
+                compute_done(payload, now)
+            elif payload[1]:
+                link_done(payload[0], now)
+            else:
+                link_next(payload[0], now)
+
+    # ---- links
+    def enqueue(self, link, msg_kind, w, uid, it, now):
         link.seq += 1
-        heapq.heappush(link.queue, (schedule.key(pieces[uid], it, link.seq),
-                                    msg_kind, w, uid, it))
+        _push(link.queue, (self.key(self.pieces[uid], it, link.seq), msg_kind, w, uid, it))
         if not link.busy and not link.kicked:
             link.kicked = True
-            at(now, _LINK, (link, False))
+            _push(self.events, (now, _LINK, self.next_seq(), (link, False)))
 
-    def link_next(link, now):
+    def link_next(self, link, now):
         link.kicked = False
         if link.busy or not link.queue:
             return
-        _, msg_kind, w, uid, it = heapq.heappop(link.queue)
-        end = now + cost[uid]
+        _, msg_kind, w, uid, it = _pop(link.queue)
+        end = now + self.cost[uid]
         link.busy = True
         link.busy_s.append((now, end))
-        if record:
+        if self.record:
             link.sent.append((msg_kind, w, uid, it))
-        at(end, _LINK, (link, True))
-        at(end + net.latency, _ARRIVE, (msg_kind, w, uid, it))
+        events, next_seq = self.events, self.next_seq
+        _push(events, (end, _LINK, next_seq(), (link, True)))
+        _push(events, (end + self.latency, _ARRIVE, next_seq(), (msg_kind, w, uid, it)))
 
-    def link_done(link, now):
+    def link_done(self, link, now):
         link.busy = False
-        link_next(link, now)
+        self.link_next(link, now)
 
-    # worker state
-    it = [0] * W                 # current iteration
-    ph = [0] * W                 # task: 0..L-1 forward of layer ph, L..2L-1 backward
-    ver = [[-1] * L for _ in range(W)]      # newest iteration whose layer l is back
-    got = [[0] * L for _ in range(W)]       # pieces of layer l back for iteration ver+1
-    free_at = [0.0] * W          # when the worker's compute became free
-    blocked = [-1] * W           # layer whose parameters it waits for, or -1
-    wait = [[0.0] * L for _ in range(W)]    # steady-state waits per layer
-    ends = [[] for _ in range(W)]
-    # shard state: pushes of piece uid received from worker w (count of iterations)
-    recv = [[0] * W for _ in pieces]
-    pending = [[] for _ in pieces]
-
-    def start(w, now):
+    # ---- workers
+    def start(self, w, now):
         """Start worker w's next task at ``now`` if its inputs are there."""
-        p = ph[w]
-        if p < L:
-            if it[w] > 0 and ver[w][p] < it[w] - 1:
-                blocked[w] = p
+        p = self.ph[w]
+        it = self.it[w]
+        if p < self.L:
+            if it > 0 and self.ver[w][p] < it - 1:
+                self.blocked[w] = p
                 return
-            blocked[w] = -1
-            if it[w] >= warmup:
-                wait[w][p] += now - free_at[w]
-            at(now + fwd[p] * speeds[w], _COMPUTE, w)
+            self.blocked[w] = -1
+            if it >= self.warmup:
+                self.wait[w][p] += now - self.free_at[w]
+            self.at(now + self.fwd[p] * self.speeds[w], _COMPUTE, w)
         else:
-            at(now + bwd[2 * L - 1 - p] * speeds[w], _COMPUTE, w)
+            self.at(now + self.bwd[2 * self.L - 1 - p] * self.speeds[w], _COMPUTE, w)
 
-    def compute_done(w, now):
-        p = ph[w]
+    def compute_done(self, w, now):
+        p = self.ph[w]
+        L = self.L
         if p >= L:
-            layer = 2 * L - 1 - p
-            for m in plan[layer]:
-                enqueue(wlinks[w], _PUSH, w, m.uid, it[w], now)
-        ph[w] += 1
-        if ph[w] == 2 * L:
-            ph[w] = 0
-            ends[w].append(now)
-            it[w] += 1
-            if it[w] == iterations:
+            for m in self.plan[2 * L - 1 - p]:
+                self.enqueue(self.wlinks[w], _PUSH, w, m.uid, self.it[w], now)
+        self.ph[w] += 1
+        if self.ph[w] == 2 * L:
+            self.ph[w] = 0
+            self.ends[w].append(now)
+            self.it[w] += 1
+            if self.it[w] == self.iterations:
                 return
-        free_at[w] = now
-        start(w, now)
+        self.free_at[w] = now
+        self.start(w, now)
 
-    def release(uid, now):
+    # ---- shards and arrivals
+    def release(self, uid, now):
         """Answer the pushes of piece uid that the bound now allows."""
-        r = recv[uid]
-        low = min(r)
+        low = min(self.recv[uid])
+        bound = self.bound
         keep = []
-        for (w, i) in pending[uid]:
+        for (w, i) in self.pending[uid]:
             if bound is None or low >= i - bound + 1:
-                enqueue(slinks[pieces[uid].server], _PULL, w, uid, i, now)
+                self.enqueue(self.slinks[self.pieces[uid].server], _PULL, w, uid, i, now)
             else:
                 keep.append((w, i))
-        pending[uid] = keep
+        self.pending[uid] = keep
 
-    def arrive(msg, now):
+    def arrive(self, msg, now):
         msg_kind, w, uid, i = msg
         if msg_kind == _PUSH:
-            recv[uid][w] = i + 1
-            pending[uid].append((w, i))
-            release(uid, now)
+            self.recv[uid][w] = i + 1
+            self.pending[uid].append((w, i))
+            self.release(uid, now)
             return
-        layer = pieces[uid].layer
-        got[w][layer] += 1
-        if got[w][layer] == n_layer[layer]:
-            got[w][layer] = 0
-            ver[w][layer] = i
-            if blocked[w] == layer and it[w] - 1 <= i:
-                start(w, now)
+        layer = self.pieces[uid].layer
+        got = self.got[w]
+        got[layer] += 1
+        if got[layer] == self.n_layer[layer]:
+            got[layer] = 0
+            self.ver[w][layer] = i
+            if self.blocked[w] == layer and self.it[w] - 1 <= i:
+                self.start(w, now)
 
-    for w in range(W):
-        start(w, 0.0)
-    while events:
-        now, kind, _, payload = heapq.heappop(events)
-        if kind == _ARRIVE:
-            arrive(payload, now)
-        elif kind == _COMPUTE:
-            compute_done(payload, now)
-        elif payload[1]:
-            link_done(payload[0], now)
-        else:
-            link_next(payload[0], now)
-
-    if any(len(e) != iterations for e in ends):
-        raise RuntimeError("communication model ended before every worker finished; "
-                           "this is a bug in hogkit.p3.comm")         # pragma: no cover
-    steady = iterations - warmup
-    per_worker, busy = [], []
-    for w in range(W):
-        t0 = ends[w][warmup - 1] if warmup > 0 else 0.0
-        span = ends[w][-1] - t0
-        per_worker.append(span / steady)
-        busy.append(_busy_fraction(wlinks[w].busy_s, t0, ends[w][-1]))
-    iteration_s = sum(per_worker) / W
-    # the floor with unlimited bandwidth: under any bound every worker goes at the
-    # slowest one's pace in the long run; asynchronous workers each at their own
-    compute = profile.compute_s * (sum(speeds) / W if bound is None else max(speeds))
-    worker_wait = [[wait[w][l] / steady for l in range(L)] for w in range(W)]
-    layer_wait = [sum(ww[l] for ww in worker_wait) / W for l in range(L)]
-    sent = {}
-    if record:
-        sent = {ln.name: ln.sent for ln in wlinks + slinks}
-    return CommResult(schedule=schedule.spec, workers=W, servers=S, bound=bound,
-                      iteration_s=iteration_s, compute_s=compute, layer_wait_s=layer_wait,
-                      worker_wait_s=worker_wait, ends=ends, link_busy=busy, messages_per_iteration=len(pieces),
-                      sent=sent)
+    def result(self) -> CommResult:
+        """The steady state's figures (after ``warmup`` iterations)."""
+        W, L, ends, warmup = self.W, self.L, self.ends, self.warmup
+        if any(len(e) != self.iterations for e in ends):
+            raise RuntimeError("communication model ended before every worker finished; "
+                               "this is a bug in hogkit.p3.comm")     # pragma: no cover
+        steady = self.iterations - warmup
+        per_worker, busy = [], []
+        for w in range(W):
+            t0 = ends[w][warmup - 1] if warmup > 0 else 0.0
+            span = ends[w][-1] - t0
+            per_worker.append(span / steady)
+            busy.append(_busy_fraction(self.wlinks[w].busy_s, t0, ends[w][-1]))
+        iteration_s = sum(per_worker) / W
+        # the floor with unlimited bandwidth: under any bound every worker goes at the
+        # slowest one's pace in the long run; asynchronous workers each at their own
+        speeds = self.speeds
+        compute = self.profile.compute_s * (sum(speeds) / W if self.bound is None
+                                            else max(speeds))
+        worker_wait = [[self.wait[w][l] / steady for l in range(L)] for w in range(W)]
+        layer_wait = [sum(ww[l] for ww in worker_wait) / W for l in range(L)]
+        sent = {}
+        if self.record:
+            sent = {ln.name: ln.sent for ln in self.wlinks + self.slinks}
+        return CommResult(schedule=self.schedule.spec, workers=W, servers=self.S,
+                          bound=self.bound, iteration_s=iteration_s, compute_s=compute,
+                          layer_wait_s=layer_wait, worker_wait_s=worker_wait, ends=ends,
+                          link_busy=busy, messages_per_iteration=len(self.pieces),
+                          sent=sent)
 
 
 def _busy_fraction(intervals, t0, t1) -> float:
