@@ -272,8 +272,7 @@ class _Trainer:
         every wait; a broken connection, seen on either side of the link, is the
         server gone."""
         if isinstance(error, (EOFError, ConnectionError)):
-            error = LinkClosed(f"the parameter server closed the link (it died or was "
-                               f"killed): {type(error).__name__}")
+            error = _closed(error)
         with self.cv:
             if self.error is None:
                 self.error = error
@@ -331,28 +330,46 @@ class _Trainer:
         return time.perf_counter() - t0
 
     def run(self):
-        import numpy as np
-        torch = self.torch
-        cfg = self.cfg
-        profile = None
-        if cfg["profile"]:
-            from hogkit.p3.profiles import from_module
-            profile = from_module(self.model, self.xs[0], measure=True, repeats=5,
-                                  loss_fn=lambda out: torch.nn.functional.cross_entropy(
-                                      out, self.ys[0]), name="p3-demo")
-            names = [ly.name for ly in profile.layers]
-            if names != self.names:                      # pragma: no cover - defensive
-                raise HogkitError(f"profile order {names} != run order {self.names}")
+        """Train ``cfg["iterations"]`` iterations against the server; the figures."""
+        profile = self.measure() if self.cfg["profile"] else None
         for layer, flat in enumerate(self.flat):
-            self.conn.send_bytes(_HEADER.pack(_INIT, layer, 0, 0, 0, flat.numel(), 1)
-                                 + flat.numpy().tobytes())
-        link = PacedSender(self.conn, cfg["bandwidth"], "trainer-link", on_error=self.fail)
+            self.send(_HEADER.pack(_INIT, layer, 0, 0, 0, flat.numel(), 1)
+                      + flat.numpy().tobytes())
+        link = PacedSender(self.conn, self.cfg["bandwidth"], "trainer-link",
+                           on_error=self.fail)
         rx = threading.Thread(target=self.receive, name="trainer-rx", daemon=True)
         rx.start()
-        handles = []
         params = [list(m.parameters(recurse=False)) for m in self.layers]
         left = [0] * len(self.layers)
+        handles = self.hook(link, params, left)
+        ends, losses, cpu = self.train(params, left)
+        self.finish(link, rx, handles)
+        return self.figures(ends, losses, cpu, link, profile)
 
+    def send(self, frame):
+        """A frame straight on the connection (before the link starts, after it is
+        closed); a broken connection is the server gone (:class:`LinkClosed`)."""
+        try:
+            self.conn.send_bytes(frame)
+        except (EOFError, ConnectionError) as e:
+            raise _closed(e) from e
+
+    def measure(self):
+        """The model's layer profile, measured here (for the prediction)."""
+        from hogkit.p3.profiles import from_module
+        cross_entropy = self.torch.nn.functional.cross_entropy
+        profile = from_module(self.model, self.xs[0], measure=True, repeats=5,
+                              loss_fn=lambda out: cross_entropy(out, self.ys[0]),
+                              name="p3-demo")
+        names = [ly.name for ly in profile.layers]
+        if names != self.names:                          # pragma: no cover - defensive
+            raise HogkitError(f"profile order {names} != run order {self.names}")
+        return profile
+
+    def hook(self, link, params, left):
+        """Layer l's forward pass waits for its parameters; its gradient, once every
+        parameter's is accumulated (``left[l]`` counts down), goes out in pieces.
+        Returns the hook handles."""
         def pre(layer):
             def fn(mod, inp):
                 if self.it > 0:
@@ -361,39 +378,33 @@ class _Trainer:
                         self.wait_s[layer] += w
             return fn
 
-        def gather(grads):
-            flat = [g.reshape(-1).numpy() for g in grads]
-
-            def source(lo, hi, out):             # values [lo, hi) of the layer's gradient
-                pos = 0
-                for g in flat:
-                    a, b = max(lo, pos), min(hi, pos + g.size)
-                    if a < b:
-                        out[a - lo:b - lo] = g[a - pos:b - pos]
-                    pos += g.size
-            return source
-
         def grad_done(layer):
             def fn(p):
                 left[layer] -= 1
                 if left[layer]:
                     return
-                source = gather([q.grad for q in params[layer]])
+                source = _gatherer([q.grad for q in params[layer]])
                 for m in self.pieces[layer]:
                     link.put(self.schedule.key(m, self.it, 0), _PUSH, layer, m.index,
                              self.it, m.offset, m.size, source)
             return fn
 
+        handles = []
         for layer, m in enumerate(self.layers):
             handles.append(m.register_forward_pre_hook(pre(layer)))
             for p in params[layer]:
                 handles.append(p.register_post_accumulate_grad_hook(grad_done(layer)))
-        loss_fn = torch.nn.functional.cross_entropy
+        return handles
+
+    def train(self, params, left):
+        """The iterations (the hooks exchange the parameters); ``(ends, losses, cpu)``:
+        seconds since the start, the loss and the process CPU time after each."""
+        loss_fn = self.torch.nn.functional.cross_entropy
         ends, losses, cpu = [], [], []
         t_start = time.perf_counter()
-        for i in range(cfg["iterations"]):
+        for i in range(self.cfg["iterations"]):
             self.it = i
-            self.counting = i > cfg["warmup"]
+            self.counting = i > self.cfg["warmup"]
             for layer in range(len(self.layers)):
                 left[layer] = len(params[layer])
             self.model.zero_grad(set_to_none=True)
@@ -405,20 +416,30 @@ class _Trainer:
             cpu.append(time.process_time())
             if self.error is not None:
                 raise self.error
-        for layer in range(len(self.layers)):            # the last replies
-            self.wait_for(layer, cfg["iterations"] - 1)
+        return ends, losses, cpu
+
+    def finish(self, link, rx, handles):
+        """The last replies, then the end of the run: the link drained, the server told
+        to stop, its final parameters and CPU time received."""
+        for layer in range(len(self.layers)):
+            self.wait_for(layer, self.cfg["iterations"] - 1)
         for h in handles:
             h.remove()
         if self.error is not None:
             raise self.error
         link.close()
-        self.conn.send_bytes(_HEADER.pack(_STOP, 0, 0, 0, 0, 0, 1))
+        self.send(_HEADER.pack(_STOP, 0, 0, 0, 0, 0, 1))
         rx.join(_WAIT_S)
         if self.error is not None:
             raise self.error
         if rx.is_alive() or not self.stopped:
             raise HogkitError(f"the parameter server did not confirm the end of the run "
                               f"within {_WAIT_S:.0f} s")
+
+    def figures(self, ends, losses, cpu, link, profile) -> dict:
+        """What :func:`run_live` returns (before the parent adds its settings)."""
+        import numpy as np
+        cfg = self.cfg
         agree = all(np.array_equal(self.finals.get(layer), self.flat[layer].numpy())
                     for layer in range(len(self.layers)))
         w = cfg["warmup"]
@@ -435,6 +456,26 @@ class _Trainer:
                 "messages_per_iteration": sum(len(p) for p in self.pieces),
                 "link_busy_s": link.busy_s, "server_agrees": agree,
                 "profile": profile.to_dict() if profile is not None else None}
+
+
+def _closed(error) -> LinkClosed:
+    return LinkClosed(f"the parameter server closed the link (it died or was killed): "
+                      f"{type(error).__name__}")
+
+
+def _gatherer(grads):
+    """``source(lo, hi, out)``: values ``[lo, hi)`` of the layer's gradient (its
+    parameters' gradients end to end) into ``out``."""
+    flat = [g.reshape(-1).numpy() for g in grads]
+
+    def source(lo, hi, out):
+        pos = 0
+        for g in flat:
+            a, b = max(lo, pos), min(hi, pos + g.size)
+            if a < b:
+                out[a - lo:b - lo] = g[a - pos:b - pos]
+            pos += g.size
+    return source
 
 
 def _set_process_name(name: str) -> None:
@@ -489,7 +530,25 @@ def run_live(schedule="p3", *, bandwidth: float = 200e6, iterations: int = 20,
     :func:`hogkit.p3.comm.simulate_comm` on that profile, bandwidth and schedule.
     Everything stops within ``timeout`` seconds (plus a few for the shutdown); a
     process that dies is reported with its exit code."""
-    import multiprocessing as mp
+    cfg, timeout = _live_config(schedule, bandwidth, iterations, warmup, batch, width, lr,
+                                seed, profile, predict, timeout)
+    schedule = cfg["schedule"]
+    status = _spawn_and_wait(cfg, timeout)
+    if status[0] != "ok":
+        raise HogkitError(f"live P3 run ({schedule.spec}) failed:\n{status[1]}")
+    out = status[1]
+    out.update(schedule=schedule.spec, **{k: cfg[k] for k in (
+        "bandwidth", "batch", "width", "iterations", "warmup", "seed", "lr")})
+    if predict:
+        out.update(_prediction(out, schedule, cfg["bandwidth"], cfg["iterations"],
+                               cfg["warmup"]))
+    return out
+
+
+def _live_config(schedule, bandwidth, iterations, warmup, batch, width, lr, seed, profile,
+                 predict, timeout):
+    """:func:`run_live`'s arguments checked: ``(cfg, timeout)``, ``cfg`` what both
+    processes follow (the settings, the layer sizes, the schedule's pieces of them)."""
     schedule = parse_schedule(schedule)
     bandwidth = check_float("bandwidth", bandwidth, min_value=0.0, exclude_min=True,
                             fix="bytes per second, e.g. 200e6")
@@ -513,9 +572,15 @@ def run_live(schedule="p3", *, bandwidth: float = 200e6, iterations: int = 20,
     with torch.device("meta"):                  # sizes only: no memory, no RNG use
         layers = forward_layers(demo_module(width), torch.empty(1, 3, 32, 32))
     sizes = [sum(p.numel() for p in m.parameters(recurse=False)) for _, m in layers]
-    cfg = {"schedule": schedule, "bandwidth": bandwidth, "iterations": iterations,
-           "warmup": warmup, "batch": batch, "width": width, "lr": lr, "seed": seed,
-           "profile": profile, "sizes": sizes, "pieces": schedule.plan(sizes, 1)}
+    return {"schedule": schedule, "bandwidth": bandwidth, "iterations": iterations,
+            "warmup": warmup, "batch": batch, "width": width, "lr": lr, "seed": seed,
+            "profile": profile, "sizes": sizes, "pieces": schedule.plan(sizes, 1)}, timeout
+
+
+def _spawn_and_wait(cfg, timeout):
+    """Start the server and the trainer, wait for the trainer's result (or a death, or
+    the timeout), then end both. ``("ok", figures)`` or ``("error", text)``."""
+    import multiprocessing as mp
     ctx = mp.get_context("spawn")
     a, b = ctx.Pipe(duplex=True)
     res_r, res_w = ctx.Pipe(duplex=False)
@@ -524,29 +589,13 @@ def run_live(schedule="p3", *, bandwidth: float = 200e6, iterations: int = 20,
     trainer = ctx.Process(target=_entry, args=("trainer", a, res_w, cfg, os.getpid()),
                           name="p3-trainer", daemon=True)
     procs = [server, trainer]
-    status = None
     try:
         for p in procs:
             p.start()
         a.close()
         b.close()
         res_w.close()
-        deadline = time.monotonic() + timeout
-        while status is None:
-            if res_r.poll(0.2):
-                try:
-                    status = res_r.recv()
-                except EOFError:
-                    trainer.join(5.0)
-                    status = ("error", f"{trainer.name} (exit {trainer.exitcode}) ended "
-                                       f"without a result")
-            elif [p for p in procs if not p.is_alive() and p.exitcode != 0] \
-                    and not res_r.poll(0.5):
-                dead = [f"{p.name} (exit {p.exitcode})" for p in procs
-                        if not p.is_alive() and p.exitcode != 0]
-                status = ("error", f"{', '.join(dead)} died before the run finished")
-            elif time.monotonic() > deadline:
-                status = ("error", f"the live run did not finish within {timeout:g} s")
+        status = _wait_result(res_r, procs, trainer, timeout)
         if status[0] == "ok":
             for p in procs:
                 p.join(10.0)
@@ -559,19 +608,37 @@ def run_live(schedule="p3", *, bandwidth: float = 200e6, iterations: int = 20,
                 p.kill()
                 p.join()
         res_r.close()
-    if status[0] != "ok":
-        raise HogkitError(f"live P3 run ({schedule.spec}) failed:\n{status[1]}")
-    out = status[1]
-    out.update(schedule=schedule.spec, bandwidth=bandwidth, batch=batch, width=width,
-               iterations=iterations, warmup=warmup, seed=seed, lr=lr)
-    if predict:
-        from hogkit.p3.comm import Network, simulate_comm
-        from hogkit.p3.profiles import Profile
-        prof = Profile.from_dict(out["profile"])
-        sim = simulate_comm(prof, schedule, Network(bandwidth), workers=1, servers=1,
-                            iterations=iterations, warmup=warmup + 1)
-        out["predicted_iteration_s"] = sim.iteration_s
-        out["predicted_layer_wait_s"] = sim.layer_wait_s
-        out["compute_s"] = prof.compute_s
-        out["prediction_error"] = sim.iteration_s / out["iteration_s"] - 1.0
-    return out
+    return status
+
+
+def _wait_result(res_r, procs, trainer, timeout):
+    """The trainer's ``("ok", figures)`` or ``("error", text)`` from ``res_r``; an
+    error when a process dies first or ``timeout`` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if res_r.poll(0.2):
+            try:
+                return res_r.recv()
+            except EOFError:
+                trainer.join(5.0)
+                return ("error", f"{trainer.name} (exit {trainer.exitcode}) ended "
+                                 f"without a result")
+        dead = [f"{p.name} (exit {p.exitcode})" for p in procs
+                if not p.is_alive() and p.exitcode != 0]
+        if dead and not res_r.poll(0.5):
+            return ("error", f"{', '.join(dead)} died before the run finished")
+        if time.monotonic() > deadline:
+            return ("error", f"the live run did not finish within {timeout:g} s")
+
+
+def _prediction(out, schedule, bandwidth, iterations, warmup) -> dict:
+    """:func:`hogkit.p3.comm.simulate_comm` on the measured profile: the predicted
+    iteration time and layer waits, and the error against the measured time."""
+    from hogkit.p3.comm import Network, simulate_comm
+    from hogkit.p3.profiles import Profile
+    prof = Profile.from_dict(out["profile"])
+    sim = simulate_comm(prof, schedule, Network(bandwidth), workers=1, servers=1,
+                        iterations=iterations, warmup=warmup + 1)
+    return {"predicted_iteration_s": sim.iteration_s,
+            "predicted_layer_wait_s": sim.layer_wait_s, "compute_s": prof.compute_s,
+            "prediction_error": sim.iteration_s / out["iteration_s"] - 1.0}
