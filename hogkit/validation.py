@@ -110,12 +110,19 @@ def check_indices(name, idx, n_rows):
                           f"indices; use {name}.astype(np.int64)")
     check_array(name, idx, ndim=1)
     if idx.size:
-        lo, hi = int(idx.min()), int(idx.max())
-        if lo < 0 or hi >= n_rows:
-            bad = lo if lo < 0 else hi
-            raise InvalidArgument(f"{name} holds row index {bad}, outside [0, {n_rows}) "
-                                  f"for a table of {n_rows} rows")
+        check_ids_below(name, idx, n_rows, what="row index",
+                        of=f"a table of {n_rows} rows")
     return idx
+
+
+def check_ids_below(name, ids, n, *, what, of):
+    """Every value of the non-empty integer array ``ids`` in ``[0, n)``, else an
+    :class:`InvalidArgument` naming the value (``what``: "row index", "id") and the
+    whole it does not fit (``of``: "a table of n rows")."""
+    lo, hi = int(ids.min()), int(ids.max())
+    if lo < 0 or hi >= n:
+        bad = lo if lo < 0 else hi
+        raise InvalidArgument(f"{name} holds {what} {bad}, outside [0, {n}) for {of}")
 
 
 def check_grads(grads):

@@ -35,7 +35,7 @@ import numpy as np
 from numba import njit
 
 from hogkit.errors import InvalidArgument, InvalidType
-from hogkit.validation import check_array, check_float, check_int
+from hogkit.validation import check_array, check_float, check_ids_below, check_int
 from hogkit.workloads.base import check_seed
 
 __all__ = [
@@ -415,11 +415,7 @@ def _check_codes(codes, V, *, allow_empty=False):
         if allow_empty:
             return codes
         raise InvalidArgument("codes is empty; it needs at least one symbol")
-    lo, hi = int(codes.min()), int(codes.max())
-    if lo < 0 or hi >= V:
-        bad = lo if lo < 0 else hi
-        raise InvalidArgument(f"codes holds id {bad}, outside [0, {V}) for a vocabulary "
-                              f"of {V}")
+    check_ids_below("codes", codes, V, what="id", of=f"a vocabulary of {V}")
     return codes
 
 
