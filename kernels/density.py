@@ -275,17 +275,6 @@ def split_rows(X, rows, mask, R):
                 X[i, j] = 0
 
 
-@njit(cache=True, nogil=True)
-def accumulate_rows(R, rows, G):
-    """``R[rows[i]] += G[i]`` in batch order (a held-back sparse update joins the
-    residual; duplicates add up)."""
-    d = R.shape[1]
-    for i in range(rows.shape[0]):
-        r = rows[i]
-        for j in range(d):
-            R[r, j] += G[i, j]
-
-
 # --- the whole filter of one parameter's rows (Python's Density and the step core) ----
 
 NONE, TOPK, THRESHOLD, RANDOM = 0, 1, 2, 3
@@ -319,7 +308,9 @@ def mask_seed(seed, step, pos):
 
 @njit(cache=True, nogil=True)
 def hold_rows(R, rows, G, n):
-    """A held-back step (temporal density) in residual mode: ``R[rows[i]] += G[i]``."""
+    """A held-back step (temporal density) in residual mode: its first ``n`` rows join
+    the residual, ``R[rows[i]] += G[i]`` for i < n in batch order (duplicates add up,
+    as ``np.add.at``)."""
     d = R.shape[1]
     for i in range(n):
         r = rows[i]
