@@ -1,6 +1,6 @@
 """Recording staleness events in the shared log, in one compiled call.
 
-Layout (built by ``hogkit.reader.StalenessLog.specs``): per worker ``w``
+Layout (built by ``hogkit.state.reader.StalenessLog.specs``): per worker ``w``
 
 - ``gap_hist[w]`` / ``lag_hist[w]`` (B bins, log-linear in the HdrHistogram manner,
   :func:`bucket`): one bin per value below ``EXACT`` = 128, then ``SUB`` = 64 bins per
@@ -19,6 +19,8 @@ stream stays a sample of bounded rate. One writer per row (its worker).
 """
 
 from numba import njit
+
+from ._intrinsics import monotonic_ns
 
 STATS = 8
 GAP_SUM, GAP_MAX, LAG_SUM, LAG_MAX, COUNT, CURSOR = 0, 1, 2, 3, 4, 5
@@ -91,11 +93,14 @@ def record_ring(ring, stats, rank, step, gap, lag, t_ns):
     stats[rank, CURSOR] = c + 1
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def record_event(gap_hist, lag_hist, stats, ring, rank, step, gap, lag, t_ns, stride):
     """One event of worker ``rank``: always into the histograms and stats; into the
-    ring when its index is a multiple of ``stride`` (1: every event). The caller checks
-    ``rank`` and that gap, lag >= 0; only worker ``rank`` may write its rows."""
+    ring when its index is a multiple of ``stride`` (1: every event), stamped ``t_ns``
+    or, when ``t_ns < 0``, the monotonic clock read then (only for the events the ring
+    keeps). The one definition: the step core, the simulator and the Python
+    ``StalenessLog`` all record through it. The caller checks ``rank`` and that gap,
+    lag >= 0; only worker ``rank`` may write its rows."""
     n = record_stats(gap_hist, lag_hist, stats, rank, gap, lag)
     if stride <= 1 or n % stride == 0:
-        record_ring(ring, stats, rank, step, gap, lag, t_ns)
+        record_ring(ring, stats, rank, step, gap, lag, monotonic_ns() if t_ns < 0 else t_ns)
