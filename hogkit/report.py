@@ -85,9 +85,20 @@ def environment() -> dict:
         pass
     if "torch" in sys.modules:
         env["torch"] = sys.modules["torch"].__version__
-    from hogkit import __version__
-    env["hogkit"] = __version__
+    env["hogkit"] = _hogkit_version()
     return env
+
+
+@functools.lru_cache(maxsize=None)
+def _hogkit_version() -> str:
+    """hogkit's version from its installed distribution's metadata (the package face,
+    ``hogkit.__version__``, sits above this module); "unknown" in a tree that was never
+    installed."""
+    from importlib import metadata
+    try:
+        return metadata.version("hogkit")
+    except metadata.PackageNotFoundError:     # pragma: no cover - an uninstalled tree
+        return "unknown"
 
 
 def write_json(path, obj) -> None:
