@@ -110,7 +110,9 @@ def test_a_dead_worker_stops_the_run_naming_its_node_and_rank(ray_cluster, tmp_p
 
 
 def _kill_named_when_running(ray, part, delay):
-    """Kill the run's actor whose name ends with ``part`` once it has run ``delay`` s."""
+    """Kill the run's actor whose name ends with ``part`` once it has run ``delay`` s
+    (counted from its first answer to a ping: on a loaded machine an actor can take
+    seconds to start, and a kill before that tests the start, not the run)."""
     def go():
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -118,8 +120,10 @@ def _kill_named_when_running(ray, part, delay):
                      for a in ray.util.list_named_actors(all_namespaces=False)]
             mine = [n for n in names if n.startswith("hogkit-") and n.endswith(part)]
             if mine:
+                actor = ray.get_actor(mine[0])
+                ray.get(actor.ping.remote(), timeout=60)
                 time.sleep(delay)
-                ray.kill(ray.get_actor(mine[0]))
+                ray.kill(actor)
                 return
             time.sleep(0.1)
     t = threading.Thread(target=go, daemon=True)
