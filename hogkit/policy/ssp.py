@@ -64,10 +64,8 @@ class SSP(Policy):
         """The staleness bound ``s`` (``math.inf`` for Async)."""
         return self.s
 
-    @property
-    def cluster_bound(self):
-        """Across nodes the gate enforces s itself (BSP 0, Async none)."""
-        return self.s
+    #: across nodes the gate enforces s itself (BSP 0, Async none)
+    cluster_bound = bound
 
     @property
     def name(self) -> str:
