@@ -18,7 +18,7 @@ from hogkit.errors import InvalidArgument, InvalidType, PolicyTimeout, WorkerFai
 from hogkit.policy import (DSSP, SSP, Async, BSP, LocalSGD, clock_lag, dssp_extra,
                            may_proceed)
 from hogkit.policy.local_sgd import local_delta, merge
-from hogkit.cli import parse_policy
+from hogkit.parse import parse_policy
 
 
 def make_clocks(workers, shards=1):
