@@ -25,7 +25,7 @@ import numpy as np
 
 from hogkit import workloads
 from hogkit.state.clocks import RUNNING, Clocks
-from hogkit.kernels import step as K
+from hogkit.kernels import layout as KL
 from hogkit.state.reader import Reader, StalenessLog
 from hogkit.rules.core import SGD
 from hogkit.engine.step import CompiledStep, PythonStep
@@ -64,15 +64,15 @@ def _compiled(wl, params, data, batch, rounds, steps):
                             stop=clocks.stop, log=log.arrays(),
                             rng=np.random.default_rng(0))
         core.run(10)
-        core.cfg[K.STRIDE] = _stride(_core_step_ns(core, steps))
+        core.cfg[KL.STRIDE] = _stride(_core_step_ns(core, steps))
         on, off = [], []
         for _ in range(rounds):
-            core.cfg[K.RECORD] = 0
+            core.cfg[KL.RECORD] = 0
             off.append(_core_step_ns(core, steps))
-            core.cfg[K.RECORD] = 1
+            core.cfg[KL.RECORD] = 1
             on.append(_core_step_ns(core, steps))
         b, i = statistics.median(off), statistics.median(on)
-        return {"batch": batch, "stride": int(core.cfg[K.STRIDE]), "bare_step_ns": b,
+        return {"batch": batch, "stride": int(core.cfg[KL.STRIDE]), "bare_step_ns": b,
                 "recorded_step_ns": i, "overhead": i / b - 1.0,
                 "ratings_per_s": batch * 1e9 / i, "rounds_off": off, "rounds_on": on}
 

@@ -40,8 +40,8 @@ import torch
 from hogkit.rules import core as _rules
 from hogkit.errors import InvalidArgument, InvalidType, NonFiniteGradient
 from hogkit.kernels import step as _ks
-from hogkit.kernels.step import RT_HELD as _RT_HELD
-from hogkit.kernels.step import RT_NONFINITE as _RT_NONFINITE
+from hogkit.kernels.layout import RT_HELD as _RT_HELD
+from hogkit.kernels.layout import RT_NONFINITE as _RT_NONFINITE
 from hogkit.validation import check_choice, grads_finite
 
 __all__ = ["Optimizer", "SGD", "StalenessAware", "DelayCompensated", "GapAware"]
@@ -109,9 +109,9 @@ class Optimizer(torch.optim.Optimizer):
         G = lane.grads(self._order) if lane is not None else None
         if G is not None:                      # one compiled call: guard .. record
             r = worker.reader
-            finite = _ks.dense_end(lane.params, G, lane.RD, lane.kinds, lane.cfgs,
-                                   lane.S1, lane.S2, lane.K, lane.slots, worker.rank,
-                                   r.others_read(), r.lag, *lane.log, k, -1) >= 0
+            rules = (lane.kinds, lane.cfgs, lane.S1, lane.S2, lane.K)
+            finite = _ks.dense_end(lane.params, G, lane.RD, rules, lane.log, lane.slots,
+                                   (worker.rank, r.others_read(), r.lag, k, -1)) >= 0
         else:
             grads = self._grads()
             finite = grads_finite(grads) if grads else True

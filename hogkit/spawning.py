@@ -44,7 +44,7 @@ import numpy as np
 
 from hogkit.state.clocks import DONE, RUNNING, Clocks
 from hogkit.errors import InvalidArgument, InvalidType, Stopped
-from hogkit.kernels import step as _ks
+from hogkit.kernels import layout as _kl
 from hogkit.state.reader import Reader, StalenessLog
 from hogkit.engine.live import LiveRun
 from hogkit.validation import check_choice, check_float, check_int
@@ -73,7 +73,7 @@ class Worker:
         self.rank, self.world_size, self.seed = rank, world_size, seed
         self.clocks, self.policy = clocks, policy
         self.reader = Reader(clocks, log, rank)
-        self.rt = rt if rt is not None else np.zeros(_ks.RT, np.int64)
+        self.rt = rt if rt is not None else np.zeros(_kl.RT, np.int64)
         self.wait_timeout = wait_timeout
 
     @classmethod
@@ -106,7 +106,7 @@ class Worker:
             raise Stopped("the run is stopping")
         t0 = time.perf_counter_ns()
         self.policy.wait(clocks, rank, timeout=self.wait_timeout)
-        self.rt[_ks.RT_WAIT] += time.perf_counter_ns() - t0
+        self.rt[_kl.RT_WAIT] += time.perf_counter_ns() - t0
         if clocks.stopping():
             raise Stopped("the run is stopping")
         self.reader.read()
@@ -187,15 +187,15 @@ def _run(spec: SpawnSpec) -> None:
         clocks.set_state(spec.rank, RUNNING)
         clocks.beat(spec.rank)
         start_barrier(clocks, spec.wait_timeout)
-        rt[_ks.RT_T0] = time.monotonic_ns()
+        rt[_kl.RT_T0] = time.monotonic_ns()
         clocks.beat(spec.rank)
         worker.reader.read()
         try:
             spec.fn(worker, model, *spec.args)
         except Stopped:
             pass
-        rt[_ks.RT_T1] = time.monotonic_ns()
-        rt[_ks.RT_BUSY] = rt[_ks.RT_T1] - rt[_ks.RT_T0]
+        rt[_kl.RT_T1] = time.monotonic_ns()
+        rt[_kl.RT_BUSY] = rt[_kl.RT_T1] - rt[_kl.RT_T0]
         clocks.set_state(spec.rank, DONE)
     finally:
         _CURRENT = None

@@ -1,7 +1,7 @@
 """One parameter's update through a rule chosen by an integer kind: sparse rows
 (:func:`apply_rows`) or a dense flat buffer (:func:`apply_flat`).
 
-The encoding a rule object compiles to (``hogkit.rules``: ``rule.kind``,
+The encoding a rule object compiles to (``hogkit.rules.core``: ``rule.kind``,
 ``rule.params()``) and the one dispatch both the Python rules and the compiled step core
 call, so a rule's arithmetic exists once:
 
@@ -17,7 +17,7 @@ call, so a rule's arithmetic exists once:
 EPS, GAMMA, LR_MAX``. State: ``S1`` is the momentum buffer (SGD, staleness-aware), MS
 (adaptive DC) or Gap-Aware's second moment ``V``; ``S2`` Gap-Aware's momentum buffer;
 ``k[ki]`` Gap-Aware's per-parameter step count. Unused state can be any array of the
-right type (a ``(0, d)`` one). Nothing is checked here (``hogkit.rules`` checks).
+right type (a ``(0, d)`` one). Nothing is checked here (``hogkit.rules.core`` checks).
 """
 
 from numba import njit
@@ -36,11 +36,12 @@ LR, MU, LAM, LAM0, M, EPS, GAMMA, LR_MAX = 0, 1, 2, 3, 4, 5, 6, 7
 NCFG = 8
 
 
-@njit(cache=True, nogil=True, fastmath=FASTMATH)
+@njit(cache=True, nogil=True, inline="always", fastmath=FASTMATH)
 def apply_rows(kind, cfg, W, S1, S2, k, ki, rows, G, R, n, tau):
     """Apply the first ``n`` rows of gradient ``G`` (rows ``rows``, read copies ``R``
     where the rule needs them) to the 2-D parameter ``W`` under rule ``kind`` at
-    staleness ``tau`` (updates by others since the read)."""
+    staleness ``tau`` (updates by others since the read). Inlined where the step
+    core calls it, so plain SGD's branch costs what a branch of its own cost there."""
     lr = cfg[LR]
     mu = cfg[MU]
     if kind == SGD:

@@ -33,47 +33,38 @@ resume. Per-worker buffers, rule and density state and generators come in typed 
 Deterministic: one thread, no races. Nothing here imports hogkit.
 """
 
-from __future__ import annotations
-
-import math
-
 import numpy as np
 from numba import njit
 
 from .clock import (A_RELEASED, DONE, ITER, NADM, STATE, admit, blocked, clock_lag,
                     finish_iteration)
+from .layout import (ADM_WIDTH, C_BATCH, C_EVAL_T, C_EVAL_U, C_KEEP, C_SKIP, C_T_STOP,
+                     EV_NONE, F_LAST, F_T, F_WAIT, F_WAIT_SINCE, FINISH, G_SEQ, G_TOTAL,
+                     G_WHO, I_ADM, I_BAD, I_BLOCKED, I_FILLED, I_HELD, I_KIND, I_LAG,
+                     I_OREAD, I_PHASE, I_QUOTA, I_SEQ, I_SKIPPED, I_STARTED, R_BEGIN,
+                     R_DONE, R_END, R_EVAL_T, R_EVAL_U, R_NONFINITE, R_REFILL, R_RETIRE,
+                     START)
+from .pacer import load_factor
 from .rule import FASTMATH
-from .step import begin, end, record
+from .staleness import record_event
+from .step import begin, end
 
-# event kinds
-FINISH, START, NONE = 0, 1, -1
-# int state columns, ist[w, col]; I_ADM is the first of the worker's NADM admission
-# state columns (``clock.A_*``)
-(I_STARTED, I_QUOTA, I_OREAD, I_LAG, I_KIND, I_SEQ, I_BLOCKED, I_FILLED, I_SKIPPED,
- I_BAD, I_ADM) = range(11)
-I_HELD, I_PHASE = I_ADM + NADM, I_ADM + NADM + 1
-NI = I_PHASE + 1
-# float state columns, fst[w, col]
-F_T, F_WAIT_SINCE, F_WAIT, F_LAST = range(4)
-NF = 4
-# global ints gi[...]
-G_SEQ, G_TOTAL, G_WHO = range(3)
-# cfg (float64) entries (the policy travels as its encoded row, ``clock.P_*``)
-C_EVAL_T, C_EVAL_U, C_T_STOP, C_SKIP, C_KEEP, C_BATCH = range(6)
-NC = 6
-# return codes
-R_DONE, R_EVAL_T, R_EVAL_U, R_REFILL, R_NONFINITE, R_BEGIN, R_END, R_RETIRE = range(8)
+if ADM_WIDTH != NADM:         # pragma: no cover - a layout edit that missed the clock's
+    raise ImportError(f"layout.ADM_WIDTH={ADM_WIDTH} but clock.NADM={NADM}: the "
+                      f"simulator's ist columns would overlap; make them equal")
+
 # a START's admission, inside the loop: go on with the step / blocked
 _GO, _BLOCK = -1, -2
 
 
 @njit(cache=True, nogil=True)
 def step_time(base, speed, amp, period, t, pause):
-    """``base · speed · load(t) + pause`` with ``load(t) = 1 + amp·(1 + sin(2πt/period))/2``
-    (``amp = 0`` gives 1 exactly); used by both simulator engines."""
+    """``base · speed · load(t) + pause`` with Load's factor ``load(t) =
+    pacer.load_factor(amp, period, t)`` (``amp = 0`` gives 1 exactly); used by both
+    simulator engines."""
     f = 1.0
     if amp != 0.0:
-        f = 1.0 + amp * 0.5 * (1.0 + math.sin(2.0 * math.pi * t / period))
+        f = load_factor(amp, period, t)
     return base * speed * f + pause
 
 
@@ -88,7 +79,7 @@ def _pop(ist, fst):
     best = -1
     for q in range(ist.shape[0]):
         k = ist[q, I_KIND]
-        if k == NONE:
+        if k == EV_NONE:
             continue
         if best < 0:
             best = q
@@ -127,7 +118,7 @@ def _admit_start(slots, ist, fst, gi, cfg, pol, grants, w, k, t):
     admission: ``_BLOCK`` (blocked until a finish wakes it) or ``_GO`` (its clock lag
     kept for the record)."""
     if t >= cfg[C_T_STOP]:
-        ist[w, I_KIND] = NONE
+        ist[w, I_KIND] = EV_NONE
         slots[w, STATE] = DONE
         _wake(slots, ist, fst, gi, pol, t)
         return R_RETIRE
@@ -135,7 +126,7 @@ def _admit_start(slots, ist, fst, gi, cfg, pol, grants, w, k, t):
         return R_REFILL
     lag = clock_lag(slots, w)
     if not admit(slots, w, pol, ist[w, I_ADM:I_ADM + NADM], grants, lag):
-        ist[w, I_KIND] = NONE
+        ist[w, I_KIND] = EV_NONE
         ist[w, I_BLOCKED] = 1
         fst[w, F_WAIT_SINCE] = t
         return _BLOCK
@@ -150,7 +141,7 @@ def _finished(slots, ist, fst, gi, pol, w, k, t):
     finish_iteration(slots, w, vt_ns(t) + 1)
     fst[w, F_LAST] = t
     if k + 1 >= ist[w, I_QUOTA]:
-        ist[w, I_KIND] = NONE
+        ist[w, I_KIND] = EV_NONE
         slots[w, STATE] = DONE
     else:
         _schedule(ist, fst, gi, w, t, START)
@@ -165,7 +156,7 @@ def _count(gh, lh, stats, ring, ist, gi, w, k, gap, t):
         ist[w, I_HELD] += 1
     else:
         gi[G_TOTAL] += 1
-        record(gh, lh, stats, ring, w, k, gap, ist[w, I_LAG], 1, vt_ns(t))
+        record_event(gh, lh, stats, ring, w, k, gap, ist[w, I_LAG], vt_ns(t), 1)
 
 
 def _run_events(wl, rngs, cursors, params, wbufs, rule, wrule, dens, wdens, mask, slots,
@@ -192,7 +183,6 @@ def _run_events(wl, rngs, cursors, params, wbufs, rule, wrule, dens, wdens, mask
     base, pause, speed, amp, period = times
     gh, lh, stats, ring = log
     kind, rcfg = rule
-    how, fraction, threshold, residual, every, seed = dens
     pol, grants = policy
     C = base.shape[1]
     keep = cfg[C_KEEP] != 0.0
@@ -216,9 +206,8 @@ def _run_events(wl, rngs, cursors, params, wbufs, rule, wrule, dens, wdens, mask
                 if wl is None:
                     ist[w, I_PHASE] = 1
                     return R_BEGIN
-                G, R, RD, cnt, idx, GF, scratch = wbufs[w]
-                others, ok = begin(wl, None if rngs is None else rngs[w], cursors[w], params,
-                                   G, R, RD, cnt, idx, GF, keep, nb, slots, w)
+                others, ok = begin(wl, None if rngs is None else rngs[w], cursors[w],
+                                   params, wbufs[w], slots, w, nb, keep)
                 ist[w, I_OREAD] = others
                 ist[w, I_BAD] = 0 if ok else 1
             ist[w, I_PHASE] = 0
@@ -237,11 +226,8 @@ def _run_events(wl, rngs, cursors, params, wbufs, rule, wrule, dens, wdens, mask
                 ist[w, I_PHASE] = 1
                 return R_END
             else:
-                G, R, RD, cnt, idx, GF, scratch = wbufs[w]
-                S1, S2, K = wrule[w]
-                gap = end(params, G, R, RD, cnt, kind, rcfg, S1, S2, K, how, fraction,
-                          threshold, residual, every, seed, wdens[w], mask, k, slots, w,
-                          ist[w, I_OREAD], False)
+                gap = end(params, wbufs[w], (kind, rcfg) + wrule[w], dens + (wdens[w], mask),
+                          slots, (w, ist[w, I_OREAD], k))
                 _count(gh, lh, stats, ring, ist, gi, w, k, gap, t)
         ist[w, I_PHASE] = 0
         _finished(slots, ist, fst, gi, pol, w, k, t)

@@ -52,6 +52,18 @@ rule arithmetic is unchanged by it (no contraction, no NaN/inf assumptions: the 
 still sees them). The kernels the Python path calls carry the same flags, so both
 paths compute the same numbers.
 
+**Arguments in groups.** The drivers hand the core the step's state as a few typed
+groups, tuples built once: ``bufs`` (a context's ``(G, R, RD, cnt, idx, GF,
+scratch)``), ``rule`` (``(kind, rcfg, S1, S2, K)``), ``dens`` (``(how, fraction,
+threshold, residual, every, seed, D, mask)``), ``log`` (``(gap_hist, lag_hist, stats,
+ring)``), and :func:`begin`, :func:`end`, :func:`python_end`, :func:`dense_end` take
+those. Taking a tuple of arrays apart costs reference counting (measured: ~100 ns a
+step at batch 1, and the gradient's loops optimised worse), so :func:`run_steps`
+unpacks every group once, before its loop, and runs ``end``'s two pieces
+(:func:`thin`, :func:`apply_update`) on plain arrays and tuples of scalars. The control
+arrays' slots (``cfg``, ``rt``, ``io``, the return codes, the pacer kinds) are named in
+``layout.py``; a straggler's pacing is ``pacer.py``'s.
+
 Everything the core reads or writes is an array or a scalar; nothing here imports
 hogkit. Races: the gradient reads and the rule writes shared parameters with no lock
 (Hogwild!); clocks and log rows have one writer each.
@@ -62,13 +74,18 @@ from numba import njit
 from numba.extending import overload
 
 from ._intrinsics import monotonic_ns, sched_yield
-from .clock import (GRANT_BINS, ITER, STEP, UPD, admit, blocked, clock_lag,
-                    finish_iteration, others_updates, proceed_released, unbounded)
+from .clock import (A_EXTRA, A_RELEASED, ITER, P_A, P_KIND, STEP, UPD, admit,
+                    admitted_as_is, blocked, clock_lag, finish_iteration, lead_given,
+                    others_updates, proceed_released, unbounded)
 from .density import NONE, filter_rows, hold_rows
 from .guard import all_finite, finite_prefix
-from .rule import FASTMATH, LR, MU, SGD, apply_flat, apply_rows
-from .sparse import sgd_rows
-from .staleness import record_ring, record_stats
+from .layout import (BATCH, BLOCKED, CHUNK, FUSED, IO_DONE, IO_PAUSE_NS, KEEP_READ,
+                     LOCAL_H, MERGE, ME, NONFINITE, PACE_NONE, PAUSE, QUOTA, QUOTA_DONE,
+                     RECORD, RT_COMPUTE, RT_HELD, RT_NONFINITE, RT_PAUSED, RT_SAMPLES,
+                     RT_WAIT, SKIP, STEP0, STOPPED, STRIDE, TIMING)
+from .pacer import pace_ns
+from .rule import FASTMATH, LR, apply_flat, apply_rows
+from .staleness import record_event
 
 # --- the workload protocol -----------------------------------------------------------
 
@@ -150,30 +167,8 @@ def cacheable(arrays_cls) -> bool:
     return arrays_cls in _CACHEABLE
 
 
-# --- per-call settings and results ---------------------------------------------------
+# --- per-call settings (the control arrays' layouts are ``layout.py``'s) -----------------
 
-#: cfg (int64) fields, written by the Python driver between calls (STEP0: added to the
-#: step index that density's random masks and every-k phase use, so a resumed segment
-#: goes on with the whole run's sequence). The policy is not here: its encoded row and
-#: the worker's admission state (``clock.P_*``, ``clock.A_*``) travel in ``ctl``.
-(ME, BATCH, KEEP_READ, SKIP, STRIDE, LOCAL_H, QUOTA, TIMING, RECORD, FUSED,
- STEP0) = range(11)
-NCFG = 11
-#: rt (int64, one row of RT columns per worker) counters, written by the worker only:
-#: ns waiting on the policy and busy in the loop, gradients skipped as non-finite,
-#: samples processed, monotonic ns it left the start barrier / finished, ns of
-#: compute and of straggler pauses (realised slowdown), steps held back by temporal
-#: density, the largest event-ring stride used
-(RT_WAIT, RT_BUSY, RT_NONFINITE, RT_SAMPLES, RT_T0, RT_T1, RT_COMPUTE, RT_PAUSED,
- RT_HELD, RT_STRIDE) = range(10)
-RT = 16
-#: return codes of run_steps
-CHUNK, STOPPED, QUOTA_DONE, BLOCKED, MERGE, PAUSE, NONFINITE = range(7)
-#: io (int64) results of run_steps
-IO_DONE, IO_PAUSE_NS = 0, 1
-NIO = 4
-#: pacer kinds (a straggler's extra time per step; see hogkit.engine.delays)
-PACE_NONE, PACE_SLOWDOWN, PACE_PAUSES, PACE_LOAD = 0, 1, 2, 3
 #: above this a pause returns to Python to sleep; below it the core spins (sleep
 #: overshoots by ~60 µs, so short pauses would miss their factor)
 SPIN_MAX_NS = 200_000
@@ -192,79 +187,77 @@ def _all_finite(G, GF, cnt):
 
 
 @njit(cache=True, nogil=True, inline="always", fastmath=FASTMATH)
-def begin(wl, rng, cursor, params, G, R, RD, cnt, idx, GF, keep_read, nb, slots, me):
-    """Compute one step's update into the buffers ``G, R, RD, cnt`` (``idx`` the
-    samples, ``GF`` ``G``'s memory seen flat, for the guard); returns ``(others,
-    finite)``: others' updates at the read (the clock vector, summed) and whether
-    every gradient value is finite. Nothing shared is written."""
+def begin(wl, rng, cursor, params, bufs, slots, me, nb, keep_read):
+    """Compute one step's update into the buffers ``bufs`` (``(G, R, RD, cnt, idx, GF,
+    scratch)``, a workload context's ``bufs()``); returns ``(others, finite)``:
+    others' updates at the read (the clock vector, summed) and whether every gradient
+    value is finite. Nothing shared is written."""
+    G, R, RD, cnt, idx, GF, _ = bufs
     sample(wl, rng, cursor, nb, idx)
     others = others_updates(slots, me)
-    return others, compute(wl, params, G, R, RD, cnt, idx, GF, keep_read, nb)
+    return others, compute(wl, params, G, R, RD, cnt, idx, GF, nb, keep_read)
 
 
 @njit(cache=True, nogil=True, inline="always", fastmath=FASTMATH)
-def compute(wl, params, G, R, RD, cnt, idx, GF, keep_read, nb):
-    """The gradient of the drawn samples into the buffers, then the guard."""
+def compute(wl, params, G, R, RD, cnt, idx, GF, nb, keep_read):
+    """The gradient of the drawn samples ``idx[:nb]`` into the buffers (the workload
+    protocol's ``gradient``), then the guard (every value finite)."""
     gradient(wl, params, idx, nb, keep_read, G, R, RD, cnt)
     return _all_finite(G, GF, cnt)
 
 
 @njit(cache=True, nogil=True, inline="always", fastmath=FASTMATH)
-def end(params, G, R, RD, cnt, kind, rcfg, S1, S2, K, how, fraction, threshold, residual,
-        every, seed, D, mask, step, slots, me, others, local):
-    """Apply one step's update (see the module docstring): rule ``kind``/``rcfg`` with
-    state ``S1, S2, K``; density ``how, fraction, threshold, residual, every, seed``
-    with residuals ``D``. Returns the update gap, or -1 when temporal density held the
-    step back (nothing written: not an update). ``local``: a local-SGD replica step
-    (staleness 0, no update counted)."""
+def end(params, bufs, rule, dens, slots, at):
+    """Apply one step's update (see the module docstring) from the buffers ``bufs``:
+    ``rule`` = ``(kind, rcfg, S1, S2, K)`` (``kernels.rule.apply_rows``), ``dens`` =
+    ``(how, fraction, threshold, residual, every, seed, D, mask)`` (``kernels.density``),
+    ``at`` = ``(me, others, step)``: the worker, others' updates at its read (< 0: a
+    local-SGD replica step: staleness 0, no update counted) and the step index density
+    uses. Returns the update gap, or -1 when temporal density held the step back
+    (nothing written: not an update). :func:`run_steps` runs the same two pieces,
+    :func:`thin` and :func:`apply_update`, on the groups it unpacked before its loop."""
+    G, R, RD, cnt = bufs[0], bufs[1], bufs[2], bufs[3]
+    kind, rcfg, S1, S2, K = rule
+    me, others, step = at
+    if not thin(G, R, cnt, dens[6], dens[7], dens[:6], step):
+        return -1
+    return apply_update(params, G, R, RD, cnt, kind, rcfg, S1, S2, K, slots, (me, others))
+
+
+@njit(cache=True, nogil=True, inline="always", fastmath=FASTMATH)
+def thin(G, R, cnt, D, mask, dcfg, step):
+    """Update density on the step's gradient rows (``kernels.density``; ``dcfg`` =
+    ``(how, fraction, threshold, residual, every, seed)``, ``D`` the residuals):
+    returns False when temporal density holds step ``step`` back (its rows go to the
+    residual; nothing is applied), else filters the rows in place and returns True."""
+    how, fraction, threshold, residual, every, seed = dcfg
     if every > 1 and step % every != 0:
         if residual:
             for p in range(len(G)):
                 hold_rows(D[p], R[p], G[p], cnt[p])
-        return -1
+        return False
     if how != NONE:
         for p in range(len(G)):
             filter_rows(how, fraction, threshold, residual, seed, step, p, D[p], R[p],
                         G[p], cnt[p], mask)
-    gap = 0 if local else others_updates(slots, me) - others
-    if kind == SGD and rcfg[MU] == 0.0:         # the common case, inlined
-        lr = rcfg[LR]
-        for p in range(len(G)):
-            sgd_rows(params[p], R[p], G[p], lr, cnt[p])
-    else:
-        for p in range(len(G)):
-            apply_rows(kind, rcfg, params[p], S1[p], S2[p], K, p, R[p], G[p], RD[p],
-                       cnt[p], gap)
-    if not local:
+    return True
+
+
+@njit(cache=True, nogil=True, inline="always", fastmath=FASTMATH)
+def apply_update(params, G, R, RD, cnt, kind, rcfg, S1, S2, K, slots, who):
+    """The update gap, the rule on every parameter (``kernels.rule.apply_rows``: the
+    one place a step's rule writes the parameters, on every engine) and the update
+    tick. ``who`` = ``(me, others)``: the worker and others' updates at its read (< 0:
+    a local-SGD replica step: gap 0, no tick). Returns the gap. Plain arrays and a
+    tuple of scalars: inlined in a loop, it takes no reference per step."""
+    me, others = who
+    gap = 0 if others < 0 else others_updates(slots, me) - others
+    for p in range(len(G)):
+        apply_rows(kind, rcfg, params[p], S1[p], S2[p], K, p, R[p], G[p], RD[p], cnt[p],
+                   gap)
+    if others >= 0:
         slots[me, UPD] += 1
     return gap
-
-
-@njit(cache=True, nogil=True, inline="always")
-def record(gh, lh, stats, ring, me, step, gap, lag, stride, t_ns):
-    """The event into the log: stats always, the ring every ``stride``-th event (with
-    ``t_ns``, or the monotonic clock when ``t_ns < 0``)."""
-    n = record_stats(gh, lh, stats, me, gap, lag)
-    if stride <= 1 or n % stride == 0:
-        record_ring(ring, stats, me, step, gap, lag, monotonic_ns() if t_ns < 0 else t_ns)
-
-
-@njit(cache=True, nogil=True)
-def pace_ns(pacer, prng, busy_ns, now):
-    """A straggler's extra time for a step that took ``busy_ns`` (``pacer``: float64
-    ``[kind, a, b, t0_ns]``): Slowdown(a) ``(a-1)·busy``; Pauses(a, b) ``b`` s with
-    probability a (drawn from ``prng``); Load(a, b) ``(f(t) - 1)·busy`` with
-    ``f(t) = 1 + a·(1 + sin(2πt/b))/2``, t seconds since ``t0_ns``."""
-    kind = int(pacer[0])
-    if kind == PACE_SLOWDOWN:
-        return int((pacer[1] - 1.0) * busy_ns)
-    if kind == PACE_PAUSES:
-        return int(pacer[2] * 1e9) if prng.random() < pacer[1] else 0
-    if kind == PACE_LOAD:
-        t = (now - pacer[3]) * 1e-9
-        f = 1.0 + pacer[1] * 0.5 * (1.0 + np.sin(2.0 * np.pi * t / pacer[2]))
-        return int((f - 1.0) * busy_ns)
-    return 0
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -325,14 +318,15 @@ def _run_steps(n, wl, rng, cursor, params, bufs, rule, dens, ctl, log, cfg, io, 
     slots, rt, stop, pol, adm, grants = ctl
     G, R, RD, cnt, idx, GF, scratch = bufs
     kind, rcfg, S1, S2, K = rule
+    D, mask, dcfg = dens[6], dens[7], dens[:6]    # dcfg: scalars only
     fused = cfg[FUSED] != 0
     lr = rcfg[LR]
-    how, fraction, threshold, residual, every, seed, D, mask = dens
     gh, lh, stats, ring = log
     me, nb, local_h = cfg[ME], cfg[BATCH], cfg[LOCAL_H]
     keep, timing = cfg[KEEP_READ] != 0, cfg[TIMING] != 0
     pacing = int(pacer[0]) != PACE_NONE
     free = unbounded(pol)                     # Async, LocalSGD: one compare per step
+    kind_p, bound_p = pol[P_KIND], pol[P_A]
     done = 0
     io[IO_PAUSE_NS] = 0
     while done < n:
@@ -343,12 +337,14 @@ def _run_steps(n, wl, rng, cursor, params, bufs, rule, dens, ctl, log, cfg, io, 
         if cfg[QUOTA] >= 0 and k >= cfg[QUOTA]:
             return QUOTA_DONE
         lag = clock_lag(slots, me)
-        if not free and not admit(slots, me, pol, adm, grants, lag):
-            ok, lag, waited = _spin_admit(slots, me, pol, adm, stop, SPIN_WAIT_NS)
-            rt[me, RT_WAIT] += waited
-            if not ok:
-                return BLOCKED
-            proceed_released(adm)
+        if not free and not admitted_as_is(bound_p, adm[A_EXTRA], adm[A_RELEASED],
+                                           lead_given(slots, me, kind_p, lag)):
+            if not admit(slots, me, pol, adm, grants, lag):  # the rest of the machine
+                ok, lag, waited = _spin_admit(slots, me, pol, adm, stop, SPIN_WAIT_NS)
+                rt[me, RT_WAIT] += waited
+                if not ok:
+                    return BLOCKED
+                proceed_released(adm)
         slots[me, STEP] = k
         t0 = monotonic_ns() if pacing else 0
         sample(wl, rng, cursor, nb, idx)
@@ -357,19 +353,20 @@ def _run_steps(n, wl, rng, cursor, params, bufs, rule, dens, ctl, log, cfg, io, 
             gap = others_updates(slots, me) - others      # the fast path: SGD, fused
             slots[me, UPD] += 1
             if cfg[RECORD] != 0:
-                record(gh, lh, stats, ring, me, k, gap, lag, cfg[STRIDE], -1)
-        elif not compute(wl, params, G, R, RD, cnt, idx, GF, keep, nb):
+                record_event(gh, lh, stats, ring, me, k, gap, lag, -1, cfg[STRIDE])
+        elif not compute(wl, params, G, R, RD, cnt, idx, GF, nb, keep):
             if cfg[SKIP] == 0:
                 return NONFINITE
             rt[me, RT_NONFINITE] += 1
         else:
-            gap = end(params, G, R, RD, cnt, kind, rcfg, S1, S2, K, how, fraction,
-                      threshold, residual, every, seed, D, mask, k + cfg[STEP0], slots, me,
-                      others, local_h > 0)
+            gap = -1                                       # end(), its groups unpacked
+            if thin(G, R, cnt, D, mask, dcfg, k + cfg[STEP0]):
+                gap = apply_update(params, G, R, RD, cnt, kind, rcfg, S1, S2, K, slots,
+                                   (me, -1 if local_h > 0 else others))
             if gap < 0:
                 rt[me, RT_HELD] += 1
             elif local_h == 0 and cfg[RECORD] != 0:
-                record(gh, lh, stats, ring, me, k, gap, lag, cfg[STRIDE], -1)
+                record_event(gh, lh, stats, ring, me, k, gap, lag, -1, cfg[STRIDE])
         rt[me, RT_SAMPLES] += nb
         long_pause = _pace(pacer, prng, rt, me, t0) if pacing else 0
         done += 1
@@ -406,7 +403,7 @@ def _python_begin(wl, rng, cursor, params, G, R, RD, cnt, idx, GF, keep_read, nb
         others = others_updates(slots, me)
         lag = clock_lag(slots, me)
     sample(wl, rng, cursor, nb, idx)
-    return others, lag, compute(wl, params, G, R, RD, cnt, idx, GF, keep_read, nb)
+    return others, lag, compute(wl, params, G, R, RD, cnt, idx, GF, nb, keep_read)
 
 
 #: per workload type, like run_steps (and an uncached twin for user workloads)
@@ -415,40 +412,44 @@ python_begin_uncached = njit(nogil=True, fastmath=FASTMATH)(_python_begin)
 
 
 @njit(cache=True, nogil=True, fastmath=FASTMATH)
-def python_end(params, G, R, RD, cnt, kind, rcfg, S1, S2, K, slots, me, others, lag,
-               gh, lh, stats, ring, step, t_ns):
+def python_end(params, bufs, rule, log, slots, ev):
     """The Python engine's apply half in one call, for an update that goes to the
-    shared parameters whole (no density, no per-shard clocks): the gap (others'
-    updates since the read that gave ``others``), the rule on every parameter
-    (``kernels.rule.apply_rows``: the same arithmetic as :func:`end`), the update
-    tick, the event ``(step, gap, lag)`` into the log at ``t_ns`` (< 0: now).
-    Returns the gap. ``others < 0``: a local-SGD replica step (staleness 0, nothing
-    ticked or recorded)."""
-    gap = 0 if others < 0 else others_updates(slots, me) - others
-    for p in range(len(G)):
-        apply_rows(kind, rcfg, params[p], S1[p], S2[p], K, p, R[p], G[p], RD[p], cnt[p],
-                   gap)
+    shared parameters whole (no density, no per-shard clocks), from the buffers
+    ``bufs`` (``(G, R, RD, cnt)`` or a context's whole ``bufs()``) under ``rule`` =
+    ``(kind, rcfg, S1, S2, K)``: the gap (others' updates since the read), the rule on
+    every parameter (``kernels.rule.apply_rows``, as :func:`end`), the update tick, the
+    event into ``log`` = ``(gap_hist, lag_hist, stats, ring)``. ``ev`` = ``(me, others,
+    lag, step, t_ns)``: the worker, others' updates and the clock lag at its read, the
+    step and the event's time (< 0: now). ``others < 0``: a local-SGD replica step
+    (staleness 0, nothing ticked or recorded). Returns the gap."""
+    kind, rcfg, S1, S2, K = rule
+    me, others, lag, step, t_ns = ev
+    gap = apply_update(params, bufs[0], bufs[1], bufs[2], bufs[3], kind, rcfg, S1, S2, K,
+                       slots, (me, others))
     if others >= 0:
-        slots[me, UPD] += 1
-        record(gh, lh, stats, ring, me, step, gap, lag, 1, t_ns)
+        gh, lh, stats, ring = log
+        record_event(gh, lh, stats, ring, me, step, gap, lag, t_ns, 1)
     return gap
 
 
 @njit(cache=True, nogil=True, fastmath=FASTMATH)
-def dense_end(params, G, RD, kinds, cfgs, S1, S2, K, slots, me, others, lag, gh, lh,
-              stats, ring, step, t_ns):
+def dense_end(params, G, RD, rules, log, slots, ev):
     """A torch-style optimizer's step (``hogkit.optim``) in one call, for dense
     gradients: the guard (every value finite, else nothing is written and -1 is
-    returned), the gap, parameter ``p``'s rule ``kinds[p]`` with hyper-parameters
-    ``cfgs[p]`` (``kernels.rule.apply_flat``, what ``rule.apply`` runs), the update
-    tick and the event into the log. Every array is flat; ``RD[p]`` / ``S1[p]`` /
-    ``S2[p]`` may be empty where the rule does not use them. Returns the gap."""
+    returned), the gap, parameter ``p``'s rule under ``rules`` = ``(kinds, cfgs, S1,
+    S2, K)``: ``kinds[p]`` with hyper-parameters ``cfgs[p]`` (``kernels.rule.apply_flat``,
+    what ``rule.apply`` runs), the update tick and the event into ``log`` (``ev`` as for
+    :func:`python_end`). Every array is flat; ``RD[p]`` / ``S1[p]`` / ``S2[p]`` may be
+    empty where the rule does not use them. Returns the gap."""
     for p in range(len(G)):
         if not all_finite(G[p]):
             return -1
+    kinds, cfgs, S1, S2, K = rules
+    me, others, lag, step, t_ns = ev
     gap = others_updates(slots, me) - others
     for p in range(len(G)):
         apply_flat(kinds[p], cfgs[p], params[p], S1[p], S2[p], K, p, G[p], RD[p], gap)
     slots[me, UPD] += 1
-    record(gh, lh, stats, ring, me, step, gap, lag, 1, t_ns)
+    gh, lh, stats, ring = log
+    record_event(gh, lh, stats, ring, me, step, gap, lag, t_ns, 1)
     return gap

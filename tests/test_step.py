@@ -12,7 +12,7 @@ from hogkit import workloads
 from hogkit.state.clocks import RUNNING, Clocks
 from hogkit.engine.delays import LogNormal, Pauses, Slowdown, StepTimes
 from hogkit.rules.density import Density
-from hogkit.kernels import step as K
+from hogkit.kernels import layout as KL
 from hogkit.policy import DSSP, SSP, Async
 from hogkit.state.reader import Reader, StalenessLog
 from hogkit.rules.core import SGD, DelayCompensated, GapAware, StalenessAware
@@ -63,13 +63,13 @@ def run_compiled(wl, rule, density, steps, batch, seed=0, pacer=None, nonfinite=
         codes.append(code)
         # every path out of the core leaves the counters consistent
         assert core.done == int(clocks.iterations[0]) - i0
-        held = int(views["rt"][0, K.RT_HELD])
+        held = int(views["rt"][0, KL.RT_HELD])
         assert int(clocks.updates[0]) - u0 <= core.done
-        if code in (K.QUOTA_DONE, K.NONFINITE):
+        if code in (KL.QUOTA_DONE, KL.NONFINITE):
             break
-    if code == K.NONFINITE:
+    if code == KL.NONFINITE:
         return params, log, views["rt"][0], codes
-    skipped = int(views["rt"][0, K.RT_NONFINITE])
+    skipped = int(views["rt"][0, KL.RT_NONFINITE])
     assert int(clocks.updates[0]) + held + skipped == steps == int(clocks.iterations[0])
     return params, log, views["rt"][0], codes
 
@@ -110,13 +110,13 @@ def test_both_steps_guard_and_skip_the_same_nonfinite_updates(rule):
     rule = {"sgd": SGD(0.05), "dc-asgd": DelayCompensated(0.05)}[rule]
     pc, log_c, rt, codes = run_compiled(wl, rule, None, 80, 16, nonfinite="skip")
     pp, log_p, skipped = run_python(wl, rule, None, 80, 16, skip_nonfinite=True)
-    assert skipped > 0 and int(rt[K.RT_NONFINITE]) == skipped
+    assert skipped > 0 and int(rt[KL.RT_NONFINITE]) == skipped
     for name in pc:
         assert np.isfinite(pc[name]).all()
         np.testing.assert_array_equal(pc[name], pp[name])
     np.testing.assert_array_equal(log_c.count, log_p.count)
     _, _, _, codes = run_compiled(wl, rule, None, 80, 16, nonfinite="raise")
-    assert codes[-1] == K.NONFINITE
+    assert codes[-1] == KL.NONFINITE
 
 
 @pytest.mark.parametrize("wl", [MF, LOGREG], ids=["mf", "logreg"])
@@ -156,15 +156,15 @@ def test_compiled_and_python_steps_thin_updates_the_same_way(wl, density):
         np.testing.assert_array_equal(pc[name], pp[name])
     np.testing.assert_array_equal(log_c.count, log_p.count)
     if density is not None and density.every > 1:      # held back: iterations, not updates
-        assert int(rt[K.RT_HELD]) == 60 - int(log_c.count[0]) > 0
+        assert int(rt[KL.RT_HELD]) == 60 - int(log_c.count[0]) > 0
 
 
 def test_a_long_pause_returns_to_python_with_the_step_counted():
     """Pauses beyond the spin limit are slept by Python; the step before is complete."""
     pacer = encode_pacer(Pauses(0.5, 0.0005), 0, 0)
     _, _, rt, codes = run_compiled(MF, SGD(0.05), None, 80, 4, pacer=pacer)
-    assert codes.count(K.PAUSE) > 5
-    assert rt[K.RT_PAUSED] >= codes.count(K.PAUSE) * 500_000
+    assert codes.count(KL.PAUSE) > 5
+    assert rt[KL.RT_PAUSED] >= codes.count(KL.PAUSE) * 500_000
 
 
 def test_the_core_stops_on_the_flag_and_blocks_past_the_bound():
@@ -178,12 +178,12 @@ def test_the_core_stops_on_the_flag_and_blocks_past_the_bound():
                         rng=np.random.default_rng(0), policy=SSP(1))
     # worker 1 never moves: worker 0 may run 2 iterations under SSP(1), then blocks
     # (after spinning in compiled code for a while)
-    assert core.run(100) == K.BLOCKED and core.done == 2
-    assert views["rt"][0, K.RT_WAIT] > 0
+    assert core.run(100) == KL.BLOCKED and core.done == 2
+    assert views["rt"][0, KL.RT_WAIT] > 0
     clocks.iterations[1] = 5                           # the peer moved on
-    assert core.run(3) == K.CHUNK and core.done == 3
+    assert core.run(3) == KL.CHUNK and core.done == 3
     clocks.request_stop()
-    assert core.run(100) == K.STOPPED and core.done == 0
+    assert core.run(100) == KL.STOPPED and core.done == 0
 
 
 def test_unsupported_knobs_are_named():

@@ -51,14 +51,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from hogkit.errors import InvalidArgument, InvalidType
+# the pacer kinds: plain numbers (importing the layout loads no numba)
+from hogkit.kernels.layout import PACE_LOAD, PACE_PAUSES, PACE_SLOWDOWN
 from hogkit.validation import check_float, check_int
 
 __all__ = ["Slowdown", "Pauses", "Load", "Constant", "LogNormal",
            "StepTimes", "parse_delays", "step_times", "wait_ns"]
 
-# pacer kinds of hogkit.kernels.step (kept here as plain numbers: importing the kernel
-# module would compile nothing but load numba in processes that need none)
-_PACE_SLOWDOWN, _PACE_PAUSES, _PACE_LOAD = 1, 2, 3
 
 
 #: pauses shorter than this are spun (time.sleep overshoots by ~60 µs, which would
@@ -80,7 +79,7 @@ def wait_ns(ns: float) -> None:
 
 class _Straggler:
     """What the live straggler models share: ``pacer()`` is the model's compiled row
-    ``[kind, a, b, t0]`` (``hogkit.kernels.step.pace_ns``); :meth:`start` makes a
+    ``[kind, a, b, t0]`` (``hogkit.kernels.pacer.pace_ns``); :meth:`start` makes a
     worker's Python pacer from it; :meth:`config` is its fields."""
 
     def start(self, seed, rank):
@@ -100,8 +99,8 @@ class Slowdown(_Straggler):
                     fix="a straggler runs factor times slower; use 1.0 for none")
 
     def pacer(self):
-        """The compiled pacer row ``[kind, a, b, t0]`` (``hogkit.kernels.step.pace_ns``)."""
-        return (_PACE_SLOWDOWN, self.factor, 0.0, 0.0)
+        """The compiled pacer row ``[kind, a, b, t0]`` (``hogkit.kernels.pacer.pace_ns``)."""
+        return (PACE_SLOWDOWN, self.factor, 0.0, 0.0)
 
 
 @dataclass(frozen=True)
@@ -115,7 +114,7 @@ class Pauses(_Straggler):
         check_float("seconds", self.seconds, min_value=0.0)
 
     def pacer(self):
-        return (_PACE_PAUSES, self.prob, self.seconds, 0.0)
+        return (PACE_PAUSES, self.prob, self.seconds, 0.0)
 
 
 @dataclass(frozen=True)
@@ -129,12 +128,12 @@ class Load(_Straggler):
         check_float("period", self.period, min_value=0.0, exclude_min=True)
 
     def pacer(self):
-        return (_PACE_LOAD, self.amplitude, self.period, 0.0)
+        return (PACE_LOAD, self.amplitude, self.period, 0.0)
 
 
 class _Pacer:
     """Per-worker, private: after each step, waits the extra time its model asks for
-    (``hogkit.kernels.step.pace_ns``, the formula the compiled core uses, from the same
+    (``hogkit.kernels.pacer.pace_ns``, the formula the compiled core uses, from the same
     generator ``(seed, rank, 0x5EED)``), precisely (:func:`wait_ns`). ``compute_ns`` /
     ``paused_ns`` add up what was measured and added, so the realised slowdown is
     ``(compute + paused) / compute``."""
@@ -151,16 +150,17 @@ class _Pacer:
         ``f(t)``, 1.0 for Pauses (unpredictable by design). What a node's load monitor
         would report: the exogenous input of LB-BSP's NARX predictor."""
         kind, a, b, t0 = self.row
-        if kind == _PACE_SLOWDOWN:
+        if kind == PACE_SLOWDOWN:
             return float(a)
-        if kind == _PACE_LOAD:
+        if kind == PACE_LOAD:
+            from hogkit.kernels.pacer import load_factor
             t = ((time.monotonic_ns() if now_ns is None else now_ns) - t0) * 1e-9
-            return 1.0 + a * 0.5 * (1.0 + math.sin(2.0 * math.pi * t / b))
+            return float(load_factor(a, b, t))
         return 1.0
 
     def pause(self, busy_ns: int) -> int:
         """Wait the extra time for a step that was busy ``busy_ns``; returns it."""
-        from hogkit.kernels.step import pace_ns
+        from hogkit.kernels.pacer import pace_ns
         extra = int(pace_ns(self.row, self.rng, int(busy_ns), time.monotonic_ns()))
         self.compute_ns += int(busy_ns)
         self.paused_ns += extra

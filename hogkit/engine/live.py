@@ -32,7 +32,7 @@ from hogkit.engine.run import Run
 from hogkit.engine.supervisor import Supervisor, parent_signals, signals_deferred
 from hogkit.engine.worker_loop import WorkerSpec, control_specs, warm
 from hogkit.errors import WorkerFailed
-from hogkit.kernels import step as _ks
+from hogkit.kernels import layout as _kl
 from hogkit.report import EventLog, environment, write_outputs
 from hogkit.state import worker_state
 from hogkit.state.checkpoint import load_into
@@ -186,7 +186,7 @@ class LiveRun:
         cursors = np.zeros(self.log.workers, dtype=np.int64)
         bar = _progress_bar(progress, p.steps, p.seconds)
         rt = self.control["rt"]
-        t0_ns = rt[:, _ks.RT_T0]
+        t0_ns = rt[:, _kl.RT_T0]
         every, _ = eval_interval(p, live=True)
         started = None                # when the first worker left the start barrier
         try:
@@ -236,7 +236,7 @@ class LiveRun:
                                  "rank": failure.rank, "signal": failure.signal,
                                  "exitcode": failure.exitcode})
                     raise
-                wall = (rt[:, _ks.RT_T1].max() - t0_ns.min()) * 1e-9
+                wall = (rt[:, _kl.RT_T1].max() - t0_ns.min()) * 1e-9
         finally:
             with signals_deferred():
                 if bar is not None:
@@ -284,9 +284,9 @@ class LiveRun:
             return [int(c) + (int(old[r]) if old else 0) for r, c in enumerate(cur)]
         return {"iterations": plus(prev.iterations, self.clocks.iterations[:W]),
                 "updates": plus(prev.updates, self.clocks.updates[:W]),
-                "samples": plus(prev.samples, rt[:W, _ks.RT_SAMPLES]),
-                "nonfinite": plus(prev.nonfinite, rt[:W, _ks.RT_NONFINITE]),
-                "held": plus(prev.held, rt[:W, _ks.RT_HELD])}
+                "samples": plus(prev.samples, rt[:W, _kl.RT_SAMPLES]),
+                "nonfinite": plus(prev.nonfinite, rt[:W, _kl.RT_NONFINITE]),
+                "held": plus(prev.held, rt[:W, _kl.RT_HELD])}
 
     def _whole_curve(self):
         """The loss curve of the whole run: earlier segments, then this one shifted by
@@ -354,7 +354,7 @@ class LiveRun:
                          "samples": sum(counts["samples"]),
                          "engine": self.engine,
                          "events_recorded": int(log.cursor.sum()),
-                         "events_stride": int(max(1, rt[:, _ks.RT_STRIDE].max()))})
+                         "events_stride": int(max(1, rt[:, _kl.RT_STRIDE].max()))})
         if self.resume_dir is not None:
             run.extra["segments"] = getattr(p, "stream", 0) + 1
         if self.on_failure == "restart":
@@ -427,16 +427,16 @@ def _per_worker(clocks, log, control, workers):
     out = []
     rt = control["rt"]
     for r in range(workers):
-        busy = int(rt[r, _ks.RT_BUSY])
-        wait = int(rt[r, _ks.RT_WAIT])
-        compute, paused = int(rt[r, _ks.RT_COMPUTE]), int(rt[r, _ks.RT_PAUSED])
+        busy = int(rt[r, _kl.RT_BUSY])
+        wait = int(rt[r, _kl.RT_WAIT])
+        compute, paused = int(rt[r, _kl.RT_COMPUTE]), int(rt[r, _kl.RT_PAUSED])
         st = log.summary(r)
         row = {"rank": r, "updates": int(clocks.updates[r]),
                "iterations": int(clocks.iterations[r]),
-               "samples": int(rt[r, _ks.RT_SAMPLES]),
+               "samples": int(rt[r, _kl.RT_SAMPLES]),
                "wait_fraction": round(wait / busy, 4) if busy else 0.0,
-               "nonfinite_skipped": int(rt[r, _ks.RT_NONFINITE]),
-               "held_back": int(rt[r, _ks.RT_HELD]),
+               "nonfinite_skipped": int(rt[r, _kl.RT_NONFINITE]),
+               "held_back": int(rt[r, _kl.RT_HELD]),
                "staleness": {"update_gap": st["gap"], "clock_lag": st["lag"]}}
         if compute:
             # what a straggler model actually did: (compute + pauses) / compute

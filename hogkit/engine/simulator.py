@@ -9,12 +9,14 @@ results; the worker count is not bounded by the cores.
 **What is modelled** (discrete events in virtual time, one pending event per worker;
 the event loop is ``hogkit.kernels.sim.run_events``):
 
-- ``START`` at time t: the policy's admission test (the live definitions of
-  ``hogkit.kernels.clock``: SSP(s) with DONE workers excluded from the minimum; BSP =
-  SSP(0); Async = SSP(∞); DSSP's grant from each worker's last finish and latest
-  iteration time). A worker that may not proceed *blocks* until another worker's
-  finish changes the clocks; blocked workers are re-checked after every finish in
-  rank order. Otherwise the worker **reads**: the first half of the step (sample,
+- ``START`` at time t: the policy's admission test, ``hogkit.kernels.clock.admit`` on
+  the policy's own encoding (``policy.encode()``), the state machine the live engines
+  run: SSP(s) with DONE workers excluded from the minimum, BSP = SSP(0), Async =
+  SSP(∞), DSSP's grant from each worker's last finish and latest iteration time,
+  BoundedDelay's update lead. A worker that may not proceed *blocks* until another
+  worker's finish changes the clocks; blocked workers are re-checked after every
+  finish in rank order and released then (a released worker starts without a new
+  check, as after a live wait). Otherwise the worker **reads**: the first half of the step (sample,
   clock vector, gradient, guard) runs at once, on the parameters exactly as of this
   event (an exact snapshot: nothing else happens at the same instant), with the
   worker's own context and RNG (as a live worker).
@@ -26,7 +28,8 @@ the event loop is ``hogkit.kernels.sim.run_events``):
   (updates that finish at t are visible to reads at t) and ``seq`` a global counter
   (FIFO among equal times; initially ranks in order). With zero compute time every
   update is applied before the next read: round-robin sequential SGD.
-- :class:`~hogkit.policy.LocalSGD` (``overlap=False``): private replicas, a merge
+- a policy with ``local_steps`` h (:class:`~hogkit.policy.LocalSGD`,
+  ``overlap=False``): private replicas, a merge
   ``shared += Δ/W`` at the finish of every h-th step (its gap = merges by others
   since the worker's last pull), then a pull. ``overlap=True`` is not simulated.
 
@@ -59,8 +62,9 @@ from hogkit.state.clocks import RUNNING, Clocks
 from hogkit.engine.delays import CHUNK, StepTimes, step_times
 from hogkit.errors import InvalidArgument, NonFiniteGradient
 from hogkit.kernels import clock as _kc
+from hogkit.kernels import layout as L
 from hogkit.kernels import sim as K
-from hogkit.policy.local_sgd import local_delta, merge
+from hogkit.engine.local_phase import LocalPhase
 from hogkit.engine.plan import eval_interval, make_plan
 from hogkit.state.reader import Reader, StalenessLog
 from hogkit.report import write_outputs
@@ -239,21 +243,21 @@ def _loop_state(S):
     slots = np.zeros((W, _kc.SLOT), np.int64)
     slots[:, _kc.STATE] = RUNNING
     slots[:, _kc.BEAT] = 1                      # virtual t = 0 (ns + 1; 0 is "never")
-    ist = np.zeros((W, K.NI), np.int64)
-    ist[:, K.I_QUOTA] = S.quotas
-    ist[:, K.I_KIND] = K.START
-    ist[:, K.I_SEQ] = np.arange(W)
-    ist[:, K.I_ADM:K.I_ADM + _kc.NADM] = _kc.admission_state()
-    fst = np.zeros((W, K.NF))
-    gi = np.zeros(3, np.int64)
-    gi[K.G_SEQ] = W
-    cfg = np.zeros(K.NC)
-    cfg[K.C_EVAL_T] = S.eval_every if S.eval_every is not None else math.inf
-    cfg[K.C_EVAL_U] = S.eval_updates
-    cfg[K.C_T_STOP] = S.t_stop
-    cfg[K.C_SKIP] = 1.0 if S.nonfinite == "skip" else 0.0
-    cfg[K.C_KEEP] = 1.0 if getattr(S.rule, "needs_read", False) else 0.0
-    cfg[K.C_BATCH] = S.batch
+    ist = np.zeros((W, L.NI), np.int64)
+    ist[:, L.I_QUOTA] = S.quotas
+    ist[:, L.I_KIND] = L.START
+    ist[:, L.I_SEQ] = np.arange(W)
+    ist[:, L.I_ADM:L.I_ADM + _kc.NADM] = _kc.admission_state()
+    fst = np.zeros((W, L.NF))
+    gi = np.zeros(L.NG, np.int64)
+    gi[L.G_SEQ] = W
+    cfg = np.zeros(L.NC)
+    cfg[L.C_EVAL_T] = S.eval_every if S.eval_every is not None else math.inf
+    cfg[L.C_EVAL_U] = S.eval_updates
+    cfg[L.C_T_STOP] = S.t_stop
+    cfg[L.C_SKIP] = 1.0 if S.nonfinite == "skip" else 0.0
+    cfg[L.C_KEEP] = 1.0 if getattr(S.rule, "needs_read", False) else 0.0
+    cfg[L.C_BATCH] = S.batch
     speed, amp, period = S.times.arrays(W)
     times = (np.zeros((W, CHUNK)), np.zeros((W, CHUNK)), speed, amp, period)
     streams = [S.times.stream(S.seed, r) for r in range(W)]
@@ -268,33 +272,33 @@ def _drive(S, st, run, args, on_step=None):
     base, pause = st["times"][0], st["times"][1]
 
     def loss_point(t):
-        S.curve.append({"t": t, "updates": int(gi[K.G_TOTAL]),
+        S.curve.append({"t": t, "updates": int(gi[L.G_TOTAL]),
                         "loss": float(S.wl.loss(S.params, S.data))})
 
     while True:
         code = run(*args)
-        w = int(gi[K.G_WHO])
-        if code == K.R_DONE:
+        w = int(gi[L.G_WHO])
+        if code == L.R_DONE:
             break
-        if code == K.R_REFILL:
+        if code == L.R_REFILL:
             base[w], pause[w] = st["streams"][w].fill(CHUNK)
-            ist[w, K.I_FILLED] += CHUNK
-        elif code == K.R_EVAL_T:
-            loss_point(float(cfg[K.C_EVAL_T]))
-            cfg[K.C_EVAL_T] += S.eval_every
-        elif code == K.R_EVAL_U:
-            loss_point(float(fst[:, K.F_LAST].max()))
-            cfg[K.C_EVAL_U] += S.eval_updates
-        elif code == K.R_NONFINITE:
+            ist[w, L.I_FILLED] += CHUNK
+        elif code == L.R_EVAL_T:
+            loss_point(float(cfg[L.C_EVAL_T]))
+            cfg[L.C_EVAL_T] += S.eval_every
+        elif code == L.R_EVAL_U:
+            loss_point(float(fst[:, L.F_LAST].max()))
+            cfg[L.C_EVAL_U] += S.eval_updates
+        elif code == L.R_NONFINITE:
             raise NonFiniteGradient.at(f"virtual worker {w}", int(st["slots"][w, _kc.ITER]),
-                                       f" (virtual time {fst[w, K.F_T]:.6g} s)")
+                                       f" (virtual time {fst[w, L.F_T]:.6g} s)")
         else:
             on_step(code, w)
     slots = st["slots"]
     return {"updates": slots[:, _kc.UPD].copy(), "iterations": slots[:, _kc.ITER].copy(),
-            "wait": fst[:, K.F_WAIT].copy(), "last": fst[:, K.F_LAST].copy(),
-            "skipped": ist[:, K.I_SKIPPED].copy(), "held": ist[:, K.I_HELD].copy(),
-            "t_end": float(fst[:, K.F_LAST].max()),
+            "wait": fst[:, L.F_WAIT].copy(), "last": fst[:, L.F_LAST].copy(),
+            "skipped": ist[:, L.I_SKIPPED].copy(), "held": ist[:, L.I_HELD].copy(),
+            "t_end": float(fst[:, L.F_LAST].max()),
             "grants": {r: int(n) for r, n in enumerate(st["policy"][1]) if n}}
 
 
@@ -339,9 +343,8 @@ def _run_python(S):
              "clk_stop": np.zeros(8, np.int64)}
     clocks = Clocks(views)
     local = S.policy.local_steps > 0
-    replicas = [{k: v.copy() for k, v in S.params.items()} if local else S.params
-                for _ in range(W)]
-    bases = [{k: v.copy() for k, v in S.params.items()} for _ in range(W)] if local else None
+    phases = [LocalPhase(S.params, W) for _ in range(W)] if local else None
+    replicas = [ph.replica for ph in phases] if local else [S.params] * W
     readers = [Reader(clocks, S.log, r) for r in range(W)]
     steps = []
     for r in range(W):
@@ -358,28 +361,24 @@ def _run_python(S):
     pending = [None] * W
 
     def merge_local(w, k, t):
-        gap = readers[w].gap()
-        for name, shared in S.params.items():
-            merge(shared, local_delta(replicas[w][name], bases[w][name]), workers=W)
+        gap = readers[w].gap()             # as the live worker's merge: gap, merge and
+        phases[w].merge()                  # pull, tick, record, read
         clocks.tick_update(w)
         readers[w].commit(k, gap, t_ns=int(K.vt_ns(t)))
-        gi[K.G_TOTAL] += 1
-        for name, shared in S.params.items():
-            replicas[w][name][...] = shared
-            bases[w][name][...] = shared
+        gi[L.G_TOTAL] += 1
         readers[w].read()
 
     def pending_local(w):
-        return any(not np.array_equal(replicas[w][k], bases[w][k]) for k in replicas[w])
+        return phases[w].pending()
 
     def on_step(code, w):
-        t = float(fst[w, K.F_T])
-        if code == K.R_BEGIN:
+        t = float(fst[w, L.F_T])
+        if code == L.R_BEGIN:
             grads, ok = steps[w].compute(rngs[w], S.batch, read=not local)
             pending[w] = grads
-            ist[w, K.I_BAD] = 0 if ok else 1
+            ist[w, L.I_BAD] = 0 if ok else 1
             return
-        if code == K.R_RETIRE:
+        if code == L.R_RETIRE:
             if local and pending_local(w):
                 merge_local(w, int(slots[w, _kc.ITER]), t)
             return
@@ -387,9 +386,9 @@ def _run_python(S):
         grads, pending[w] = pending[w], None
         gap = steps[w].apply(grads, k, local=local, t_ns=int(K.vt_ns(t)))
         if gap < 0:
-            ist[w, K.I_HELD] += 1
+            ist[w, L.I_HELD] += 1
         elif not local:
-            gi[K.G_TOTAL] += 1
+            gi[L.G_TOTAL] += 1
         if local and S.policy.merges_after(k):
             merge_local(w, k, t)
         if local and k + 1 >= S.quotas[w] and pending_local(w):

@@ -33,6 +33,7 @@ import numpy as np
 from hogkit.errors import InvalidArgument
 from hogkit.kernels import clock as _kc
 from hogkit.kernels import density as _kd
+from hogkit.kernels import layout as _kl
 from hogkit.kernels import rule as _kr
 from hogkit.kernels import step as _ks
 from hogkit.validation import check_array
@@ -177,26 +178,26 @@ class CompiledStep:
         self.log = log
         self.rng = rng if ctx.parts.uses_rng else None
         self.pacer, self.prng = pacer if pacer is not None else encode_pacer(None, 0, rank)
-        cfg = np.zeros(_ks.NCFG, np.int64)
-        cfg[_ks.ME] = rank
-        cfg[_ks.BATCH] = batch
-        cfg[_ks.KEEP_READ] = int(bool(getattr(rule, "needs_read", False)))
-        cfg[_ks.SKIP] = int(nonfinite == "skip")
-        cfg[_ks.STRIDE] = stride
-        cfg[_ks.LOCAL_H] = local_h
-        cfg[_ks.QUOTA] = quota
-        cfg[_ks.TIMING] = int(bool(policy.timing))
-        cfg[_ks.RECORD] = int(record)
-        cfg[_ks.STEP0] = step0
+        cfg = np.zeros(_kl.NCFG, np.int64)
+        cfg[_kl.ME] = rank
+        cfg[_kl.BATCH] = batch
+        cfg[_kl.KEEP_READ] = int(bool(getattr(rule, "needs_read", False)))
+        cfg[_kl.SKIP] = int(nonfinite == "skip")
+        cfg[_kl.STRIDE] = stride
+        cfg[_kl.LOCAL_H] = local_h
+        cfg[_kl.QUOTA] = quota
+        cfg[_kl.TIMING] = int(bool(policy.timing))
+        cfg[_kl.RECORD] = int(record)
+        cfg[_kl.STEP0] = step0
         # the fused SGD kernel, where the workload has one and the step is plain SGD
-        cfg[_ks.FUSED] = int(ctx.sgd is not None and int(rule.kind) == _kr.SGD
+        cfg[_kl.FUSED] = int(ctx.sgd is not None and int(rule.kind) == _kr.SGD
                              and rule.cfg()[_kr.MU] == 0.0
                              and self.dens[0] == _kd.NONE and self.dens[4] == 1
                              and local_h == 0)
         self.cfg = cfg
-        if cfg[_ks.FUSED]:
+        if cfg[_kl.FUSED]:
             ctx.use_fused_scratch()
-        self.io = np.zeros(_ks.NIO, np.int64)
+        self.io = np.zeros(_kl.NIO, np.int64)
         from hogkit.kernels.step import cacheable
         self._run = (_ks.run_steps if cacheable(type(ctx.parts.arrays))
                      else _ks.run_steps_uncached)
@@ -211,7 +212,7 @@ class CompiledStep:
     @property
     def done(self) -> int:
         """Steps completed by the last :meth:`run`."""
-        return int(self.io[_ks.IO_DONE])
+        return int(self.io[_kl.IO_DONE])
 
     def release(self):
         """After a policy wait: the next step proceeds without a check (and drops a
@@ -311,8 +312,8 @@ class _Lane:
                 raise InvalidArgument(f"the context was set up on other parameters than "
                                       f"params[{name!r}]; set it up on the same ones")
         self.params = params2d
-        self.kind, self.cfg, self.S1, self.S2, self.K = encode_rule(rule, rule_state,
-                                                                    ctx.names, params2d)
+        self.rule = encode_rule(rule, rule_state, ctx.names, params2d)
+        self.K = self.rule[4]
         # Gap-Aware's step counts live in the state (rule.apply counts there too)
         self.k_state = ([rule_state[f"k/{n}"] for n in ctx.names] if rule.slots[2]
                         else None)
@@ -325,10 +326,8 @@ class _Lane:
             for i, k in enumerate(ks):
                 K[i] = k[0]
         others = -1 if local else reader.others_read()
-        gh, lh, stats, ring = self.log
-        gap = _ks.python_end(self.params, ctx.G, ctx.R, ctx.RD, ctx.cnt, self.kind,
-                             self.cfg, self.S1, self.S2, K, self.slots, rank, others,
-                             reader.lag, gh, lh, stats, ring, step, t_ns)
+        gap = _ks.python_end(self.params, (ctx.G, ctx.R, ctx.RD, ctx.cnt), self.rule,
+                             self.log, self.slots, (rank, others, reader.lag, step, t_ns))
         if ks is not None:
             for i, k in enumerate(ks):
                 k[0] = K[i]

@@ -12,9 +12,11 @@ A worker runs one of the two engines of :mod:`hogkit.engine.step`:
 - **compiled**: :class:`~hogkit.engine.step.CompiledStep` runs chunks of whole steps in the
   compiled core; between chunks this loop beats the heartbeat, adapts the chunk to
   about 1 ms (so the stop flag and the parent's death are noticed within ~1 ms), and
-  handles what the core hands back: a policy wait (SSP/DSSP, with backoff, liveness
-  and timeout in :mod:`hogkit.policy`), a DSSP grant, a local-SGD merge, a long
-  straggler pause, a non-finite gradient;
+  handles what the core hands back: a policy wait (the policy's ``wait_bound``: the
+  same admission kernel with backoff, liveness and timeout, :mod:`hogkit.policy.base`),
+  a local-SGD merge, a long straggler pause, a non-finite gradient. The core is built
+  from the policy's contract (``encode()``, ``local_steps``, ``timing``), never from
+  its class;
 - **python**: :class:`~hogkit.engine.step.PythonStep` one step at a time (torch workloads,
   per-shard staleness, adaptive batch sizes).
 
@@ -27,7 +29,6 @@ stale each read was; the simulator (virtual time) is the deterministic twin.
 from __future__ import annotations
 
 import os
-import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -38,8 +39,8 @@ from hogkit.state import worker_state
 from hogkit.state.clocks import DONE, FAILED, IDLE, RUNNING, Clocks
 from hogkit.errors import NonFiniteGradient
 from hogkit.kernels import clock as _kc
-from hogkit.kernels import step as _ks
-from hogkit.policy.local_sgd import local_delta, merge
+from hogkit.kernels import layout as _kl
+from hogkit.engine.local_phase import LocalPhase
 from hogkit.state.reader import Reader, StalenessLog
 from hogkit.state.store import ParamStore
 
@@ -55,7 +56,7 @@ def runtime_specs(workers: int) -> dict:
     row; columns ``hogkit.kernels.step.RT_*``), ``rt_speed`` (2, W) published speeds for
     adaptive batches (double-buffered by iteration parity) and ``rt_grants`` (W, 64),
     DSSP's histogram of granted extra iterations, written when the worker finishes."""
-    return {"rt": ((workers, _ks.RT), np.int64),
+    return {"rt": ((workers, _kl.RT), np.int64),
             "rt_speed": ((2, workers), np.float64),
             "rt_grants": ((workers, _kc.GRANT_BINS), np.int64)}
 
@@ -116,7 +117,8 @@ class _Worker:
         self.shards = spec.plan.shards
         self.param_index = {name: i for i, name in enumerate(sorted(params))}
         self.reader = Reader(self.clocks, self.log, spec.rank, shards=spec.plan.shards > 1)
-        self.local = _LocalPhase(spec, params) if _local_steps(spec.plan.policy) else None
+        self.local = (LocalPhase(params, spec.plan.workers, spec.plan.policy.overlap)
+                      if _local_steps(spec.plan.policy) else None)
         # Under LocalSGD the gradient reads, and the rule writes, a private replica.
         self.params = self.local.replica if self.local is not None else params
         self.ctx = spec.plan.workload.setup(self.params, data, rank=spec.rank,
@@ -143,13 +145,14 @@ class _Worker:
         self.sizer = None if isinstance(spec.plan.batch, (int, np.integer)) else spec.plan.batch
         self.mean_reduced = getattr(spec.plan.workload, "grad_reduction", "mean") == "mean"
         self.timing = bool(getattr(spec.plan.policy, "timing", False))
-        self.step = PythonStep(spec.plan.workload, self.ctx, rank=spec.rank, rule=spec.plan.rule,
-                               rule_state=self.rule_state, density=spec.plan.density,
-                               density_state=self.density_state, reader=self.reader,
-                               clocks=self.clocks, params=self.params,
-                               nonfinite=spec.plan.nonfinite,
-                               shard_of=self._shards_of if self.shards > 1 else None,
-                               step0=spec.step0)
+        self.step = None                  # the Python engine's step (python_step)
+        if spec.engine != "compiled":     # the compiled one is built by prepare_compiled
+            self.step = PythonStep(
+                spec.plan.workload, self.ctx, rank=spec.rank, rule=rule,
+                rule_state=self.rule_state, density=density,
+                density_state=self.density_state, reader=self.reader, clocks=self.clocks,
+                params=self.params, nonfinite=spec.plan.nonfinite,
+                shard_of=self._shards_of if self.shards > 1 else None, step0=spec.step0)
 
     # ------------------------------------------------------------------ Python engine
     def _batch(self, k: int):
@@ -197,19 +200,19 @@ class _Worker:
         clocks.step[rank] = k
         spec.plan.policy.wait(clocks, rank, timeout=spec.wait_timeout)
         t1 = time.perf_counter_ns()
-        rt[_ks.RT_WAIT] += t1 - t0
+        rt[_kl.RT_WAIT] += t1 - t0
         if clocks.stopping():
-            rt[_ks.RT_BUSY] += t1 - t0
+            rt[_kl.RT_BUSY] += t1 - t0
             return False
         b, weight = self._batch(k)
         grads, finite = self.step.compute(self.rng, b, read=self.local is None)
-        rt[_ks.RT_SAMPLES] += b
+        rt[_kl.RT_SAMPLES] += b
         if not finite:
             if spec.plan.nonfinite == "raise":
                 raise NonFiniteGradient.at(f"worker {rank}", k)
-            rt[_ks.RT_NONFINITE] += 1
+            rt[_kl.RT_NONFINITE] += 1
         elif self.step.apply(grads, k, local=self.local is not None, weight=weight) < 0:
-            rt[_ks.RT_HELD] += 1
+            rt[_kl.RT_HELD] += 1
         if self.delay is not None:
             self.delay.pause(time.perf_counter_ns() - t1)
         if self.sizer is not None:     # the speed a straggler shows includes its pause
@@ -217,7 +220,7 @@ class _Worker:
         if self.local is not None and spec.plan.policy.merges_after(k):
             self.merge(k)
         clocks.tick_iteration(rank, beat=True)
-        rt[_ks.RT_BUSY] += time.perf_counter_ns() - t0
+        rt[_kl.RT_BUSY] += time.perf_counter_ns() - t0
         return True
 
     # ------------------------------------------------------------------ compiled engine
@@ -245,7 +248,7 @@ class _Worker:
         spec, rank, clocks, rt = self.spec, self.rank, self.clocks, self.rt
         policy, core = spec.plan.policy, self.core
         core.pacer[3] = time.monotonic_ns()          # a Load pacer's t = 0: the start
-        rt[_ks.RT_STRIDE] = 1
+        rt[_kl.RT_STRIDE] = 1
         parent = spec.parent_pid
         chunk, steps, chunks = 8, 0, 0
         while True:
@@ -255,34 +258,34 @@ class _Worker:
             if chunks & 15 == 0:               # ~every 16 ms (a publish is ~10 µs);
                 self.publish()                 # finish() publishes the exact end
             t1 = time.perf_counter_ns()
-            rt[_ks.RT_BUSY] += t1 - t0
+            rt[_kl.RT_BUSY] += t1 - t0
             steps += core.done
             if not self.timing:
                 clocks.beat(rank)
             if parent and os.getppid() != parent:
                 break                          # orphaned: PDEATHSIG normally kills us first
-            if code == _ks.CHUNK:
+            if code == _kl.CHUNK:
                 _set_stride(core, rt, core.done, t1 - t0)
                 chunk = _next_chunk(chunk, t1 - t0)
-            elif code in (_ks.STOPPED, _ks.QUOTA_DONE):
+            elif code in (_kl.STOPPED, _kl.QUOTA_DONE):
                 break
-            elif code == _ks.BLOCKED:         # the policy's wait, on the core's bound
+            elif code == _kl.BLOCKED:         # the policy's wait, on the core's bound
                 policy.wait_bound(clocks, rank, int(core.adm[_kc.A_WAIT]),
                                   timeout=spec.wait_timeout)
-                rt[_ks.RT_WAIT] += time.perf_counter_ns() - t1
+                rt[_kl.RT_WAIT] += time.perf_counter_ns() - t1
                 if clocks.stopping():
                     break
                 core.release()
-            elif code == _ks.MERGE:
+            elif code == _kl.MERGE:
                 k = int(clocks.iterations[rank])
                 self.merge(k)
                 clocks.tick_iteration(rank, beat=self.timing)
-            elif code == _ks.NONFINITE:
+            elif code == _kl.NONFINITE:
                 raise NonFiniteGradient.at(f"worker {rank}", int(clocks.step[rank]))
-            if code in (_ks.PAUSE, _ks.MERGE) and core.io[_ks.IO_PAUSE_NS] > 0:
+            if code in (_kl.PAUSE, _kl.MERGE) and core.io[_kl.IO_PAUSE_NS] > 0:
                 from hogkit.engine.delays import wait_ns     # a straggler's long pause: sleep
-                wait_ns(int(core.io[_ks.IO_PAUSE_NS]))
-            rt[_ks.RT_BUSY] += time.perf_counter_ns() - t1
+                wait_ns(int(core.io[_kl.IO_PAUSE_NS]))
+            rt[_kl.RT_BUSY] += time.perf_counter_ns() - t1
         return steps
 
     # ------------------------------------------------------------------ both
@@ -312,8 +315,8 @@ class _Worker:
             for r, n in grants(self.rank).items():
                 row[min(int(r), _kc.GRANT_BINS - 1)] += n
         if self.delay is not None:
-            self.rt[_ks.RT_COMPUTE] += self.delay.compute_ns
-            self.rt[_ks.RT_PAUSED] += self.delay.paused_ns
+            self.rt[_kl.RT_COMPUTE] += self.delay.compute_ns
+            self.rt[_kl.RT_PAUSED] += self.delay.paused_ns
 
 
 def _local_steps(policy) -> int:
@@ -337,80 +340,9 @@ def _set_stride(core, rt, steps, elapsed_ns):
     rate = steps * 1e9 / elapsed_ns
     stride = max(1, int(rate // EVENTS_PER_S))
     stride = 1 << (stride.bit_length() - 1)       # a power of two: steady sampling
-    core.cfg[_ks.STRIDE] = stride
-    if stride > rt[_ks.RT_STRIDE]:
-        rt[_ks.RT_STRIDE] = stride
-
-
-class _LocalPhase:
-    """LocalSGD's private replica and its merges (HLSGD, Zhou et al. 2020).
-
-    Without overlap, a merge adds ``(replica − base) / W`` to the shared model and
-    pulls it back: ``replica = base = shared``. With overlap, the merge runs in a
-    thread while the next local phase goes on from the current replica; at the next
-    merge point the worker joins it and *rebases* the steps taken meanwhile onto the
-    merged model it got back: ``replica ← S + (replica − committed)``, ``base ← S``.
-    The merge itself is a lock-free add (racy by design, like every Hogwild! write).
-    Known limit: with overlap, the staleness recorded for a merge counts others'
-    merges since the previous merge point, not since the older snapshot S the phase
-    was rebased on, so it can read up to one phase low.
-    """
-
-    def __init__(self, spec, shared):
-        self.shared = shared
-        self.workers = spec.plan.workers
-        self.overlap = spec.plan.policy.overlap
-        self.replica = {k: v.copy() for k, v in shared.items()}
-        self.base = {k: v.copy() for k, v in shared.items()}
-        self.thread = None
-        self.result = None
-        self.error = None
-        self.steps = 0
-
-    def pending(self) -> bool:
-        return any(not np.array_equal(self.replica[k], self.base[k]) for k in self.replica)
-
-    def _merge_into_shared(self, delta):
-        try:
-            for name, d in delta.items():
-                merge(self.shared[name], d, workers=self.workers)
-            self.result = {k: v.copy() for k, v in self.shared.items()}
-        except BaseException as e:  # noqa: BLE001 - re-raised in the worker by close()
-            self.error = e
-
-    def merge(self) -> None:
-        if not self.overlap:
-            self._merge_into_shared({k: local_delta(self.replica[k], self.base[k])
-                                     for k in self.replica})
-            for k, v in self.result.items():
-                self.replica[k][...] = v
-                self.base[k][...] = v
-            return
-        self.close()                      # join the previous merge, rebase onto it
-        if self.result is not None:
-            for k in self.replica:        # base holds the replica as last committed
-                self.replica[k] += self.result[k] - self.base[k]
-                self.base[k][...] = self.result[k]
-        delta = {k: local_delta(self.replica[k], self.base[k]) for k in self.replica}
-        for k in self.replica:            # commit: progress from here is the next delta
-            self.base[k][...] = self.replica[k]
-        self.thread = threading.Thread(target=self._merge_into_shared, args=(delta,),
-                                       daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        if self.thread is not None:
-            self.thread.join()
-            self.thread = None
-        if self.error is not None:
-            error, self.error = self.error, None
-            raise RuntimeError("the overlapped LocalSGD merge failed") from error
-
-    def pull(self) -> None:
-        """Start a local phase from the shared model as it is now."""
-        for k, v in self.shared.items():
-            self.replica[k][...] = v
-            self.base[k][...] = v
+    core.cfg[_kl.STRIDE] = stride
+    if stride > rt[_kl.RT_STRIDE]:
+        rt[_kl.RT_STRIDE] = stride
 
 
 def private_control():
@@ -488,7 +420,7 @@ def run_worker(spec: WorkerSpec) -> None:
         clocks.set_state(spec.rank, RUNNING)
         clocks.beat(spec.rank)
         start_barrier(clocks, spec.wait_timeout)
-        worker.rt[_ks.RT_T0] = time.monotonic_ns()
+        worker.rt[_kl.RT_T0] = time.monotonic_ns()
         clocks.beat(spec.rank)     # the first iteration's time is counted from here
         if worker.local is not None:
             worker.local.pull()    # the first local phase starts from the model now
@@ -498,7 +430,7 @@ def run_worker(spec: WorkerSpec) -> None:
         else:
             k = _python_loop(worker, spec)
         worker.finish(k)
-        worker.rt[_ks.RT_T1] = time.monotonic_ns()
+        worker.rt[_kl.RT_T1] = time.monotonic_ns()
         clocks.set_state(spec.rank, DONE)
     finally:
         for s in stores:

@@ -1,0 +1,95 @@
+"""A local-SGD worker's private replica and its merges, for the live worker and the
+simulator alike (HLSGD, Zhou et al. 2020; the merge arithmetic is
+:mod:`hogkit.policy.local_sgd`).
+
+A worker under :class:`~hogkit.policy.LocalSGD` steps on its own replica of the model
+for h steps, then merges: ``shared += (replica − base) / W`` and pulls the shared model
+back, ``replica = base = shared``. :class:`LocalPhase` is that lifecycle: :meth:`pull`
+(start a phase from the shared model), :meth:`merge`, :meth:`pending` (steps not merged
+yet), :meth:`close`. The live worker (:mod:`hogkit.engine.worker_loop`) and the
+simulator's Python engine (:mod:`hogkit.engine.simulator`) both use it; the staleness
+of a merge (merges by others since the pull) is recorded by the caller, who owns the
+clocks.
+
+With ``overlap`` (live only: the simulator refuses it) the merge runs in a thread while
+the next local phase goes on from the current replica; at the next merge point the
+worker joins it and *rebases* the steps taken meanwhile onto the merged model it got
+back: ``replica ← S + (replica − committed)``, ``base ← S``. The merge itself is a
+lock-free add (racy by design, like every Hogwild! write). Known limit: with overlap,
+the staleness recorded for a merge counts others' merges since the previous merge
+point, not since the older snapshot S the phase was rebased on, so it can read up to
+one phase low.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from hogkit.policy.local_sgd import local_delta, merge
+
+__all__ = ["LocalPhase"]
+
+
+class LocalPhase:
+    """One worker's replica of ``shared`` (a dict of arrays) and its merges into it,
+    ``workers`` being the W that divides each delta."""
+
+    def __init__(self, shared, workers, overlap=False):
+        self.shared = shared
+        self.workers = workers
+        self.overlap = overlap
+        self.replica = {k: v.copy() for k, v in shared.items()}
+        self.base = {k: v.copy() for k, v in shared.items()}
+        self.thread = None
+        self.result = None
+        self.error = None
+
+    def pending(self) -> bool:
+        """Whether the replica holds steps not merged yet."""
+        return any(not np.array_equal(self.replica[k], self.base[k]) for k in self.replica)
+
+    def _merge_into_shared(self, delta):
+        try:
+            for name, d in delta.items():
+                merge(self.shared[name], d, workers=self.workers)
+            self.result = {k: v.copy() for k, v in self.shared.items()}
+        except BaseException as e:  # noqa: BLE001 - re-raised in the worker by close()
+            self.error = e
+
+    def merge(self) -> None:
+        """Merge the phase into the shared model (see the module docstring)."""
+        if not self.overlap:
+            self._merge_into_shared({k: local_delta(self.replica[k], self.base[k])
+                                     for k in self.replica})
+            for k, v in self.result.items():
+                self.replica[k][...] = v
+                self.base[k][...] = v
+            return
+        self.close()                      # join the previous merge, rebase onto it
+        if self.result is not None:
+            for k in self.replica:        # base holds the replica as last committed
+                self.replica[k] += self.result[k] - self.base[k]
+                self.base[k][...] = self.result[k]
+        delta = {k: local_delta(self.replica[k], self.base[k]) for k in self.replica}
+        for k in self.replica:            # commit: progress from here is the next delta
+            self.base[k][...] = self.replica[k]
+        self.thread = threading.Thread(target=self._merge_into_shared, args=(delta,),
+                                       daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        """Join an overlapped merge still running; re-raise what it raised."""
+        if self.thread is not None:
+            self.thread.join()
+            self.thread = None
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise RuntimeError("the overlapped LocalSGD merge failed") from error
+
+    def pull(self) -> None:
+        """Start a local phase from the shared model as it is now."""
+        for k, v in self.shared.items():
+            self.replica[k][...] = v
+            self.base[k][...] = v
