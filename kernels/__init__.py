@@ -2,7 +2,7 @@
 and scalars; nothing here imports hogkit.
 
 One module per family, every kernel ``@njit(cache=True, nogil=True)``, checked by
-nobody but its caller (``hogkit.rules``, ``hogkit.density``, ``hogkit.step``):
+nobody but its caller (``hogkit.rules.core``, ``hogkit.rules.density``, ``hogkit.engine.step``):
 
 - ``sparse``: ``sgd_rows``, ``momentum_rows`` (row updates, duplicates add up);
 - ``dense``: ``sgd_flat``, ``momentum_flat`` (axpy over a flat buffer);

@@ -23,7 +23,7 @@ of them in a batch without duplicates) are read, updated and written once. Resul
 are bit-for-bit those of the earlier two-pass kernels (same operations, same order).
 
 Scalars are cast to the parameter dtype once per call. Nothing is checked here;
-``hogkit.rules`` validates shapes, dtypes and row ranges first (numba does no bounds
+``hogkit.rules.core`` validates shapes, dtypes and row ranges first (numba does no bounds
 checking). Hogwild! races as in ``sparse.py``: deterministic with one writer. Row
 kernels prefetch rows 8 batch entries ahead (16 for constant DC-ASGD, which has no
 state table: one row in flight per entry, and 16 measured 1.2x faster than 8 on a

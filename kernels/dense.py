@@ -9,7 +9,7 @@ stride-1 axpy that LLVM vectorises (indexing the whole arrays with ``i`` in
 is deterministic).
 
 Scalars are cast to the buffer's dtype once per call, so float32 stays float32.
-Nothing here checks shapes: ``hogkit.rules`` does.
+Nothing here checks shapes: ``hogkit.rules.core`` does.
 """
 
 from numba import njit

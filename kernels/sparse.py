@@ -5,7 +5,7 @@ C-contiguous and of one float dtype (float32 or float64). Duplicate rows add up,
 batch order, exactly as ``np.subtract.at(W, rows, lr * G)`` does.
 
 Nothing here checks anything: numba does no bounds checking, so a row outside
-``[0, n)`` writes outside the table. ``hogkit.rules`` checks every argument first.
+``[0, n)`` writes outside the table. ``hogkit.rules.core`` checks every argument first.
 
 Each kernel prefetches rows ahead of use (``_intrinsics.prefetch_row``): 16 batch entries
 for the stateless update (measured 80 vs 108 µs per 4096 rows of a 1e6 x 64 float32 table

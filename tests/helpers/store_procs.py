@@ -20,7 +20,7 @@ import time
 
 def child_write(handle, name, value):
     """Attach, write ``value`` into every element of ``name``, close (unmap only)."""
-    from hogkit.store import ParamStore
+    from hogkit.state.store import ParamStore
     s = ParamStore.attach(handle)
     s[name][...] = value
     s.close()
@@ -28,7 +28,7 @@ def child_write(handle, name, value):
 
 def child_attach_and_exit(handle):
     """Attach and exit without closing: must leave the segment and its owner alone."""
-    from hogkit.store import ParamStore
+    from hogkit.state.store import ParamStore
     s = ParamStore.attach(handle)
     s["w"][0] += 1
 
@@ -36,7 +36,7 @@ def child_attach_and_exit(handle):
 def child_bind_train(handle, seed):
     """Bind a fresh module of the same architecture and take one SGD step in place."""
     import torch
-    from hogkit.store import ParamStore
+    from hogkit.state.store import ParamStore
     torch.manual_seed(seed)
     model = make_module()
     store = ParamStore.attach(handle)
@@ -56,9 +56,9 @@ def make_module():
 
 def child_worker(handle, rank, steps):
     """A real worker loop on the clocks/log: read, gap, tick, commit."""
-    from hogkit.clocks import Clocks
-    from hogkit.reader import Reader, StalenessLog
-    from hogkit.store import ParamStore
+    from hogkit.state.clocks import Clocks
+    from hogkit.state.reader import Reader, StalenessLog
+    from hogkit.state.store import ParamStore
     s = ParamStore.attach(handle)
     v = s.views()
     clocks, log = Clocks(v), StalenessLog(v)
@@ -77,7 +77,7 @@ def child_worker(handle, rank, steps):
 
 def _owner(mb, spawn_attacher):
     import numpy as np
-    from hogkit.store import ParamStore
+    from hogkit.state.store import ParamStore
     s = ParamStore.create({"w": np.zeros(int(mb * 2**20) // 4, np.float32)}, tag="faults")
     if spawn_attacher:
         ctx = mp.get_context("spawn")
@@ -91,7 +91,7 @@ def _owner(mb, spawn_attacher):
 
 
 def _attach(name):
-    from hogkit.store import ParamStore
+    from hogkit.state.store import ParamStore
     s = ParamStore.attach(name)
     s["w"][0] += 1
     print(float(s["w"][0]), flush=True)
@@ -101,7 +101,7 @@ def _attach(name):
 def _capacity(mb):
     import numpy as np
     from hogkit.errors import ShmCapacityError
-    from hogkit.store import ParamStore
+    from hogkit.state.store import ParamStore
     out = {"free": None, "error": None, "errno": None, "left": None, "small_ok": False}
     st = os.statvfs("/dev/shm")
     out["free"] = st.f_bavail * st.f_frsize
