@@ -95,6 +95,23 @@ def test_admit_matches_the_reference(sm, pol, adm0):
     assert bool(K.admit_now(slots, me, pol, np.array(adm0, np.int64), grants)) == ok_ref
 
 
+@given(slot_matrices(), policy_rows(), admission_states)
+def test_the_common_case_on_scalars_is_admit_changing_nothing(sm, pol, adm0):
+    """What the step core tests before it binds admit's arrays: when it holds, admit
+    proceeds and leaves the state and the histogram as they were."""
+    slots, me = sm
+    lag = K.clock_lag(slots, me)
+    if pol[K.P_KIND] == K.K_SSP and pol[K.P_A] < 0:
+        return                                   # never asked: the core's `free`
+    x = K.lead_given(slots, me, pol[K.P_KIND], lag)
+    assert x == K.lead(slots, me, pol)
+    if not K.admitted_as_is(pol[K.P_A], adm0[0], adm0[1], x):
+        return
+    adm, grants = np.array(adm0, np.int64), np.zeros(K.GRANT_BINS, np.int64)
+    assert K.admit(slots, me, pol, adm, grants, lag)
+    assert adm.tolist() == list(adm0) and not grants.any()
+
+
 @given(slot_matrices(), policy_rows(), st.integers(0, 6))
 def test_blocked_and_blockers_match_the_reference(sm, pol, wait):
     slots, me = sm
