@@ -13,8 +13,12 @@ nobody but its caller (``hogkit.rules.core``, ``hogkit.rules.density``, ``hogkit
   whole filter of one parameter's rows (``filter_rows``);
 - ``guard``: ``all_finite``, ``finite_prefix``;
 - ``exchange``: ``take_changed_rows`` (what a cluster node sends);
-- ``clock``: the per-worker clock slots and every definition read from them (clock
-  lag, others' updates, SSP admission, DSSP's grant);
+- ``clock``: the per-worker clock slots, the policy row, and every definition read
+  from them (clock lag, others' updates, the one admission state machine ``admit``
+  that every engine's policy check runs: SSP, DSSP's grant, bounded delay);
+- ``layout``: the control arrays the engines share (the step core's ``cfg``, ``rt``,
+  ``io`` and return codes; the simulator's state columns and codes);
+- ``pacer``: a straggler's extra time per step (``pace_ns``, ``load_factor``);
 - ``staleness``: recording an event in the staleness log;
 - ``mf``, ``logreg``: the workloads' samplers and gradients (the step core protocol);
 - ``step``: the compiled step core (n whole steps per call), ``sim``: the simulator's
