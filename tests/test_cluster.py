@@ -364,3 +364,12 @@ def test_a_burst_of_round_trips_gives_the_per_message_overhead():
     assert round_trip(16) == pytest.approx(2e-3 + 15 * 300e-6, rel=1e-6)
     with pytest.raises(InvalidArgument, match="burst"):
         network_from_round_trips(2e-3, 6e-3, 1_000, burst_s=3e-3, burst=1)
+
+
+def test_a_policy_with_no_cluster_bound_is_refused_before_ray_starts():
+    """BoundedDelay bounds update counts, which a node's gate row does not carry: the
+    cluster entry refuses it up front, naming the policies it takes (no Ray needed)."""
+    import hogkit
+    with pytest.raises(InvalidArgument, match="cluster_bound is None"):
+        hogkit.cluster.train("mf", nodes=2, workers=1, policy=hogkit.BoundedDelay(4),
+                             steps=100)

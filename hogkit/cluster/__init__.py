@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 
 from hogkit.cluster.backend import check_address, require_ray, run_cluster
+from hogkit.cluster.node import policy_bound
 from hogkit.engine.mainguard import check_main_guard
 from hogkit.engine.plan import eval_interval, make_plan
 from hogkit.engine.run import Run
@@ -109,6 +110,7 @@ def train(workload="mf", *, nodes, workers, policy=None, rule=None, density=None
 
     plan = make(steps=steps, out=out, keep_params=keep_params, eval_every=eval_every)
     plans = node_plans(plan, nodes, stragglers, make)
+    policy_bound(plan.policy)               # a policy refused across nodes: before Ray starts
     if backlog is not None:
         if plan.policy != Async():
             raise InvalidArgument(f"backlog={backlog} is for policy=Async() (a bounded policy "
