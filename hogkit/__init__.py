@@ -35,6 +35,7 @@ _EXPORTS = {
     "simulate": "hogkit.engine.simulator", "replay": "hogkit.races", "sweep": "hogkit.sweeps",
     "SGD": "hogkit.rules.core", "StalenessAware": "hogkit.rules.core",
     "DelayCompensated": "hogkit.rules.core", "GapAware": "hogkit.rules.core",
+    "AdaGrad": "hogkit.rules.core", "RMSProp": "hogkit.rules.core",
     "chain": "hogkit.rules.compose",
     "Density": "hogkit.rules.density",
     "train": "hogkit.engine.runtime", "Run": "hogkit.engine.run",

@@ -11,29 +11,43 @@ call, so a rule's arithmetic exists once:
 ``DC``                 DC-ASGD, constant ``lam`` (Zheng et al., ICML 2017)
 ``DC_ADAPTIVE``        DC-ASGD, adaptive ``lam0 / sqrt(MS + eps)``
 ``GAP_AWARE``          Gap-Aware damping (Barkai et al., ICLR 2020), optional momentum
+``ADAGRAD``            AdaGrad (Duchi et al., JMLR 2011), per coordinate or row-wise
+``RMSPROP``            RMSProp (Tieleman & Hinton 2012), per coordinate or row-wise
 =====================  =============================================================
 
 ``cfg`` (float64) holds the hyper-parameters at the indices ``LR, MU, LAM, LAM0, M,
-EPS, GAMMA, LR_MAX``. State: ``S1`` is the momentum buffer (SGD, staleness-aware), MS
-(adaptive DC) or Gap-Aware's second moment ``V``; ``S2`` Gap-Aware's momentum buffer;
-``k[ki]`` Gap-Aware's per-parameter step count. Unused state can be any array of the
-right type (a ``(0, d)`` one). Nothing is checked here (``hogkit.rules.core`` checks).
+EPS, GAMMA, LR_MAX, STALE``: ``EPS`` is also AdaGrad's and RMSProp's ``eps``, ``ALPHA``
+(= ``GAMMA``, both the decay of a mean of squares) RMSProp's ``alpha``, and ``STALE``
+(1.0 or 0.0) makes the adaptive rules divide the gradient by ``max(tau, 1)`` before it
+enters the accumulator and the step (``compose``: ``scale_by_staleness()`` before
+``adagrad()``). State: ``S1`` is the momentum buffer (SGD, staleness-aware), MS
+(adaptive DC), Gap-Aware's second moment ``V`` or the adaptive rules' accumulator
+(the parameter's shape per coordinate, ``(n, 1)`` row-wise: ``adaptive.py``); ``S2``
+Gap-Aware's momentum buffer; ``k[ki]`` Gap-Aware's per-parameter step count. Unused
+state can be any array of the right type (a ``(0, d)`` one). Nothing is checked here
+(``hogkit.rules.core`` checks).
 """
 
 from numba import njit
 
+from .adaptive import FASTMATH, adagrad_flat, adagrad_rows, rmsprop_flat, rmsprop_rows
 from .delayed import (dc_adaptive_flat, dc_adaptive_rows, dc_flat, dc_rows, gap_aware_flat,
                       gap_aware_rows, staleness_aware_flat, staleness_aware_momentum_flat,
                       staleness_aware_momentum_rows, staleness_aware_rows)
 from .dense import momentum_flat, sgd_flat
 from .sparse import momentum_rows, sgd_rows
 
-#: the step core's arithmetic flags (see ``step.py``): reassociation only
-FASTMATH = {"reassoc"}
+SGD, STALENESS_AWARE, DC, DC_ADAPTIVE, GAP_AWARE, ADAGRAD, RMSPROP = 0, 1, 2, 3, 4, 5, 6
+LR, MU, LAM, LAM0, M, EPS, GAMMA, LR_MAX, STALE = 0, 1, 2, 3, 4, 5, 6, 7, 8
+ALPHA = GAMMA            # RMSProp's decay, in Gap-Aware's slot (both decay a mean of squares)
+NCFG = 9
 
-SGD, STALENESS_AWARE, DC, DC_ADAPTIVE, GAP_AWARE = 0, 1, 2, 3, 4
-LR, MU, LAM, LAM0, M, EPS, GAMMA, LR_MAX = 0, 1, 2, 3, 4, 5, 6, 7
-NCFG = 8
+
+@njit(cache=True, nogil=True, inline="always")
+def _gscale(cfg, tau):
+    """The adaptive rules' gradient scale: ``1 / max(tau, 1)`` when ``cfg[STALE]`` is
+    set, else 1.0 (exact)."""
+    return 1.0 / max(tau, 1) if cfg[STALE] != 0.0 else 1.0
 
 
 @njit(cache=True, nogil=True, inline="always", fastmath=FASTMATH)
@@ -71,6 +85,10 @@ def _apply_rows(kind, cfg, W, S1, S2, k, ki, rows, G, R, n, tau):
         dc_rows(W, rows, G, R, lr, cfg[LAM], n)
     elif kind == DC_ADAPTIVE:
         dc_adaptive_rows(W, S1, rows, G, R, lr, cfg[LAM0], cfg[M], cfg[EPS], n)
+    elif kind == ADAGRAD:
+        adagrad_rows(W, S1, rows, G, lr, cfg[EPS], _gscale(cfg, tau), n)
+    elif kind == RMSPROP:
+        rmsprop_rows(W, S1, rows, G, lr, cfg[ALPHA], cfg[EPS], _gscale(cfg, tau), n)
     else:
         k[ki] += 1
         gap_aware_rows(W, S2, S1, rows, G, R, lr, mu, cfg[GAMMA], cfg[LR_MAX], k[ki], n)
@@ -79,7 +97,8 @@ def _apply_rows(kind, cfg, W, S1, S2, k, ki, rows, G, R, n, tau):
 @njit(cache=True, nogil=True, fastmath=FASTMATH)
 def apply_flat(kind, cfg, w, s1, s2, k, ki, g, read, tau):
     """The dense twin of :func:`apply_rows`: every array flat (1-D), same length as
-    ``w`` (``s1``/``s2``/``read`` may be empty where the rule does not use them)."""
+    ``w`` (``s1``/``s2``/``read`` may be empty where the rule does not use them; a
+    row-wise adaptive accumulator ``s1`` has one entry per row of ``w``)."""
     lr = cfg[LR]
     mu = cfg[MU]
     if kind == SGD:
@@ -96,6 +115,10 @@ def apply_flat(kind, cfg, w, s1, s2, k, ki, g, read, tau):
         dc_flat(w, g, read, lr, cfg[LAM])
     elif kind == DC_ADAPTIVE:
         dc_adaptive_flat(w, s1, g, read, lr, cfg[LAM0], cfg[M], cfg[EPS])
+    elif kind == ADAGRAD:
+        adagrad_flat(w, s1, g, lr, cfg[EPS], _gscale(cfg, tau))
+    elif kind == RMSPROP:
+        rmsprop_flat(w, s1, g, lr, cfg[ALPHA], cfg[EPS], _gscale(cfg, tau))
     else:
         k[ki] += 1
         gap_aware_flat(w, s2, s1, g, read, lr, mu, cfg[GAMMA], cfg[LR_MAX], k[ki])

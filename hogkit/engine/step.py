@@ -87,10 +87,12 @@ def encode_rule(rule, state, names, params2d):
     """``(kind, cfg, S1, S2, K)`` for the core from a rule and its ``init`` state:
     per parameter (in ``names`` order) its 2-D state views, empty where unused; ``K``
     the Gap-Aware step counts (a fresh array: the core keeps its own). The state is
-    checked here, once: the kernels do no checking."""
+    checked here, once: the kernels do no checking. A row-wise rule
+    (``rule.rowwise``: AdaGrad, RMSProp) keeps ``(rows, 1)`` in its first slot."""
     s1n, s2n, has_k = rule.slots
+    rowwise = bool(getattr(rule, "rowwise", False))
 
-    def slot(name, n, p):
+    def slot(name, n, p, one_column=False):
         key = f"{name}/{n}"
         a = state.get(key) if isinstance(state, Mapping) else None
         if a is None:
@@ -98,13 +100,15 @@ def encode_rule(rule, state, names, params2d):
                                   f"rule.init(params) for the same parameters")
         check_array(f"state[{key!r}]", a, dtype=p.dtype, min_ndim=1, writeable=True)
         a2 = as_rows(a)
-        if a2.shape != p.shape:
+        want = (p.shape[0], 1) if one_column else p.shape
+        if a2.shape != want:
             raise InvalidArgument(f"state[{key!r}] has shape {a.shape}, parameter {n!r} "
-                                  f"{p.shape} (as rows); build the state with "
-                                  f"rule.init(params) for the same parameters")
+                                  f"{p.shape} (as rows) needs {want}; build the state "
+                                  f"with rule.init(params) for the same parameters")
         return a2
 
-    S1 = tuple(slot(s1n, n, p) if s1n else _empty_rows(p) for n, p in zip(names, params2d))
+    S1 = tuple(slot(s1n, n, p, rowwise) if s1n else _empty_rows(p)
+               for n, p in zip(names, params2d))
     S2 = tuple(slot(s2n, n, p) if s2n else _empty_rows(p) for n, p in zip(names, params2d))
     K = np.zeros(len(names), np.int64)
     if has_k:

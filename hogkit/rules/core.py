@@ -40,7 +40,7 @@ from hogkit.validation import (FLOAT_DTYPES, check_array, check_float, check_gra
 from hogkit.kernels import guard as _guard
 from hogkit.kernels import rule as _rule
 
-__all__ = ["SGD", "StalenessAware", "DelayCompensated", "GapAware"]
+__all__ = ["SGD", "StalenessAware", "DelayCompensated", "GapAware", "AdaGrad", "RMSProp"]
 
 _INT64 = np.dtype(np.int64)
 
@@ -187,6 +187,10 @@ class _Kernel:
             state.update({f"k/{k}": np.zeros(1, np.int64) for k in params})
         return state
 
+    def _s1(self, state, slot, item):
+        """The first state slot for ``item``, checked and viewed like ``item.p``."""
+        return _slot(state, slot, item)
+
     def cfg(self) -> np.ndarray:
         """The float64 hyper-parameter vector of ``hogkit.kernels.rule`` (built once,
         read-only: rules are frozen)."""
@@ -219,7 +223,7 @@ class _Kernel:
         tau = _check_staleness(staleness)
         items = _prepare(self, params, grads, needs_read=self.needs_read)
         s1n, s2n, has_k = self.slots
-        s1 = [_slot(state, s1n, it) if s1n else _empty(it) for it in items]
+        s1 = [self._s1(state, s1n, it) if s1n else _empty(it) for it in items]
         s2 = [_slot(state, s2n, it) if s2n else _empty(it) for it in items]
         ks = [_slot(state, "k", it, dtype=np.int64, shape=(1,)) if has_k else _NO_K
               for it in items]
@@ -398,3 +402,141 @@ class GapAware(_Kernel):
     @property
     def slots(self):
         return ("v", "m" if self.momentum else None, True)
+
+
+@dataclass(frozen=True)
+class _Adaptive(_Kernel):
+    """What AdaGrad and RMSProp share: an accumulator ``"s/<name>"`` per parameter, of
+    the parameter's shape, or ``(rows, 1)`` with ``rowwise``; ``scale_by_staleness``
+    divides the gradient by ``max(τ, 1)`` before it enters the accumulator and the
+    step (what ``chain(scale_by_staleness(), adagrad())`` builds)."""
+
+    needs_read = False
+    slots = ("s", None, False)
+
+    def _check_common(self):
+        object.__setattr__(self, "lr", _lr(self.lr))
+        for name in ("rowwise", "scale_by_staleness"):
+            v = getattr(self, name)
+            if not isinstance(v, (bool, np.bool_)):
+                raise InvalidType(f"{name}={v!r} must be a bool (True or False)")
+            object.__setattr__(self, name, bool(v))
+
+    def _start(self):
+        return 0.0
+
+    def init(self, params):
+        """``{"s/<name>": ...}``: filled with the start value, like the parameter, or
+        ``(rows, 1)`` (one accumulator per row of the parameter's 2-D view) with
+        ``rowwise``."""
+        v = self._start()
+        if self.rowwise:
+            return {f"s/{k}": np.full((p.shape[0] if p.ndim else 1, 1), v, p.dtype)
+                    for k, p in params.items()}
+        return {f"s/{k}": np.full_like(p, v) for k, p in params.items()}
+
+    def _s1(self, state, slot, item):
+        if not self.rowwise:
+            return _slot(state, slot, item)
+        key = f"{slot}/{item.name}"
+        a = state.get(key) if isinstance(state, Mapping) else None
+        want = (item.param.shape[0], 1)
+        if isinstance(a, np.ndarray) and a.shape != want:
+            raise InvalidArgument(
+                f"state[{key!r}] has shape {a.shape}; {type(self).__name__}(rowwise=True) "
+                f"keeps one accumulator per row of parameter {item.name!r} "
+                f"{item.param.shape}, shape {want}; build the state with rule.init(params)")
+        a = _slot(state, slot, item, shape=want)
+        return a if item.rows is not None else a.reshape(-1)
+
+    def _build_cfg(self):
+        c = super()._build_cfg()
+        c[_rule.ALPHA] = getattr(self, "alpha", 0.0)
+        c[_rule.STALE] = 1.0 if self.scale_by_staleness else 0.0
+        return c
+
+
+@dataclass(frozen=True)
+class AdaGrad(_Adaptive):
+    """AdaGrad (Duchi, Hazan, Singer, "Adaptive subgradient methods for online learning
+    and stochastic optimization", JMLR 2011), with ``torch.optim.Adagrad``'s semantics
+    (no lr decay, no weight decay)::
+
+        s ← s + g ⊙ g,     w ← w − lr · g / (sqrt(s) + eps)
+
+    ``s`` starts at ``initial_accumulator_value`` (torch's default 0.0; eps 1e-10 as
+    torch's).
+
+    ``rowwise=True``: one accumulator per row of the parameter's 2-D view ``(rows,
+    prod(shape[1:]))``, fed the row's *mean* of ``g ⊙ g`` over its columns, one step size
+    per row: ``s_r ← s_r + mean(g_r ⊙ g_r)``, ``w_r ← w_r − lr · g_r / (sqrt(s_r) +
+    eps)``. This is the per-row adaptive step of LIBMF's FPSG (Chin, Zhuang, Juan, Lin,
+    "A learning-rate schedule for stochastic gradient methods to matrix factorization",
+    PAKDD 2015), made for sparse tables: the state is ``(rows, 1)``, a ``d``-th of the
+    per-coordinate one. One difference to LIBMF stays: LIBMF steps with the accumulator
+    *before* adding the current gradient (and starts it at 1); here, as in torch, the
+    current gradient is added first. ``initial_accumulator_value=1.0`` gives LIBMF's
+    start. A 1-D parameter has rows of one value, so row-wise is per coordinate there
+    (the same numbers either way). A dense gradient of a 2-D parameter is row-wise over
+    the parameter's rows too.
+
+    On sparse rows only the touched rows of ``s`` move (lazy), one accumulator step per
+    occurrence of a row. ``scale_by_staleness=True`` divides ``g`` by ``max(τ, 1)``
+    first (Zhang et al., IJCAI 2016). State: ``{"s/<name>": ...}``, per worker and
+    private (see the module docstring). Arithmetic and its order: ``kernels/adaptive.py``.
+    """
+
+    lr: float
+    eps: float = 1e-10
+    initial_accumulator_value: float = 0.0
+    rowwise: bool = False
+    scale_by_staleness: bool = False
+
+    kind = _rule.ADAGRAD
+
+    def __post_init__(self):
+        self._check_common()
+        object.__setattr__(self, "eps", check_float(
+            "eps", self.eps, min_value=0.0, exclude_min=True,
+            fix="eps keeps the step finite where the accumulator is 0; torch uses 1e-10"))
+        object.__setattr__(self, "initial_accumulator_value", check_float(
+            "initial_accumulator_value", self.initial_accumulator_value, min_value=0.0,
+            fix="the accumulator is a sum of squares; use 0.0 (torch) or 1.0 (LIBMF)"))
+
+    def _start(self):
+        return self.initial_accumulator_value
+
+
+@dataclass(frozen=True)
+class RMSProp(_Adaptive):
+    """RMSProp (Tieleman & Hinton, "Lecture 6.5 — RMSProp", COURSERA: Neural Networks
+    for Machine Learning, 2012), with ``torch.optim.RMSprop``'s semantics without
+    momentum or centring::
+
+        s ← alpha · s + (1 − alpha) · g ⊙ g,     w ← w − lr · g / (sqrt(s) + eps)
+
+    ``s`` starts at 0 (alpha 0.99 and eps 1e-8 as torch's). ``rowwise=True``: one
+    accumulator per row of the parameter's 2-D view fed the row's mean of ``g ⊙ g``, as
+    :class:`AdaGrad`'s (the LIBMF-style row-wise step, with a moving mean in place of
+    the sum); a 1-D parameter is per coordinate either way. Lazy on sparse rows (rows
+    not in the batch do not decay), one step per occurrence; ``scale_by_staleness`` as
+    :class:`AdaGrad`'s. State: ``{"s/<name>": ...}``, per worker and private.
+    """
+
+    lr: float
+    alpha: float = 0.99
+    eps: float = 1e-8
+    rowwise: bool = False
+    scale_by_staleness: bool = False
+
+    kind = _rule.RMSPROP
+
+    def __post_init__(self):
+        self._check_common()
+        object.__setattr__(self, "alpha", check_float(
+            "alpha", self.alpha, min_value=0.0, max_value=1.0, exclude_min=True,
+            exclude_max=True, fix="alpha is the decay of the mean of squares; torch "
+                                  "uses 0.99"))
+        object.__setattr__(self, "eps", check_float(
+            "eps", self.eps, min_value=0.0, exclude_min=True,
+            fix="eps keeps the step finite where the mean is 0; torch uses 1e-8"))
