@@ -8,6 +8,8 @@ rule with hogkit's kernels, in place, to the (shared) parameters::
     opt = hogkit.optim.StalenessAware(model.parameters(), lr=0.05)
     opt = hogkit.optim.DelayCompensated(model.parameters(), lr=0.05, lam=0.04)
     opt = hogkit.optim.GapAware(model.parameters(), lr=0.05, momentum=0.9)
+    opt = hogkit.optim.Adagrad(model.parameters(), lr=0.1)      # torch.optim's names
+    opt = hogkit.optim.RMSprop(model.parameters(), lr=0.01, alpha=0.99)
 
 Inside :func:`hogkit.spawn`, ``step()`` is a whole hogkit step after your backward:
 guard (a non-finite gradient is refused, or skipped and counted with
@@ -26,8 +28,9 @@ only the rows in the batch are written (the Hogwild! case).
 
 State: per parameter, the rule's slots as tensors in ``optimizer.state[p]``
 (``"m"`` momentum, ``"v"`` Gap-Aware's second moment, ``"ms"`` DC-ASGD-adaptive's
-mean square, ``"step"`` Gap-Aware's step count, ``"r"`` a density residual); they are
-private to each worker, like the rule state of ``hogkit.train``.
+mean square, ``"step"`` Gap-Aware's step count, ``"sum"`` AdaGrad's and ``"square_avg"``
+RMSProp's accumulator (torch's names), ``"r"`` a density residual); they are private
+to each worker, like the rule state of ``hogkit.train``.
 """
 
 from __future__ import annotations
@@ -44,12 +47,12 @@ from hogkit.kernels.layout import RT_HELD as _RT_HELD
 from hogkit.kernels.layout import RT_NONFINITE as _RT_NONFINITE
 from hogkit.validation import check_choice, grads_finite
 
-__all__ = ["Optimizer", "SGD", "StalenessAware", "DelayCompensated", "GapAware"]
+__all__ = ["Optimizer", "SGD", "StalenessAware", "DelayCompensated", "GapAware", "Adagrad",
+           "RMSprop"]
 
 _FLOATS = (torch.float32, torch.float64)
 #: hogkit's "k" slot is torch's "step" (load_state_dict keeps "step" as it is)
 _TORCH_SLOT = {"k": "step"}
-_HOGKIT_SLOT = {v: k for k, v in _TORCH_SLOT.items()}
 
 
 class Optimizer(torch.optim.Optimizer):
@@ -62,6 +65,8 @@ class Optimizer(torch.optim.Optimizer):
     :func:`hogkit.spawn`, else a private one)."""
 
     rule_class = None
+    #: hogkit's state slot -> the name in ``self.state[p]`` (torch's, where it has one)
+    torch_slots = _TORCH_SLOT
 
     def __init__(self, params, defaults, *, density=None, nonfinite="raise", worker=None):
         self._rules = {}
@@ -198,7 +203,7 @@ class Optimizer(torch.optim.Optimizer):
             if slot == "k":                    # a view of the lane's step counts
                 arr = self._K[int(name):int(name) + 1]
             p = by_name[name]
-            tslot = _TORCH_SLOT.get(slot, slot)
+            tslot = self.torch_slots.get(slot, slot)
             st = self.state[p]
             t = st.get(tslot)
             if t is not None:
@@ -385,3 +390,46 @@ class GapAware(Optimizer):
         g = self.param_groups[-1]
         if g.get("lr_max") is None:
             g["lr_max"] = g["lr"]
+
+
+def _refuse(cls, **given):
+    """torch's arguments a hogkit rule has no kernel for: refused unless at their
+    no-op defaults (so torch code that spells the defaults out still runs)."""
+    for name, (value, default) in given.items():
+        if value != default:
+            raise InvalidArgument(
+                f"hogkit.optim.{cls}({name}={value!r}): hogkit's {cls} has no {name} "
+                f"(its kernel computes torch's {cls} at {name}={default!r}); drop it, or "
+                f"use torch.optim.{cls}")
+
+
+class Adagrad(Optimizer):
+    """AdaGrad (:class:`hogkit.rules.core.AdaGrad`, Duchi et al. 2011) with
+    ``torch.optim.Adagrad``'s arguments and state name (``"sum"``); ``rowwise=True``:
+    one accumulator per row (LIBMF's FPSG). ``lr_decay`` and ``weight_decay`` only at 0."""
+
+    rule_class = _rules.AdaGrad
+    torch_slots = {**_TORCH_SLOT, "s": "sum"}
+
+    def __init__(self, params, lr=0.01, lr_decay=0.0, weight_decay=0.0,
+                 initial_accumulator_value=0.0, eps=1e-10, *, rowwise=False, **kw):
+        _refuse("Adagrad", lr_decay=(lr_decay, 0.0), weight_decay=(weight_decay, 0.0))
+        super().__init__(params, dict(lr=lr, eps=eps, rowwise=rowwise,
+                                      initial_accumulator_value=initial_accumulator_value),
+                         **kw)
+
+
+class RMSprop(Optimizer):
+    """RMSProp (:class:`hogkit.rules.core.RMSProp`, Tieleman & Hinton 2012) with
+    ``torch.optim.RMSprop``'s arguments and state name (``"square_avg"``);
+    ``rowwise=True``: one accumulator per row. ``weight_decay``, ``momentum`` only at 0,
+    ``centered`` only False."""
+
+    rule_class = _rules.RMSProp
+    torch_slots = {**_TORCH_SLOT, "s": "square_avg"}
+
+    def __init__(self, params, lr=0.01, alpha=0.99, eps=1e-8, weight_decay=0.0,
+                 momentum=0.0, centered=False, *, rowwise=False, **kw):
+        _refuse("RMSprop", weight_decay=(weight_decay, 0.0), momentum=(momentum, 0.0),
+                centered=(centered, False))
+        super().__init__(params, dict(lr=lr, alpha=alpha, eps=eps, rowwise=rowwise), **kw)

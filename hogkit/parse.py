@@ -10,7 +10,8 @@ function, so ``hogkit run --density topk:0.5``, ``sweep({"density": ["topk:0.5"]
 ``parse_policy``     ``async`` | ``bsp`` | ``ssp:S`` | ``dssp:LO:HI`` |
                      ``local:H[:overlap]`` | ``delay:K`` (the policies' registry)
 ``parse_rule``       ``sgd`` | ``staleness-aware`` | ``dc-asgd`` | ``dc-asgd-adaptive`` |
-                     ``gap-aware`` (with a learning rate and momentum)
+                     ``gap-aware`` | ``adagrad`` | ``adagrad-rowwise`` | ``rmsprop`` |
+                     ``rmsprop-rowwise`` (with a learning rate and momentum)
 ``parse_density``    a fraction | ``topk:F`` | ``random:F`` | ``every:K``, ``:dropped``
                      appended for no residual
 ``parse_batch``      an int (per worker) | ``fixed[:B]`` |
@@ -57,12 +58,15 @@ def parse_policy(text):
 # --------------------------------------------------------------------------- rule
 
 #: the update rules by name (``hogkit run --rule``, a sweep's ``rule`` knob)
-RULES = ("sgd", "staleness-aware", "dc-asgd", "dc-asgd-adaptive", "gap-aware")
+RULES = ("sgd", "staleness-aware", "dc-asgd", "dc-asgd-adaptive", "gap-aware", "adagrad",
+         "adagrad-rowwise", "rmsprop", "rmsprop-rowwise")
+_ADAPTIVE = {"adagrad": rules.AdaGrad, "rmsprop": rules.RMSProp}
 
 
 def parse_rule(name, *, lr=None, momentum=0.0, workload=None):
     """The update rule ``name`` (one of :data:`RULES`) with learning rate ``lr`` (None:
-    ``workload.default_lr``) and ``momentum``."""
+    ``workload.default_lr``) and ``momentum``; ``adagrad`` / ``rmsprop`` take the
+    defaults of torch's (``-rowwise``: one accumulator per row, as LIBMF's)."""
     if lr is None:
         if workload is None:
             raise InvalidArgument(f"rule {name!r} needs lr=... (or a workload whose "
@@ -80,6 +84,13 @@ def parse_rule(name, *, lr=None, momentum=0.0, workload=None):
         return rules.DelayCompensated(lr=lr, adaptive=name == "dc-asgd-adaptive")
     if name == "gap-aware":
         return rules.GapAware(lr=lr, momentum=momentum)
+    base = name[:-len("-rowwise")] if name.endswith("-rowwise") else name
+    if base in _ADAPTIVE and name in RULES:
+        if momentum:
+            raise InvalidArgument(f"--momentum {momentum} with --rule {name}: hogkit's "
+                                  f"{base} has no momentum term; drop --momentum, or pick "
+                                  f"sgd, staleness-aware or gap-aware for momentum")
+        return _ADAPTIVE[base](lr=lr, rowwise=name != base)
     raise InvalidArgument(f"unknown rule {name!r}; expected one of {', '.join(RULES)}")
 
 

@@ -4,17 +4,23 @@
 
     rule = chain(scale_by_staleness(), momentum(0.9), lr=0.05)   # == StalenessAware(0.05, 0.9)
     rule = chain(gap_aware(gamma=0.999), momentum(0.9), lr=0.05)  # == GapAware(0.05, 0.9)
+    rule = chain(adagrad(rowwise=True), lr=0.1)          # == AdaGrad(0.1, rowwise=True)
 
 Each piece transforms the gradient, in the order given: a **correction** for
 staleness (at most one: :func:`scale_by_staleness`, :func:`delay_compensation` or
 :func:`gap_aware`), then optionally :func:`momentum`, then the step ``w -= lr·u``.
+A **scaling** piece (:func:`adagrad` or :func:`rmsprop`, at most one) divides by the
+root of its accumulator instead; it composes with :func:`scale_by_staleness` put before
+it (the damped gradient enters the accumulator and the step:
+``AdaGrad(..., scale_by_staleness=True)``), and with nothing else: no kernel has
+DC-ASGD's or Gap-Aware's correction, or momentum, on top of an adaptive step.
 :func:`chain` resolves the pipeline to the one fused kernel that computes it
 (``hogkit.kernels.rule``) and returns that rule object, so a chained rule runs in one
 kernel call per parameter, on the compiled step core and on the Python step alike, and
 computes bit for bit what the class it equals computes (``tests/test_compose.py``).
 
 A pipeline no kernel computes (two corrections, momentum before a correction, momentum
-with DC-ASGD) is refused with what would run instead; adding a fused kernel for it is
+with DC-ASGD, an adaptive piece with another correction or momentum) is refused with what would run instead; adding a fused kernel for it is
 the way to add it.
 """
 
@@ -26,12 +32,13 @@ from typing import Optional
 from hogkit.errors import InvalidArgument, InvalidType
 
 __all__ = ["Piece", "chain", "scale_by_staleness", "delay_compensation", "gap_aware",
-           "momentum"]
+           "momentum", "adagrad", "rmsprop"]
 
 
 @dataclass(frozen=True)
 class Piece:
-    """One transformation of a chain: ``kind`` ("staleness", "dc", "gap", "momentum")
+    """One transformation of a chain: ``kind`` ("staleness", "dc", "gap", "momentum",
+    "adagrad", "rmsprop")
     and its hyper-parameters (checked by the rule :func:`chain` builds)."""
 
     kind: str
@@ -64,15 +71,32 @@ def momentum(mu) -> Piece:
     return Piece("momentum", {"mu": mu})
 
 
+def adagrad(eps=1e-10, initial_accumulator_value=0.0, *, rowwise=False) -> Piece:
+    """AdaGrad's scaling ``u = g / (sqrt(s) + eps)``, ``s ← s + g⊙g`` (Duchi et al.,
+    JMLR 2011); ``rowwise``: one accumulator per row fed the row's mean of ``g⊙g``
+    (LIBMF's FPSG). See :class:`~hogkit.rules.core.AdaGrad`."""
+    return Piece("adagrad", {"eps": eps, "initial_accumulator_value": initial_accumulator_value,
+                             "rowwise": rowwise})
+
+
+def rmsprop(alpha=0.99, eps=1e-8, *, rowwise=False) -> Piece:
+    """RMSProp's scaling ``u = g / (sqrt(s) + eps)``, ``s ← alpha·s + (1 − alpha)·g⊙g``
+    (Tieleman & Hinton 2012). See :class:`~hogkit.rules.core.RMSProp`."""
+    return Piece("rmsprop", {"alpha": alpha, "eps": eps, "rowwise": rowwise})
+
+
 _MAKERS = {"staleness": "scale_by_staleness", "dc": "delay_compensation",
-           "gap": "gap_aware", "momentum": "momentum"}
+           "gap": "gap_aware", "momentum": "momentum", "adagrad": "adagrad",
+           "rmsprop": "rmsprop"}
 _CORRECTIONS = ("staleness", "dc", "gap")
+_SCALINGS = ("adagrad", "rmsprop")
 
 
 def chain(*pieces, lr):
     """The rule that applies ``pieces`` in order, then ``w -= lr·u`` (see the module
     docstring); one of :class:`~hogkit.rules.core.SGD`, :class:`~hogkit.rules.core.StalenessAware`,
-    :class:`~hogkit.rules.core.DelayCompensated`, :class:`~hogkit.rules.core.GapAware`."""
+    :class:`~hogkit.rules.core.DelayCompensated`, :class:`~hogkit.rules.core.GapAware`,
+    :class:`~hogkit.rules.core.AdaGrad`, :class:`~hogkit.rules.core.RMSProp`."""
     from hogkit.rules import core as rules
     for i, p in enumerate(pieces):
         if not isinstance(p, Piece):
@@ -82,6 +106,8 @@ def chain(*pieces, lr):
     for k in set(kinds):
         if kinds.count(k) > 1:
             raise InvalidArgument(f"chain{_show(pieces)} has {_MAKERS[k]}() twice; give it once")
+    if any(k in _SCALINGS for k in kinds):
+        return _adaptive(pieces, kinds, lr)
     fixes = [k for k in kinds if k in _CORRECTIONS]
     if len(fixes) > 1:
         raise InvalidArgument(
@@ -107,6 +133,35 @@ def chain(*pieces, lr):
         raise InvalidArgument(f"chain{_show(pieces)}: DC-ASGD's kernel has no momentum "
                               f"term; drop momentum() or use gap_aware() with momentum()")
     return rules.DelayCompensated(lr, **fix.options)
+
+
+def _adaptive(pieces, kinds, lr):
+    """The AdaGrad / RMSProp rule of a chain with a scaling piece, or the refusal."""
+    from hogkit.rules import core as rules
+    show = _show(pieces)
+    scal = [k for k in kinds if k in _SCALINGS]
+    if len(scal) > 1:
+        raise InvalidArgument(f"chain{show} has two adaptive scalings (adagrad() and "
+                              f"rmsprop()); no kernel computes both: keep one")
+    k = scal[0]
+    name = _MAKERS[k] + "()"
+    for other in kinds:
+        if other == "momentum":
+            raise InvalidArgument(
+                f"chain{show}: the {name} kernel has no momentum term (torch's default "
+                f"has none either); drop momentum(), or use momentum() without {name}")
+        if other in ("dc", "gap"):
+            raise InvalidArgument(
+                f"chain{show}: no kernel puts {_MAKERS[other]}()'s correction on top of "
+                f"{name}'s step; use {name} alone, scale_by_staleness() before it, or "
+                f"{_MAKERS[other]}() without it")
+    staleness = "staleness" in kinds
+    if staleness and kinds.index("staleness") > kinds.index(k):
+        raise InvalidArgument(
+            f"chain{show} puts scale_by_staleness() after {name}: the kernel damps the "
+            f"gradient before it enters the accumulator; put scale_by_staleness() first")
+    cls = rules.AdaGrad if k == "adagrad" else rules.RMSProp
+    return cls(lr, scale_by_staleness=staleness, **pieces[kinds.index(k)].options)
 
 
 def _show(pieces):
