@@ -19,10 +19,18 @@
 
 - ``sched_yield()``: libc's ``sched_yield``: a spinning waiter gives its core to a
   runnable peer (more workers than cores), and returns at once when there is none.
+- ``cas(A, j, expected, new)``: atomic compare-and-swap of the integer ``A[j]`` (LLVM
+  ``cmpxchg``, sequentially consistent on success and failure): if ``A[j] ==
+  expected`` it becomes ``new``; returns the value ``A[j]`` held before, so the swap
+  happened iff the result equals ``expected``. Atomic across threads and across
+  processes that map the same shared memory (x86-64 ``lock cmpxchg``); also a full
+  fence, so plain loads after it see what other CASes published before it. numba has
+  no atomics; the block scheduler (``blocks.py``) claims blocks with it.
 
-With ``NUMBA_DISABLE_JIT=1`` all five are plain Python (a no-op, ``math.sqrt``,
-``ndarray.view``, ``time.monotonic_ns`` and ``os.sched_yield``), so the kernels still
-run, interpreted, for coverage.
+With ``NUMBA_DISABLE_JIT=1`` all six are plain Python (a no-op, ``math.sqrt``,
+``ndarray.view``, ``time.monotonic_ns``, ``os.sched_yield`` and a compare-then-store
+that is *not* atomic: one interpreted process only), so the kernels still run,
+interpreted, for coverage.
 """
 
 import math
@@ -49,6 +57,12 @@ if config.DISABLE_JIT:
 
     def sched_yield():
         os.sched_yield()
+
+    def cas(A, j, expected, new):
+        old = A[j]
+        if old == expected:
+            A[j] = new
+        return old
 
 else:
     from llvmlite import ir
@@ -112,6 +126,26 @@ else:
             fn = cgutils.get_or_insert_function(builder.module, fnty, "sched_yield")
             builder.call(fn, [])
             return context.get_dummy_value()
+
+        return sig, codegen
+
+    @intrinsic
+    def cas(typingctx, A, j, expected, new):
+        if not (isinstance(A, types.Array) and A.ndim == 1
+                and isinstance(A.dtype, types.Integer) and isinstance(j, types.Integer)
+                and isinstance(expected, types.Integer) and isinstance(new, types.Integer)):
+            return None
+        sig = A.dtype(A, j, expected, new)
+
+        def codegen(context, builder, signature, args):
+            aryty, jty, ety, nty = signature.args
+            ary = context.make_array(aryty)(context, builder, args[0])
+            j = context.cast(builder, args[1], jty, types.intp)
+            ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [j])
+            cmp = context.cast(builder, args[2], ety, aryty.dtype)
+            val = context.cast(builder, args[3], nty, aryty.dtype)
+            pair = builder.cmpxchg(ptr, cmp, val, "seq_cst", "seq_cst")
+            return builder.extract_value(pair, 0)
 
         return sig, codegen
 

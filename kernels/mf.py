@@ -22,16 +22,24 @@ import numpy as np
 from numba import njit
 
 from . import step as _step
+from .blocks import block_sample
 from .rule import FASTMATH as _FM   # the step core's flags: the same numbers both ways
+
+
+_NO_BLOCKS = np.zeros(0, np.int64)
 
 
 class MFArrays(NamedTuple):
     """Matrix factorisation's compiled part: the ratings (``u``, ``i``, ``r``, in the
-    order ``build`` shuffled once) and the L2 coefficient ``reg``."""
+    order ``build`` shuffled once) and the L2 coefficient ``reg``; for the block order
+    (``blocks.py``) the block offsets ``blk_off`` and the shared scheduler ``blk_sched``
+    (empty: the sweep)."""
     u: np.ndarray
     i: np.ndarray
     r: np.ndarray
     reg: float
+    blk_off: np.ndarray = _NO_BLOCKS
+    blk_sched: np.ndarray = _NO_BLOCKS
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -51,8 +59,12 @@ def sweep_sample(n, cursor, nb, idx):
 
 @njit(cache=True, nogil=True)
 def mf_sample(wl, rng, cursor, nb, idx):
-    """The step core's sampler of matrix factorisation (a sweep; ``rng`` unused)."""
-    sweep_sample(wl.r.shape[0], cursor, nb, idx)
+    """The step core's sampler of matrix factorisation: a sweep, or the block order
+    when ``blk_off`` is given (``blocks.block_sample``); ``rng`` unused."""
+    if wl.blk_off.shape[0] == 0:
+        sweep_sample(wl.r.shape[0], cursor, nb, idx)
+    else:
+        block_sample(wl.blk_off, wl.blk_sched, cursor, nb, idx)
 
 
 @njit(cache=True, nogil=True, fastmath=_FM)

@@ -27,13 +27,24 @@ The default lr 0.05 sits 4x below where sequential SGD diverges (~0.2).
 
 Loss reported by ``loss``: plain mean squared error over all ratings, mean(e_ui^2),
 without the 1/2 and without the L2 term. ``metrics`` adds ``rmse``.
+
+``order="blocks"`` (FPSG, Chin et al. 2013; DSGD, Gemulla et al. 2011): the ratings are
+stored grouped by the blocks of a ``blocks x blocks`` grid (row ranges x column ranges)
+and each worker reads only blocks whose row range and column range no other worker
+holds, claimed lock-free in a scheduler array the workers share (``kernels/blocks.py``;
+docs/algorithms.md, "The block order"). ``build`` then adds ``blk_off`` (the block
+offsets) and ``blk_sched`` (the scheduler) to the data; the parameters, the ratings'
+set and the loss are the sweep's. ``metrics`` adds the scheduler's counts.
 """
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from hogkit.errors import InvalidArgument
+from hogkit.kernels import blocks as _kb
 from hogkit.kernels.mf import MFArrays, mf_predict, mf_scratch, mf_sse
 from hogkit.validation import check_array, check_choice, check_float, check_int, check_indices
 from hogkit.workloads.base import (CompiledParts, KernelCtx, Workload, check_dtype,
@@ -52,6 +63,11 @@ PRESETS = {
 }
 
 _INT32_MAX = 2**31 - 1
+#: the block order's grid side when ``blocks`` is not given: 64 blocks, room for up to 7
+#: workers to choose among free blocks (FPSG wants the grid above the thread count;
+#: LIBMF's default is 20 x 20 for its ~2 x threads); capped by the rows and columns
+DEFAULT_GRID = 8
+ORDERS = ("sweep", "blocks")
 
 
 def _sorted_unique(a):
@@ -85,7 +101,7 @@ class MatrixFactorization(Workload):
 
     def __init__(self, preset="default", *, n_rows=None, n_cols=None, rank=None,
                  k_true=None, n_ratings=None, zipf=None, noise=0.1, reg=0.0,
-                 init_scale=0.1, dtype="float32"):
+                 init_scale=0.1, dtype="float32", order="sweep", blocks=None):
         self.preset = check_choice("preset", preset, tuple(PRESETS))
         base = dict(zipf=1.1)
         base.update(PRESETS[preset])
@@ -112,12 +128,52 @@ class MatrixFactorization(Workload):
                                       exclude_min=True,
                                       fix="zero factors are a saddle point SGD cannot leave")
         self.dtype = check_dtype(dtype)
+        self.order, self.blocks = self._check_order(order, blocks)
+
+    def _check_order(self, order, blocks):
+        """``(order, grid side or None)``; see the module docstring."""
+        order = check_choice("order", order, ORDERS,
+                             fix="'sweep' reads the shuffled ratings in turn; 'blocks' "
+                                 "gives each worker blocks no other worker holds")
+        if order == "sweep":
+            if blocks is not None:
+                raise InvalidArgument(f"blocks={blocks!r} is the block order's grid; it "
+                                      f"needs order='blocks' (-o order=blocks), or drop it")
+            return order, None
+        small = min(self.n_rows, self.n_cols, _kb.MAX_GRID)
+        if small < 2:
+            raise InvalidArgument(
+                f"order='blocks' needs at least 2 rows and 2 columns to cut into blocks, "
+                f"got {self.n_rows} x {self.n_cols}; use order='sweep'")
+        if self.n_ratings > _kb.MAX_RATINGS:
+            raise InvalidArgument(f"order='blocks' addresses at most {_kb.MAX_RATINGS} "
+                                  f"ratings, got n_ratings={self.n_ratings}; use "
+                                  f"order='sweep'")
+        if blocks is None:
+            return order, min(DEFAULT_GRID, small)
+        return order, check_int(
+            "blocks", blocks, min_value=2, max_value=small,
+            fix=f"the grid side must lie in [2, min(n_rows, n_cols, {_kb.MAX_GRID})="
+                f"{small}] and should exceed the number of workers")
+
+    def config(self):
+        out = super().config()
+        if self.order != "sweep":       # a sweep's config stays what it always was
+            out.update(order=self.order, blocks=self.blocks)
+        return out
+
+    def __repr__(self):
+        text = super().__repr__()
+        if self.order == "sweep":
+            return text
+        return f"{text[:-1]}, order={self.order!r}, blocks={self.blocks!r})"
 
     # --- parent -------------------------------------------------------------------
     def build(self, seed):
         """``({"P", "Q"}, {"u", "i", "r"})``: factors (dtype) and ratings (int32, int32,
         float32). The data and the initial factors come from independent streams of
-        ``seed``."""
+        ``seed``. The block order stores the same ratings grouped by block (stably:
+        shuffled within a block) and adds ``blk_off`` and ``blk_sched`` (int64)."""
         seed = check_seed(seed)
         data_rng, init_rng = (np.random.default_rng(s)
                               for s in np.random.SeedSequence(seed).spawn(2))
@@ -134,7 +190,18 @@ class MatrixFactorization(Workload):
             "P": (init_rng.standard_normal((self.n_rows, self.rank)) * self.init_scale).astype(dt),
             "Q": (init_rng.standard_normal((self.n_cols, self.rank)) * self.init_scale).astype(dt),
         }
+        if self.order == "blocks":
+            data = self._blocked(data)
         return params, data
+
+    def _blocked(self, data):
+        """``data`` grouped by block, with the block offsets and a fresh scheduler."""
+        perm, off = _kb.block_layout(data["u"], data["i"], self.n_rows, self.n_cols,
+                                     self.blocks)
+        out = {k: v[perm] for k, v in data.items()}
+        out["blk_off"] = off
+        out["blk_sched"] = _kb.new_sched(self.blocks)
+        return out
 
     def _cells(self, rng):
         """``n_ratings`` distinct (u, i) cells, Zipf-popular rows and columns, shuffled."""
@@ -161,17 +228,29 @@ class MatrixFactorization(Workload):
         return float(mf_sse(P, Q, data["u"], data["i"], data["r"]) / len(data["r"]))
 
     def metrics(self, params, data):
+        """``loss``, ``mse``, ``rmse``; the block order adds its scheduler's counts:
+        ``block_claims``, ``block_fallbacks`` (sample calls that found no free block
+        and took the sweep's ratings) and the fewest and most passes of a block."""
         mse = self.loss(params, data)
-        return {"loss": mse, "mse": mse, "rmse": float(np.sqrt(mse))}
+        out = {"loss": mse, "mse": mse, "rmse": float(np.sqrt(mse))}
+        if self.order == "blocks" and "blk_sched" in data:
+            sched, off = data["blk_sched"], data["blk_off"]
+            done = _kb.passes(sched).ravel()[np.diff(off) > 0]
+            out.update(block_claims=int(sched[_kb.CLAIMS]),
+                       block_fallbacks=int(sched[_kb.FALLBACKS]),
+                       block_passes_min=int(done.min()), block_passes_max=int(done.max()))
+        return out
 
     # --- worker -------------------------------------------------------------------
     def compiled(self, params, data):
         """The step core's view: ratings and ``reg``; parameters ``(P, Q)``; one row of
         each per rating."""
         self._check(params, data)
-        return CompiledParts(MFArrays(data["u"], data["i"], data["r"], float(self.reg)),
-                             ("P", "Q"), (1, 1), mf_scratch(self.n_rows, self.n_cols),
-                             uses_rng=False)
+        arrays = MFArrays(data["u"], data["i"], data["r"], float(self.reg))
+        if self.order == "blocks":
+            arrays = arrays._replace(blk_off=data["blk_off"], blk_sched=data["blk_sched"])
+        return CompiledParts(arrays, ("P", "Q"), (1, 1),
+                             mf_scratch(self.n_rows, self.n_cols), uses_rng=False)
 
     def _check(self, params, data):
         check_keys("params", params, ("P", "Q"), self.name)
@@ -185,13 +264,54 @@ class MatrixFactorization(Workload):
             raise InvalidArgument(
                 f"data['u'], data['i'], data['r'] must have one common nonzero length, "
                 f"got {len(u)}, {len(i)}, {len(r)}; pass what build() returned")
+        if self.order == "blocks":
+            self._check_blocks(data, u, i)
+
+    def _check_blocks(self, data, u, i):
+        """The block order's data: offsets over the ratings, every rating inside its
+        block, a scheduler of this grid that workers can write."""
+        G = self.blocks
+        again = f"; pass what build() of {self!r} returned"
+        check_keys("data", data, ("blk_off", "blk_sched"), self.name)
+        off = check_array("data['blk_off']", data["blk_off"], dtype=np.int64,
+                          shape=(G * G + 1,))
+        sched = check_array("data['blk_sched']", data["blk_sched"], dtype=np.int64,
+                            shape=(_kb.sched_size(G),))
+        if off[0] != 0 or off[-1] != len(u) or (np.diff(off) < 0).any():
+            raise InvalidArgument(f"data['blk_off'] must rise from 0 to the {len(u)} "
+                                  f"ratings{again}")
+        if sched[_kb.GRID] != G or not sched.flags.writeable:
+            raise InvalidArgument(f"data['blk_sched'] must be a writeable scheduler of "
+                                  f"the {G} x {G} grid (its word 0 is "
+                                  f"{int(sched[_kb.GRID])}){again}")
+        bad = _kb.layout_error(u, i, off, self.n_rows, self.n_cols, G)
+        if bad >= 0:
+            raise InvalidArgument(f"rating {bad} (row {int(u[bad])}, column "
+                                  f"{int(i[bad])}) is stored outside its block{again}")
 
     def setup(self, params, data, *, rank=0, seed=0):
-        return KernelCtx(self.compiled(params, data), params, batch=self.default_batch,
-                         rank=rank, seed=seed, n_samples=len(data["r"]))
+        ctx = KernelCtx(self.compiled(params, data), params, batch=self.default_batch,
+                        rank=rank, seed=seed, n_samples=len(data["r"]))
+        if self.order == "blocks":
+            _release_when_gone(ctx, data["blk_sched"])
+        return ctx
 
     def gradient(self, ctx, rng, batch, *, keep_read=False):
         """A sweep block of ``batch`` ratings from the worker's cursor (the ratings are
         stored in the random order ``build`` drew, so consecutive blocks are uniform
         samples without replacement, read sequentially); their gradient rows."""
         return ctx.gradient(rng, batch, keep_read)
+
+
+def _release_when_gone(ctx, sched):
+    """Give ``ctx``'s cursor a finaliser that frees the blocks it still holds when the
+    context goes away (a warm-up's context, a worker that ends), so no block stays
+    held by nobody. The cursor becomes a view of a base array the finaliser keeps: it
+    reads the last cursor value without keeping the view alive."""
+    base = ctx.cursor.copy()
+    ctx.cursor = base[:]
+    weakref.finalize(ctx.cursor, _release, base, sched)
+
+
+def _release(base, sched):
+    _kb.release_cursor(sched, int(base[0]))
