@@ -15,7 +15,7 @@ from hogkit.rules.density import Density
 from hogkit.kernels import layout as KL
 from hogkit.policy import DSSP, SSP, Async
 from hogkit.state.reader import Reader, StalenessLog
-from hogkit.rules.core import SGD, DelayCompensated, GapAware, StalenessAware
+from hogkit.rules.core import SGD, AdaGrad, DelayCompensated, GapAware, RMSProp, StalenessAware
 from hogkit.engine.simulator import simulate, strip_wall
 from hogkit.engine.step import CompiledStep, PythonStep, compiled_support, encode_pacer
 from hogkit.engine.worker_loop import runtime_specs
@@ -28,6 +28,8 @@ RULES = {
     "staleness-aware": StalenessAware(0.05), "sa-momentum": StalenessAware(0.02, 0.9),
     "dc": DelayCompensated(0.05), "dc-adaptive": DelayCompensated(0.05, adaptive=True),
     "gap-aware": GapAware(0.05), "ga-momentum": GapAware(0.02, momentum=0.9),
+    "adagrad": AdaGrad(0.05), "adagrad-rowwise": AdaGrad(0.05, rowwise=True),
+    "rmsprop-rowwise-stale": RMSProp(0.01, rowwise=True, scale_by_staleness=True),
 }
 DENSITIES = {
     "none": None, "topk-residual": Density(0.3), "random-drop": Density(0.5, how="random",
