@@ -287,6 +287,18 @@ def test_the_cli_names_build_the_rules():
     assert {"AdaGrad", "RMSProp"} <= set(hogkit.__all__)
 
 
+def test_the_cli_simulates_with_an_adaptive_rule(tmp_path, capsys):
+    import json
+    from hogkit.cli import main
+    assert main(["sim", "--workload", "logreg", "--workers", "4", "--steps", "200",
+                 "--rule", "adagrad-rowwise", "--lr", "0.1", "--out", str(tmp_path)]) == 0
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert "AdaGrad" in json.dumps(s["config"]) and s["final_loss"] < s["initial_loss"]
+    assert main(["sim", "--rule", "rmsprop", "--momentum", "0.9", "--steps", "10",
+                 "--out", str(tmp_path / "bad")]) == 2
+    assert "no momentum term" in capsys.readouterr().err
+
+
 def test_the_worker_state_store_keeps_a_rowwise_accumulator():
     from hogkit.state import worker_state
     params = {"P": np.zeros((7, 4), np.float32)}
