@@ -10,11 +10,13 @@ Matrix factorisation (hogkit's ``mf`` data, a preset, seed 0):
   when a C++ compiler is present, an AVX build of its sdist
   (``-O3 -DUSEAVX -mavx -mfma``), compiled once into ``~/.cache/hogkit``; the faster of
   the two is the one compared;
-- **hogkit** ``train`` with the compiled step core, 1 and 2 workers, and the Python
+- **hogkit** ``train`` with the compiled step core on each lane, 1 and 2 workers: the
+  **sample lane** (per-sample Hogwild!, each rating applied at once, ``lane="sample"``)
+  and the **batch lane** (the exact minibatch step, ``lane="batch"``), and the Python
   step (``engine="python"``), 1 worker.
 
 Sparse logistic regression (``logreg``): a plain numba per-sample logistic SGD loop
-against hogkit compiled, 1 and 2 workers.
+against hogkit compiled on each lane, 1 and 2 workers.
 
 The digits MLP (``mlp``, torch): **torch's own Hogwild! recipe** (``model.share_memory()``,
 spawned ``torch.multiprocessing`` processes, each a standard ``torch.optim.SGD`` loop of
@@ -271,11 +273,13 @@ def _mf_libmf(lib, wl, data, target, threads, max_epochs, quick=False):
 
 
 def _hogkit(wl, target, workers, engine, lrs, max_epochs, n_samples, rate_seconds,
-            grid=EPOCHS):
+            grid=EPOCHS, lane="batch", batch=None):
     from hogkit.errors import WorkerFailed
     from hogkit.rules.core import SGD
     from hogkit.engine.runtime import train
-    batch = wl.default_batch
+    batch = batch or wl.default_batch
+    knobs = dict(engine=engine, eval_every=None, progress=False, keep_params=False,
+                 batch=batch, lane=lane)
     runs = []
     for lr in lrs:
         curve, diverged = [], False
@@ -284,8 +288,7 @@ def _hogkit(wl, target, workers, engine, lrs, max_epochs, n_samples, rate_second
                 break
             steps = max(workers, int(epochs * n_samples / batch))
             try:
-                run = train(wl, workers=workers, steps=steps, rule=SGD(lr), engine=engine,
-                            eval_every=None, progress=False, keep_params=False)
+                run = train(wl, workers=workers, steps=steps, rule=SGD(lr), **knobs)
             except WorkerFailed as e:          # a non-finite gradient: this lr diverges
                 if "non-finite" not in str(e):
                     raise
@@ -301,12 +304,12 @@ def _hogkit(wl, target, workers, engine, lrs, max_epochs, n_samples, rate_second
     best = _best(runs)
     rates = []
     for _ in range(1 if rate_seconds < 1 else ROUNDS):
-        run = train(wl, workers=workers, seconds=rate_seconds, rule=SGD(best["lr"]),
-                    engine=engine, eval_every=None, progress=False, keep_params=False)
+        run = train(wl, workers=workers, seconds=rate_seconds, rule=SGD(best["lr"]), **knobs)
         rates.append(run.extra["samples"] / run.wall_s)
-    return {"label": f"hogkit {engine}, {workers} worker{'s' * (workers > 1)}",
+    where = f"{engine}, {lane} lane" if engine == "compiled" else engine
+    return {"label": f"hogkit {where}, {workers} worker{'s' * (workers > 1)}",
             "samples_per_s": statistics.median(rates), "rates": rates, "engine": engine,
-            "workers": workers, "batch": batch, **best, "all_lr": runs}
+            "lane": lane, "workers": workers, "batch": batch, **best, "all_lr": runs}
 
 
 def _mf(preset, quick):
@@ -328,6 +331,9 @@ def _mf(preset, quick):
             best["builds"] = {g["label"]: g["samples_per_s"] for g in got}
             c[f"libmf_{threads}"] = best
     for workers in (1, 2):
+        c[f"hogkit_sample_{workers}"] = _hogkit(wl, target, workers, "compiled",
+                                                _lrs(LR["hogkit_mf"], quick), max_epochs,
+                                                n, rate_s, lane="sample")
         c[f"hogkit_compiled_{workers}"] = _hogkit(wl, target, workers, "compiled",
                                                   _lrs(LR["hogkit_mf"], quick), max_epochs,
                                                   n, rate_s)
@@ -357,9 +363,11 @@ def _logreg(quick):
                                   "samples_per_s": n * best["curve"][-1]["epochs"]
                                   / best["curve"][-1]["t"], **best, "all_lr": runs}
     for workers in (1, 2):
-        out["contenders"][f"hogkit_compiled_{workers}"] = _hogkit(
-            wl, LOGREG_TARGET, workers, "compiled", _lrs(LR["hogkit_logreg"], quick),
-            max_epochs, n, 0.5 if quick else 3.0)
+        for lane in ("sample", "batch"):
+            key = f"hogkit_{'sample' if lane == 'sample' else 'compiled'}_{workers}"
+            out["contenders"][key] = _hogkit(
+                wl, LOGREG_TARGET, workers, "compiled", _lrs(LR["hogkit_logreg"], quick),
+                max_epochs, n, 0.5 if quick else 3.0, lane=lane)
     return out
 
 
@@ -472,33 +480,64 @@ def _mlp(quick):
     return out
 
 
-def run(quick=False, presets=None) -> dict:
+#: the problems ``run(only=...)`` (``hogkit bench peers --only``) may pick
+SECTIONS = ("mf", "logreg", "mlp")
+
+
+def run(quick=False, presets=None, only=None) -> dict:
+    """Every section (``only``: a comma-separated subset of :data:`SECTIONS`)."""
     presets = presets or (("hot",) if quick else ("default", "large"))
-    result = {"scenario": "peers", "quick": quick, "cpus": os.cpu_count(),
-              "mf": {p: _mf(p, quick) for p in presets}, "logreg": _logreg(quick),
-              "mlp": _mlp(quick)}
+    pick = SECTIONS if only is None else tuple(x.strip() for x in only.split(","))
+    unknown = [x for x in pick if x not in SECTIONS]
+    if unknown:
+        raise ValueError(f"peers: unknown section(s) {unknown}; pick from {SECTIONS}")
+    result = {"scenario": "peers", "quick": quick, "cpus": os.cpu_count(), "only": only}
+    if "mf" in pick:
+        result["mf"] = {p: _mf(p, quick) for p in presets}
+    if "logreg" in pick:
+        result["logreg"] = _logreg(quick)
+    if "mlp" in pick:
+        result["mlp"] = _mlp(quick)
     result["ratios"] = _ratios(result)
     return result
 
 
+def _time_ratio(r, key, slow, fast):
+    """``r[key] = slow's time to target / fast's`` when both reached it."""
+    a, b = fast.get("time_to_target"), slow.get("time_to_target")
+    if a and b:
+        r[key] = b / a
+
+
 def _ratios(result):
     r = {}
-    for p, m in result["mf"].items():
+    for p, m in result.get("mf", {}).items():
         c = m["contenders"]
         plain = c["plain"]["samples_per_s"]
-        r[f"mf_{p}_compiled1_over_plain"] = c["hogkit_compiled_1"]["samples_per_s"] / plain
-        for w in (1, 2):
-            lib = c.get(f"libmf_{w}")
-            if lib:
-                r[f"mf_{p}_compiled{w}_over_libmf{w}_rate"] = (
-                    c[f"hogkit_compiled_{w}"]["samples_per_s"] / lib["samples_per_s"])
-                a, b = c[f"hogkit_compiled_{w}"]["time_to_target"], lib["time_to_target"]
-                if a and b:
-                    r[f"mf_{p}_libmf{w}_time_over_compiled{w}_time"] = b / a
-    c = result["logreg"]["contenders"]
-    r["logreg_compiled1_over_plain"] = (c["hogkit_compiled_1"]["samples_per_s"]
-                                        / c["plain"]["samples_per_s"])
-    c = result["mlp"]["contenders"]
+        for lane in ("sample", "compiled"):
+            one, two = c[f"hogkit_{lane}_1"], c[f"hogkit_{lane}_2"]
+            r[f"mf_{p}_{lane}1_over_plain"] = one["samples_per_s"] / plain
+            r[f"mf_{p}_{lane}2_over_{lane}1"] = two["samples_per_s"] / one["samples_per_s"]
+            _time_ratio(r, f"mf_{p}_plain_time_over_{lane}2_time", c["plain"], two)
+            for w in (1, 2):
+                lib, h = c.get(f"libmf_{w}"), c[f"hogkit_{lane}_{w}"]
+                if lib:
+                    r[f"mf_{p}_{lane}{w}_over_libmf{w}_rate"] = (h["samples_per_s"]
+                                                                 / lib["samples_per_s"])
+                    _time_ratio(r, f"mf_{p}_libmf{w}_time_over_{lane}{w}_time", lib, h)
+    if "logreg" in result:
+        c = result["logreg"]["contenders"]
+        for lane in ("sample", "compiled"):
+            r[f"logreg_{lane}1_over_plain"] = (c[f"hogkit_{lane}_1"]["samples_per_s"]
+                                               / c["plain"]["samples_per_s"])
+            _time_ratio(r, f"logreg_plain_time_over_{lane}2_time", c["plain"],
+                        c[f"hogkit_{lane}_2"])
+    if "mlp" in result:
+        _mlp_ratios(r, result["mlp"]["contenders"])
+    return r
+
+
+def _mlp_ratios(r, c):
     for w in (1, 2):
         h, t = c[f"hogkit_python_{w}"], c[f"torch_hogwild_{w}"]
         r[f"mlp_hogkit{w}_over_torch{w}_rate"] = h["samples_per_s"] / t["samples_per_s"]
@@ -510,28 +549,30 @@ def _ratios(result):
 
 def format_table(result) -> str:
     lines = []
-    for p, m in result["mf"].items():
+    for p, m in result.get("mf", {}).items():
         lines.append(f"mf preset {p}: {m['n_ratings']:,} ratings, target training MSE "
                      f"{m['target_mse']} (from {m['initial_mse']:.3f})")
         lines += _rows(m["contenders"])
-    lg = result["logreg"]
-    lines.append(f"logreg: {lg['n_samples']:,} samples, target log-loss "
-                 f"{lg['target_logloss']} (from {lg['initial_logloss']:.3f})")
-    lines += _rows(lg["contenders"])
-    mlp = result["mlp"]
-    lines.append(f"mlp (digits, torch): {mlp['n_samples']:,} samples, batch {mlp['batch']}, "
-                 f"target cross-entropy {mlp['target_loss']} (from "
-                 f"{mlp['initial_loss']:.3f})")
-    lines += _rows(mlp["contenders"])
+    lg = result.get("logreg")
+    if lg:
+        lines.append(f"logreg: {lg['n_samples']:,} samples, target log-loss "
+                     f"{lg['target_logloss']} (from {lg['initial_logloss']:.3f})")
+        lines += _rows(lg["contenders"])
+    mlp = result.get("mlp")
+    if mlp:
+        lines.append(f"mlp (digits, torch): {mlp['n_samples']:,} samples, batch "
+                     f"{mlp['batch']}, target cross-entropy {mlp['target_loss']} (from "
+                     f"{mlp['initial_loss']:.3f})")
+        lines += _rows(mlp["contenders"])
     lines.append("ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in result["ratios"].items()))
     return "\n".join(lines)
 
 
 def _rows(contenders):
-    out = [f"  {'contender':<36}{'lr':>7}{'samples/s':>14}{'time to target':>17}"]
+    out = [f"  {'contender':<44}{'lr':>7}{'samples/s':>14}{'time to target':>17}"]
     for c in contenders.values():
         t = c["time_to_target"]
-        out.append(f"  {c['label']:<36}{c['lr']:>7g}{c['samples_per_s'] / 1e6:>12.2f} M"
+        out.append(f"  {c['label']:<44}{c['lr']:>7g}{c['samples_per_s'] / 1e6:>12.2f} M"
                    f"{(f'{t:.3f} s' if t is not None else 'not reached'):>17}")
     return out
 
@@ -542,12 +583,14 @@ def plot(result, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     panels = [(f"mf {p}", m["contenders"], m["target_mse"], "training MSE")
-              for p, m in result["mf"].items()]
-    lg = result["logreg"]
-    panels.append(("logreg", lg["contenders"], lg["target_logloss"], "training log-loss"))
-    mlp = result["mlp"]
-    panels.append(("mlp (torch)", mlp["contenders"], mlp["target_loss"],
-                   "training cross-entropy"))
+              for p, m in result.get("mf", {}).items()]
+    lg, mlp = result.get("logreg"), result.get("mlp")
+    if lg:
+        panels.append(("logreg", lg["contenders"], lg["target_logloss"],
+                       "training log-loss"))
+    if mlp:
+        panels.append(("mlp (torch)", mlp["contenders"], mlp["target_loss"],
+                       "training cross-entropy"))
     fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.2))
     for ax, (title, cs, target, ylabel) in zip(np.atleast_1d(axes), panels):
         for c in cs.values():

@@ -149,6 +149,11 @@ def _add_run(sub):
     run.add_argument("--engine", default="auto", choices=("auto", "compiled", "python"),
                      help="step engine: auto (compiled where the knobs allow, else Python "
                           "with a notice), compiled (an error where it cannot run), python")
+    run.add_argument("--lane", default="auto", choices=("auto", "batch", "sample"),
+                     help="step lane: sample (per-sample Hogwild!: each sample's update "
+                          "applied at once, compiled engine), batch (the exact minibatch "
+                          "step) or auto (the workload's default where the knobs allow; "
+                          "default)")
     _add_cluster_options(run)
 
 
@@ -197,6 +202,9 @@ def _add_bench(sub):
     bench.add_argument("--json", default=None, metavar="FILE", help="write raw figures here")
     bench.add_argument("--workload", default=None, choices=_workload_names(),
                        help="the workload, for scenarios that take one (ray)")
+    bench.add_argument("--only", default=None, metavar="SECTIONS",
+                       help="a comma-separated part of a scenario, for those that have "
+                            "parts (peers: mf,logreg,mlp)")
 
 
 def _add_doctor(sub):
@@ -366,7 +374,7 @@ def _local_run(args, wl, out, knobs):
         train, wl, out=out, progress=False if args.no_progress else None,
         keep_params=False, engine=args.engine, events=args.events,
         checkpoint_every=args.checkpoint_every or "auto", resume=args.resume,
-        on_failure=args.on_failure, max_restarts=args.max_restarts, **knobs)
+        on_failure=args.on_failure, max_restarts=args.max_restarts, lane=args.lane, **knobs)
 
 
 def _cluster_run(args, wl, out, knobs):
@@ -412,6 +420,10 @@ def _cmd_bench(args):
         if "workload" not in inspect.signature(mod.run).parameters:
             raise InvalidArgument(f"hogkit bench {args.scenario} takes no --workload")
         kwargs["workload"] = args.workload
+    if args.only is not None:
+        if "only" not in inspect.signature(mod.run).parameters:
+            raise InvalidArgument(f"hogkit bench {args.scenario} has no parts for --only")
+        kwargs["only"] = args.only
     result = mod.run(quick=args.quick, **kwargs)
     print(mod.format_table(result))
     if args.json:

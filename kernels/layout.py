@@ -20,10 +20,13 @@ Plain integers only: nothing here compiles, so importing the layout loads no num
 #: QUOTA the iterations to stop at (-1: none), TIMING stamp iteration times (DSSP),
 #: RECORD record events, FUSED run the workload's fused SGD kernel, STEP0 added to the
 #: step index density's random masks and every-k phase use (a resumed segment goes on
-#: with the whole run's sequence).
+#: with the whole run's sequence), LANE the step's lane (LANE_BATCH: the exact
+#: minibatch step; LANE_SAMPLE: per-sample Hogwild! through the workload's gradient and
+#: the rule, one sample at a time; LANE_FUSED: the workload's own per-sample kernel).
 (ME, BATCH, KEEP_READ, SKIP, STRIDE, LOCAL_H, QUOTA, TIMING, RECORD, FUSED,
- STEP0) = range(11)
-NCFG = 11
+ STEP0, LANE) = range(12)
+NCFG = 12
+LANE_BATCH, LANE_SAMPLE, LANE_FUSED = 0, 1, 2
 
 #: ``rt`` (int64, one row of RT columns per worker) counters: written by the worker
 #: only (the step core, or the Python engine's loop), read by the parent's summary

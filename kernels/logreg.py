@@ -20,7 +20,8 @@ import numpy as np
 from numba import njit
 
 from . import step as _step
-from .mf import _FM, sweep_sample
+from .mf import _FM, _FM_LANE, sweep_sample
+from .rule import SGD as _SGD
 
 
 @njit(cache=True, nogil=True)
@@ -149,6 +150,40 @@ def logreg_sgd(wl, params, idx, nb, lr, G, R, RD, cnt, scratch):
     return True
 
 
+@njit(cache=True, nogil=True, fastmath=_FM_LANE)
+def logreg_lane(wl, params, idx, nb, kind, rcfg, S1, skip):
+    """The per-sample lane of logistic regression (the step core protocol's ``lane``):
+    for b < nb in order, sample s = idx[b] updates its features at once, from the
+    weights as they are now (Hogwild!, Niu et al. 2011, section 5):
+
+        d = sigma(w · x_s) - y_s;   w[f] -= lr·(d·x_sf + reg·w[f])   for f in x_s
+
+    Plain SGD only; ``rcfg[0]`` is the lr of one sample (the core divides a batch-mean
+    workload's lr by the batch). A sample whose margin is not finite is left out,
+    nothing of it written (with ``skip`` False the call stops there). Returns the
+    samples left out."""
+    w = params[0]
+    indptr, indices, values, y, reg = wl.indptr, wl.indices, wl.values, wl.y, wl.reg
+    T = w.dtype.type
+    a = rcfg[0]
+    bad = 0
+    for b in range(nb):
+        s = idx[b]
+        start = indptr[s]
+        end = indptr[s + 1]
+        m = _margin(w, indices, values, start, end)
+        if not m - m == 0.0:
+            bad += 1
+            if not skip:
+                return bad
+            continue
+        d = _sigmoid(m) - float(y[s])
+        for j in range(start, end):
+            f = indices[j]
+            w[f, 0] = T(float(w[f, 0]) - a * (d * float(values[j]) + reg * float(w[f, 0])))
+    return bad
+
+
 @njit(cache=True, nogil=True)
 def logreg_loss(w, indptr, indices, values, y):
     """(sum over samples of the log-loss, number of samples classified right).
@@ -179,4 +214,4 @@ def csr_matvec(indptr, indices, values, w, out):
 
 
 _step.register(LogRegArrays, sample_kernel=logreg_sample, gradient_kernel=logreg_gradient,
-               sgd_kernel=logreg_sgd, cache=True)
+               sgd_kernel=logreg_sgd, lane_kernel=logreg_lane, lane_kinds=(_SGD,), cache=True)

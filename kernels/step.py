@@ -35,6 +35,17 @@ whose class is registered here with two njit kernels (:func:`register`):
   workload's ``CompiledParts.scratch(batch)`` makes), and returns False having written
   nothing when it cannot guarantee a finite update, so the general path (and its
   guard) runs instead. It skips the gradient's round trip through memory.
+- optionally ``lane(wl, params, idx, nb, kind, rcfg, S1, skip) -> int``: the
+  **per-sample lane** (Hogwild! as Niu et al. and LIBMF run it): the samples
+  ``idx[:nb]`` one after another, each one's update applied at once, computed from the
+  parameters as they are then (not from the step's start values), under the rule
+  ``kind`` with hyper-parameters ``rcfg`` (and its state ``S1``) for the kinds the
+  workload registered (``lane_kinds``). A sample whose update might not be finite is
+  left out, nothing of it written; returns how many were left out (with ``skip``
+  False it stops at the first). It is called, not inlined: it compiles under its own
+  flags (the workload's choice; hogkit's add FMA contraction) and its call is paid
+  once per ``nb`` samples. Without one, the core's generic lane (:func:`lane_any`)
+  runs the workload's ``gradient`` one sample at a time through the rule.
 
 The stubs :func:`sample` and :func:`gradient` dispatch on the arrays' class through
 numba's ``overload`` (one per registered class, with the kernel's own fastmath flags),
@@ -79,8 +90,9 @@ from .clock import (A_EXTRA, A_RELEASED, ITER, P_A, P_KIND, STEP, UPD, admit,
                     others_updates, proceed_released, unbounded)
 from .density import NONE, filter_rows, hold_rows
 from .guard import all_finite, finite_prefix
-from .layout import (BATCH, BLOCKED, CHUNK, FUSED, IO_DONE, IO_PAUSE_NS, KEEP_READ,
-                     LOCAL_H, MERGE, ME, NONFINITE, PACE_NONE, PAUSE, QUOTA, QUOTA_DONE,
+from .layout import (BATCH, BLOCKED, CHUNK, FUSED, IO_DONE, IO_PAUSE_NS, KEEP_READ, LANE,
+                     LANE_FUSED, LOCAL_H, MERGE, ME, NONFINITE, PACE_NONE, PAUSE, QUOTA,
+                     QUOTA_DONE,
                      RECORD, RT_COMPUTE, RT_HELD, RT_NONFINITE, RT_PAUSED, RT_SAMPLES,
                      RT_WAIT, SKIP, STEP0, STOPPED, STRIDE, TIMING)
 from .pacer import pace_ns
@@ -92,6 +104,7 @@ from .staleness import record_event
 _SAMPLERS = {}
 _GRADIENTS = {}
 _SGDS = {}
+_LANES = {}
 _CACHEABLE = set()
 
 
@@ -111,17 +124,56 @@ def sgd(wl, params, idx, nb, lr, G, R, RD, cnt, scratch):  # pragma: no cover
     return False if fn is None else fn(wl, params, idx, nb, lr, G, R, RD, cnt, scratch)
 
 
+def lane(wl, params, idx, nb, kind, rcfg, S1, skip):  # pragma: no cover
+    """The workload's per-sample lane kernel (see the docstring)."""
+    return _LANES[type(wl)][0](wl, params, idx, nb, kind, rcfg, S1, skip)
+
+
+def lane_any(wl, params, idx, nb, keep, G, R, RD, cnt, GF, kind, rcfg, S1, S2, K,
+             skip):  # pragma: no cover - dispatched by overload
+    """The generic per-sample lane (see :func:`_lane_any`)."""
+    return _lane_any(wl, params, idx, nb, keep, G, R, RD, cnt, GF, kind, rcfg, S1, S2, K,
+                     skip)
+
+
+def _lane_any(wl, params, idx, nb, keep, G, R, RD, cnt, GF, kind, rcfg, S1, S2, K, skip):
+    """The per-sample lane for any workload and rule: sample ``idx[b]``'s gradient
+    from the live parameters (the workload's ``gradient`` on one sample), the guard,
+    then the rule at once (``apply_rows`` at staleness 0), for b in order. Returns the
+    samples left out as non-finite (nothing of them is written; without ``skip`` it
+    stops at the first). Compiled as its own function per workload class (an overload
+    that is called, not inlined): the core then inlines the gradient once."""
+    bad = 0
+    for b in range(nb):
+        if not compute(wl, params, G, R, RD, cnt, idx[b:], GF, 1, keep):
+            bad += 1
+            if not skip:
+                return bad
+            continue
+        for p in range(len(G)):
+            apply_rows(kind, rcfg, params[p], S1[p], S2[p], K, p, R[p], G[p], RD[p],
+                       cnt[p], 0)
+    return bad
+
+
 def _no_sgd(wl, params, idx, nb, lr, G, R, RD, cnt, scratch):
     return False
 
 
-def register(arrays_cls, *, sample_kernel, gradient_kernel, sgd_kernel=None, cache=False):
+def _no_lane(wl, params, idx, nb, kind, rcfg, S1, skip):
+    return 0
+
+
+def register(arrays_cls, *, sample_kernel, gradient_kernel, sgd_kernel=None,
+             lane_kernel=None, lane_kinds=(), cache=False):
     """Register the compiled parts of a workload whose arrays are ``arrays_cls`` (a
     NamedTuple class): njit ``sample_kernel`` and ``gradient_kernel`` with the
     signatures of the module docstring. Each is inlined into the step loop (an overload
     per class, ``inline="always"``) and compiled there under the core's arithmetic flags
     :data:`FASTMATH`; compile the kernels themselves with the same flags so that the
-    Python path (which calls them directly) computes the same numbers. ``cache=True``
+    Python path (which calls them directly) computes the same numbers. An optional
+    ``lane_kernel`` (the per-sample lane, for the rule kinds ``lane_kinds``) is called,
+    not inlined. ``cache=True``
     lets the core cache its code for this type on disk: only for kernels whose source
     changes only together with hogkit's (hogkit's own workloads)."""
     if arrays_cls in _SAMPLERS:
@@ -134,11 +186,14 @@ def register(arrays_cls, *, sample_kernel, gradient_kernel, sgd_kernel=None, cac
     _GRADIENTS[arrays_cls] = gradient_kernel
     if sgd_kernel is not None:
         _SGDS[arrays_cls] = sgd_kernel
+    if lane_kernel is not None:
+        _LANES[arrays_cls] = (lane_kernel, tuple(int(k) for k in lane_kinds))
     if cache:
         _CACHEABLE.add(arrays_cls)
     s_py = getattr(sample_kernel, "py_func", sample_kernel)
     g_py = getattr(gradient_kernel, "py_func", gradient_kernel)
     f_py = getattr(sgd_kernel, "py_func", sgd_kernel) if sgd_kernel is not None else _no_sgd
+    l_call = _called(lane_kernel) if lane_kernel is not None else _no_lane
 
     def sample_typer(wl, rng, cursor, nb, idx):
         return s_py if getattr(wl, "instance_class", None) is arrays_cls else None
@@ -149,9 +204,26 @@ def register(arrays_cls, *, sample_kernel, gradient_kernel, sgd_kernel=None, cac
     def sgd_typer(wl, params, idx, nb, lr, G, R, RD, cnt, scratch):
         return f_py if getattr(wl, "instance_class", None) is arrays_cls else None
 
+    def lane_typer(wl, params, idx, nb, kind, rcfg, S1, skip):
+        return l_call if getattr(wl, "instance_class", None) is arrays_cls else None
+
+    def lane_any_typer(wl, params, idx, nb, keep, G, R, RD, cnt, GF, kind, rcfg, S1, S2, K,
+                       skip):
+        return _lane_any if getattr(wl, "instance_class", None) is arrays_cls else None
+
     overload(sample, inline="always")(sample_typer)
     overload(gradient, inline="always")(gradient_typer)
     overload(sgd, inline="always")(sgd_typer)
+    overload(lane)(lane_typer)
+    overload(lane_any, jit_options={"fastmath": FASTMATH, "nogil": True})(lane_any_typer)
+
+
+def _called(kernel):
+    """An overload body that calls the njit ``kernel`` (compiled under its own flags),
+    instead of inlining its source into the core."""
+    def call(wl, params, idx, nb, kind, rcfg, S1, skip):
+        return kernel(wl, params, idx, nb, kind, rcfg, S1, skip)
+    return call
 
 
 def registered(arrays_cls):
@@ -160,6 +232,12 @@ def registered(arrays_cls):
     if arrays_cls not in _SAMPLERS:
         return None
     return _SAMPLERS[arrays_cls], _GRADIENTS[arrays_cls], _SGDS.get(arrays_cls)
+
+
+def lane_kinds(arrays_cls) -> tuple:
+    """The rule kinds the per-sample lane kernel registered for ``arrays_cls`` runs
+    (empty: none registered; the generic lane runs every rule)."""
+    return _LANES.get(arrays_cls, (None, ()))[1]
 
 
 def cacheable(arrays_cls) -> bool:
@@ -261,6 +339,25 @@ def apply_update(params, G, R, RD, cnt, kind, rcfg, S1, S2, K, slots, who):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _tick(slots, me, others):
+    """A whole update's tick: returns its gap (others' updates since the read)."""
+    gap = others_updates(slots, me) - others
+    slots[me, UPD] += 1
+    return gap
+
+
+@njit(cache=True, nogil=True, inline="always", fastmath=FASTMATH)
+def _lane(lane_kind, wl, params, idx, nb, keep, G, R, RD, cnt, GF, kind, rcfg, S1, S2, K,
+          skip):
+    """One step of the per-sample lane: the workload's own kernel (``LANE_FUSED``) or
+    :func:`lane_any`; returns the samples left out as non-finite."""
+    if lane_kind == LANE_FUSED:
+        return lane(wl, params, idx, nb, kind, rcfg, S1, skip)
+    return lane_any(wl, params, idx, nb, keep, G, R, RD, cnt, GF, kind, rcfg, S1, S2, K,
+                    skip)
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _spin_admit(slots, me, pol, adm, stop, budget_ns):
     """Re-check admission (``clock.blocked``: me's lead down to ``adm[A_WAIT]``)
     without leaving compiled code, for up to ``budget_ns``: the peer being waited for
@@ -307,20 +404,16 @@ def _run_steps(n, wl, rng, cursor, params, bufs, rule, dens, ctl, log, cfg, io, 
                prng):
     """Run up to ``n`` steps of worker ``cfg[ME]``; returns a code (``CHUNK`` when all
     ``n`` ran; ``io[IO_DONE]`` counts the steps run). ``ctl`` = ``(slots, rt, stop,
-    pol, adm, grants)``: the clock slots, the runtime counters, the stop flag, the
-    policy's encoded row, this worker's admission state and its histogram of DSSP
-    grants (``clock.admit``, the one admission state machine). A wait first spins here
-    for ``SPIN_WAIT_NS`` (counted in ``RT_WAIT``), then returns ``BLOCKED`` with the
-    bound in ``adm[A_WAIT]``; Python's backoff waits (the policy's ``wait_bound``, the
-    same kernel) and sets ``adm[A_RELEASED]``: the next step proceeds without a check."""
-    # Every tuple is unpacked once, here: inside the loop the inlined step works on
-    # plain array variables, so no reference counting runs per step.
+    pol, adm, grants)``: the clock slots, runtime counters, stop flag, the policy's
+    encoded row, this worker's admission state and DSSP grants (``clock.admit``). A
+    wait spins here for ``SPIN_WAIT_NS``, then returns ``BLOCKED`` (bound in
+    ``adm[A_WAIT]``); Python's backoff waits and sets ``adm[A_RELEASED]``. Every tuple
+    is unpacked once, here: the inlined step then takes no reference per step."""
     slots, rt, stop, pol, adm, grants = ctl
     G, R, RD, cnt, idx, GF, scratch = bufs
     kind, rcfg, S1, S2, K = rule
     D, mask, dcfg = dens[6], dens[7], dens[:6]    # dcfg: scalars only
-    fused = cfg[FUSED] != 0
-    lr = rcfg[LR]
+    fused, lane_kind, skip, lr = cfg[FUSED] != 0, cfg[LANE], cfg[SKIP] != 0, rcfg[LR]
     gh, lh, stats, ring = log
     me, nb, local_h = cfg[ME], cfg[BATCH], cfg[LOCAL_H]
     keep, timing = cfg[KEEP_READ] != 0, cfg[TIMING] != 0
@@ -349,24 +442,28 @@ def _run_steps(n, wl, rng, cursor, params, bufs, rule, dens, ctl, log, cfg, io, 
         t0 = monotonic_ns() if pacing else 0
         sample(wl, rng, cursor, nb, idx)
         others = others_updates(slots, me)
-        if fused and sgd(wl, params, idx, nb, lr, G, R, RD, cnt, scratch):
-            gap = others_updates(slots, me) - others      # the fast path: SGD, fused
-            slots[me, UPD] += 1
-            if cfg[RECORD] != 0:
-                record_event(gh, lh, stats, ring, me, k, gap, lag, -1, cfg[STRIDE])
+        gap, bad = -1, 0                      # gap >= 0: an update to record
+        if lane_kind != 0:                    # per sample: each applied at once
+            bad = _lane(lane_kind, wl, params, idx, nb, keep, G, R, RD, cnt, GF, kind,
+                        rcfg, S1, S2, K, skip)
+            if local_h == 0 and bad < nb:
+                gap = _tick(slots, me, others)
+        elif fused and sgd(wl, params, idx, nb, lr, G, R, RD, cnt, scratch):
+            gap = _tick(slots, me, others)    # the fast path: SGD, fused
         elif not compute(wl, params, G, R, RD, cnt, idx, GF, nb, keep):
-            if cfg[SKIP] == 0:
-                return NONFINITE
-            rt[me, RT_NONFINITE] += 1
+            bad = 1
+        elif thin(G, R, cnt, D, mask, dcfg, k + cfg[STEP0]):   # end(), groups unpacked
+            gap = apply_update(params, G, R, RD, cnt, kind, rcfg, S1, S2, K, slots,
+                               (me, -1 if local_h > 0 else others))
+            gap = gap if local_h == 0 else -1
         else:
-            gap = -1                                       # end(), its groups unpacked
-            if thin(G, R, cnt, D, mask, dcfg, k + cfg[STEP0]):
-                gap = apply_update(params, G, R, RD, cnt, kind, rcfg, S1, S2, K, slots,
-                                   (me, -1 if local_h > 0 else others))
-            if gap < 0:
-                rt[me, RT_HELD] += 1
-            elif local_h == 0 and cfg[RECORD] != 0:
-                record_event(gh, lh, stats, ring, me, k, gap, lag, -1, cfg[STRIDE])
+            rt[me, RT_HELD] += 1
+        if bad > 0:
+            if not skip:
+                return NONFINITE
+            rt[me, RT_NONFINITE] += bad
+        if gap >= 0 and cfg[RECORD] != 0:
+            record_event(gh, lh, stats, ring, me, k, gap, lag, -1, cfg[STRIDE])
         rt[me, RT_SAMPLES] += nb
         long_pause = _pace(pacer, prng, rt, me, t0) if pacing else 0
         done += 1

@@ -58,6 +58,7 @@ class RunPlan:
     keep_params: bool
     events: str = "sampled"     # what events.jsonl keeps of the updates (see EVENTS)
     stream: int = 0             # 0, or the segment number of a resumed run
+    lane: str = "batch"         # "auto" until the engine is chosen, then "batch"|"sample"
 
     @property
     def worker_seed(self) -> int:
@@ -91,6 +92,9 @@ class RunPlan:
         why = self.policy.simulable()
         if why is not None:
             raise InvalidArgument(why)
+        if self.lane == "sample":
+            raise InvalidArgument("lane='sample': the simulator models whole steps (a "
+                                  "read at START, an update at FINISH); use lane='batch'")
 
     def config(self, **extra) -> dict:
         """JSON-able description of the run, for ``summary.json`` (``extra`` appended)."""
@@ -100,6 +104,7 @@ class RunPlan:
                 "rule": config_of(self.rule), "density": config_of(self.density),
                 "batch": batch, "steps": self.steps, "seconds": self.seconds,
                 "seed": self.seed, "nonfinite": self.nonfinite, "shards": self.shards,
+                "lane": self.lane,
                 "stragglers": {str(r): config_of(m) for r, m in self.stragglers.items()},
                 **extra}
 
@@ -108,7 +113,7 @@ def make_plan(workload="mf", *, workers=2, policy=None, rule=None, density=None,
               batch=None, steps=None, seconds=None, seed=0, nonfinite="raise",
               stragglers=None, eval_every="auto", shards=1, out=None,
               workload_options=None, keep_params=True, time_unit="wall time",
-              max_workers=4096, events="sampled", spawn=False) -> RunPlan:
+              max_workers=4096, events="sampled", spawn=False, lane="auto") -> RunPlan:
     """Check and resolve the knobs ``train`` and ``simulate`` share (their docstrings
     describe them); nothing is built or spawned. ``time_unit`` names what ``seconds``
     and ``eval_every`` count in messages; ``spawn``: the workload goes to worker
@@ -148,11 +153,12 @@ def make_plan(workload="mf", *, workers=2, policy=None, rule=None, density=None,
         raise InvalidType(f"keep_params={keep_params!r} must be a bool")
     out = check_out(out)
     check_choice("events", events, EVENTS)
+    check_choice("lane", lane, ("auto", "batch", "sample"))
     return RunPlan(workload=wl, workers=workers, policy=policy, rule=rule, density=density,
                    batch=batch, global_batch=global_batch, epoch_steps=epoch_steps,
                    steps=steps, seconds=seconds, seed=seed, nonfinite=nonfinite,
                    stragglers=stragglers, eval_every=eval_every, shards=shards,
-                   out=out, keep_params=keep_params, events=events)
+                   out=out, keep_params=keep_params, events=events, lane=lane)
 
 
 # --------------------------------------------------------------------------- pieces

@@ -20,7 +20,7 @@ from hogkit.engine.live import LiveRun
 from hogkit.engine.mainguard import check_main_guard
 from hogkit.engine.plan import make_plan
 from hogkit.engine.run import Run
-from hogkit.engine.step import compiled_support
+from hogkit.engine.step import compiled_support, resolve_lane
 from hogkit.errors import EngineNotice, InvalidArgument
 from hogkit.state.resume import check_compatible, load_state, remaining
 from hogkit.validation import check_choice, check_float, check_int
@@ -35,7 +35,7 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
           eval_every="auto", out=None, progress=None, wait_timeout=60.0, grace=2.0,
           workload_options=None, keep_params=True, shards=1, engine="auto",
           events="sampled", checkpoint_every="auto", resume=None, on_failure="stop",
-          max_restarts=3) -> Run:
+          max_restarts=3, lane="auto") -> Run:
     """Train ``workload`` with ``workers`` processes sharing one parameter store.
 
     workload : ``"mf"``, ``"logreg"``, ``"mlp"``, ... (:mod:`hogkit.workloads`; its
@@ -66,6 +66,12 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
     engine : ``"auto"`` (the compiled step core wherever it can run the workload and
         knobs, else the Python step with a one-line notice), ``"compiled"`` (refuse what
         it cannot run) or ``"python"`` (the reference); the summary says which ran.
+    lane : ``"batch"`` (the exact minibatch step: a step's gradient from its start
+        values, then applied), ``"sample"`` (per-sample Hogwild! on the compiled core:
+        each sample's update applied at once; ``batch`` samples make one step for the
+        clocks, the policy and the staleness record, docs/algorithms.md) or ``"auto"``
+        (the workload's ``default_lane`` where the knobs allow it, else "batch"). A
+        workload whose gradient is a batch mean steps ``lr / batch`` per sample.
     checkpoint_every : seconds between fuzzy checkpoints into ``out/checkpoint.npz``;
         "auto": 60 when ``out`` is given; None: only the quiesced one at the end.
     on_failure : ``"stop"`` (the first worker that dies ends the run with
@@ -91,11 +97,14 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
                      batch=batch, steps=steps, seconds=seconds, seed=seed,
                      nonfinite=nonfinite, stragglers=stragglers, eval_every=eval_every,
                      shards=shards, out=out, workload_options=workload_options,
-                     keep_params=keep_params, events=events, spawn=True)
+                     keep_params=keep_params, events=events, spawn=True, lane=lane)
     checkpoint_every = _checkpoint_every(checkpoint_every, plan)
     engine = choose_engine(engine, plan.workload, rule=plan.rule, density=plan.density,
                            batch=plan.batch, shards=plan.shards, policy=plan.policy,
                            stragglers=plan.stragglers)
+    plan = dataclasses.replace(plan, lane=resolve_lane(
+        plan.lane, plan.workload, rule=plan.rule, density=plan.density, batch=plan.batch,
+        shards=plan.shards, engine=engine))
     live = _live_run(plan, engine, resume, resumed, checkpoint_every=checkpoint_every,
                      **supervision)
     return live.run(progress)

@@ -159,7 +159,8 @@ def simulate(workload="mf", *, workers=2, policy=None, rule=None, density=None, 
                      batch=batch, steps=steps, seconds=seconds, seed=seed,
                      nonfinite=nonfinite, stragglers=stragglers, eval_every=eval_every,
                      out=out, workload_options=workload_options, keep_params=keep_params,
-                     shards=shards, time_unit="virtual seconds", max_workers=1 << 20)
+                     shards=shards, time_unit="virtual seconds", max_workers=1 << 20,
+                     lane="batch")
     plan.simulable()
     check_choice("engine", engine, ("auto", "fused", "python"))
     times = step_times(delays, plan.stragglers)

@@ -36,11 +36,16 @@ from hogkit.kernels import density as _kd
 from hogkit.kernels import layout as _kl
 from hogkit.kernels import rule as _kr
 from hogkit.kernels import step as _ks
-from hogkit.validation import check_array
+from hogkit.validation import check_array, check_choice
 from hogkit.workloads.base import as_rows
 
-__all__ = ["CompiledStep", "PythonStep", "compiled_support", "encode_rule",
-           "encode_density", "encode_pacer"]
+__all__ = ["CompiledStep", "PythonStep", "compiled_support", "lane_support", "resolve_lane",
+           "lane_lr_scale", "LANES", "encode_rule", "encode_density", "encode_pacer"]
+
+#: ``lane=``: "batch" (the exact minibatch step), "sample" (per-sample Hogwild!: each
+#: sample's update applied at once, on the compiled core), "auto" (the workload's
+#: ``default_lane`` where the run allows it, else "batch")
+LANES = ("auto", "batch", "sample")
 
 
 # --- which engine can run what ---------------------------------------------------------
@@ -70,6 +75,53 @@ def compiled_support(workload, *, rule, density, batch, shards=1, policy=None,
         if getattr(model, "pacer", None) is None:
             return f"straggler model {model!r} has no compiled pacer"
     return None
+
+
+def lane_support(workload, *, rule, density, batch, shards=1, engine="compiled"):
+    """None when the per-sample lane can run this combination, else the reason (one
+    line). The lane runs on the compiled core only; it applies each sample at once, so
+    knobs defined on a whole step's update (density, per-shard staleness, adaptive
+    batches) and a rule that scales by the update gap (staleness-aware: a sample's own
+    gap is ~0, and the core reads the clocks once per step) do not apply."""
+    if engine != "compiled":
+        return (f"engine={engine!r} (the per-sample lane runs on the compiled step core)")
+    if density is not None:
+        return ("density thins a whole step's update; the per-sample lane applies each "
+                "sample at once")
+    if not isinstance(batch, (int, np.integer)):
+        return f"batch={batch!r} (adaptive batch sizes run on the batch lane)"
+    if shards != 1:
+        return f"shards={shards} (per-shard staleness is measured per step)"
+    if int(getattr(rule, "kind", -1)) == _kr.STALENESS_AWARE:
+        return ("rule StalenessAware scales each update by its gap, which the per-sample "
+                "lane does not measure per sample")
+    return None
+
+
+def resolve_lane(lane, workload, *, rule, density, batch, shards=1, engine="compiled"):
+    """``"batch"`` or ``"sample"`` for ``lane`` (one of :data:`LANES`): "auto" is the
+    workload's ``default_lane`` where :func:`lane_support` allows it; "sample" is
+    refused with the reason when it does not."""
+    check_choice("lane", lane, LANES)
+    if lane == "batch":
+        return "batch"
+    why = lane_support(workload, rule=rule, density=density, batch=batch, shards=shards,
+                       engine=engine)
+    if lane == "sample" and why is not None:
+        raise InvalidArgument(f"lane='sample' cannot run {why}; use lane='batch' (the "
+                              f"exact minibatch step) or drop that setting")
+    if lane == "auto" and (why is not None
+                           or getattr(workload, "default_lane", "batch") != "sample"):
+        return "batch"
+    return "sample"
+
+
+def lane_lr_scale(plan) -> float:
+    """What the per-sample lane multiplies the lr by: ``1 / batch`` for a workload whose
+    gradient is a batch mean (its lr is a step's; a sample then steps its share), else 1."""
+    if plan.lane != "sample" or getattr(plan.workload, "grad_reduction", "mean") != "mean":
+        return 1.0
+    return 1.0 / int(plan.batch)
 
 
 def _base_compiled():
@@ -163,12 +215,17 @@ class CompiledStep:
     def __init__(self, ctx, *, rank, batch, rule, rule_state, density, density_state,
                  slots, rt, stop, log, rng, policy=None, grants=None, quota=-1,
                  nonfinite="raise", record=True, stride=1, pacer=None, params2d=None,
-                 step0=0):
+                 step0=0, lane="batch", lane_lr_scale=1.0):
         self.ctx = ctx
         ctx.grow(batch) if batch > ctx.capacity else None
         self.params = tuple(params2d) if params2d is not None else ctx.params
         caps = [int(g.shape[0]) for g in ctx.G]
         self.rule = encode_rule(rule, rule_state, ctx.names, self.params)
+        if lane == "sample" and lane_lr_scale != 1.0:   # a batch-mean workload's lr
+            rcfg = self.rule[1].copy()
+            rcfg[_kr.LR] *= lane_lr_scale
+            rcfg[_kr.LR_MAX] *= lane_lr_scale
+            self.rule = (self.rule[0], rcfg) + self.rule[2:]
         self.dens = encode_density(density, density_state, ctx.names, self.params, caps)
         if grants is None:
             grants = np.zeros(_kc.GRANT_BINS, np.int64)
@@ -198,6 +255,10 @@ class CompiledStep:
                              and rule.cfg()[_kr.MU] == 0.0
                              and self.dens[0] == _kd.NONE and self.dens[4] == 1
                              and local_h == 0)
+        if lane == "sample":
+            cfg[_kl.FUSED] = 0
+            cfg[_kl.LANE] = (_kl.LANE_FUSED if _fused_lane(ctx, rule) else
+                             _kl.LANE_SAMPLE)
         self.cfg = cfg
         if cfg[_kl.FUSED]:
             ctx.use_fused_scratch()
@@ -214,6 +275,13 @@ class CompiledStep:
                          self.io, self.pacer, self.prng)
 
     @property
+    def lane(self) -> str:
+        """The lane that runs: "batch", "sample" (the generic per-sample lane) or
+        "sample-fused" (the workload's own per-sample kernel)."""
+        return {_kl.LANE_BATCH: "batch", _kl.LANE_SAMPLE: "sample",
+                _kl.LANE_FUSED: "sample-fused"}[int(self.cfg[_kl.LANE])]
+
+    @property
     def done(self) -> int:
         """Steps completed by the last :meth:`run`."""
         return int(self.io[_kl.IO_DONE])
@@ -223,6 +291,16 @@ class CompiledStep:
         DSSP grant), as ``policy.wait`` returning does on the Python path."""
         self.adm[_kc.A_RELEASED] = 1
 
+
+
+def _fused_lane(ctx, rule):
+    """True when the workload's own per-sample kernel runs this rule (its registered
+    kinds; plain SGD there means no momentum)."""
+    kinds = _ks.lane_kinds(type(ctx.parts.arrays))
+    kind = int(rule.kind)
+    if kind not in kinds:
+        return False
+    return kind != _kr.SGD or rule.cfg()[_kr.MU] == 0.0
 
 
 # --- the Python engine ----------------------------------------------------------------

@@ -228,7 +228,7 @@ class _Worker:
         """Build the compiled step and load its machine code (a call for 0 steps), before
         the start barrier: loading a cached core takes a few hundred ms, which must not
         count as training time nor skew the first steps' staleness."""
-        from hogkit.engine.step import CompiledStep, encode_pacer
+        from hogkit.engine.step import CompiledStep, encode_pacer, lane_lr_scale
         spec, rank, clocks = self.spec, self.rank, self.clocks
         self.core = CompiledStep(
             self.ctx, rank=rank, batch=int(spec.plan.batch), rule=spec.plan.rule,
@@ -237,7 +237,8 @@ class _Worker:
             stop=clocks.stop, log=self.log.arrays(), rng=self.rng, policy=spec.plan.policy,
             grants=self.control["rt_grants"][rank],
             quota=-1 if spec.steps is None else spec.steps, nonfinite=spec.plan.nonfinite,
-            pacer=encode_pacer(spec.delay, spec.plan.worker_seed, rank), step0=spec.step0)
+            pacer=encode_pacer(spec.delay, spec.plan.worker_seed, rank), step0=spec.step0,
+            lane=spec.plan.lane, lane_lr_scale=lane_lr_scale(spec.plan))
         if spec.plan.rule.slots[2]:
             self.counts = (self.ctx.names, self.core.rule[4], self.rule_state)
         self.core.run(0)

@@ -75,6 +75,9 @@ class Workload:
     #: batch); "sum": summed per-sample gradients (lr is per sample). Adaptive batching
     #: reweights mean-reduced gradients only.
     grad_reduction: str = "mean"
+    #: the lane ``lane="auto"`` takes where the knobs allow (docs/algorithms.md §1):
+    #: "batch" (the exact minibatch step) or "sample" (per-sample Hogwild!, compiled)
+    default_lane: str = "batch"
     _fields: tuple = ()
 
     # --- the contract -------------------------------------------------------------

@@ -1,0 +1,204 @@
+"""The per-sample lane: each sample's update applied at once, on the compiled step core.
+
+Checked against plain-numpy per-sample loops over the same samples in the same order
+(one worker): the workloads' own lane kernels (mf, logreg) and the generic lane (any
+rule, through the workload's gradient one sample at a time). Then what the lane keeps
+of a step: one clock tick and one staleness event per step of ``batch`` samples, the
+guard (nothing non-finite written), and the knobs it refuses, before anything runs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import hogkit
+from hogkit import workloads
+from hogkit.engine.step import CompiledStep, lane_support, resolve_lane
+from hogkit.errors import InvalidArgument
+from hogkit.kernels import layout as KL
+from hogkit.rules.core import SGD, DelayCompensated, GapAware, StalenessAware
+from hogkit.rules.density import Density
+from tests.test_step import _control
+
+MF = workloads.get("mf", preset="hot")
+
+
+def _run(wl, rule, steps, batch, *, seed=0, lane="sample", nonfinite="raise", params=None,
+         data=None, scale=1.0):
+    """``steps`` steps of one worker on the compiled core; returns the parameters, the
+    sample ids it drew (in order), the control views and the step object."""
+    if params is None:
+        params, data = wl.build(seed)
+    views, clocks, log = _control()
+    ctx = wl.setup(params, data, rank=0, seed=seed)
+    start = int(ctx.cursor[0])
+    core = CompiledStep(ctx, rank=0, batch=batch, rule=rule, rule_state=rule.init(params),
+                        density=None, density_state=None, slots=clocks.slots,
+                        rt=views["rt"], stop=clocks.stop, log=log.arrays(),
+                        rng=np.random.default_rng([seed, 0]), quota=steps,
+                        nonfinite=nonfinite, lane=lane, lane_lr_scale=scale)
+    code = core.run(steps)
+    n = len(data["r"] if "r" in data else data["y"])
+    order = (start + np.arange(steps * batch)) % n        # the sweep: the stored order
+    return params, order, views, clocks, log, core, code
+
+
+def _mf_reference(params, data, order, lr, reg=0.0, momentum=0.0):
+    """Per-rating SGD in numpy, float64 arithmetic, in ``order``."""
+    P = params["P"].astype(np.float64)
+    Q = params["Q"].astype(np.float64)
+    mP, mQ = np.zeros_like(P), np.zeros_like(Q)
+    for t in order:
+        u, i = data["u"][t], data["i"][t]
+        e = P[u] @ Q[i] - float(data["r"][t])
+        gp, gq = e * Q[i] + reg * P[u], e * P[u] + reg * Q[i]
+        if momentum:
+            mP[u] = momentum * mP[u] + gp
+            mQ[i] = momentum * mQ[i] + gq
+            gp, gq = mP[u], mQ[i]
+        P[u] -= lr * gp
+        Q[i] -= lr * gq
+    return P, Q
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_mf_fused_lane_matches_per_rating_numpy(dtype):
+    wl = workloads.get("mf", preset="hot", dtype=dtype)
+    p0, data = wl.build(3)
+    params = {k: v.copy() for k, v in p0.items()}
+    out, order, views, clocks, log, core, code = _run(wl, SGD(0.05), 40, 32, params=params,
+                                                      data=data)
+    assert core.lane == "sample-fused" and code in (KL.CHUNK, KL.QUOTA_DONE)
+    P, Q = _mf_reference(p0, data, order, 0.05)
+    tol = 2e-4 if dtype == "float32" else 1e-10
+    np.testing.assert_allclose(out["P"], P, rtol=tol, atol=tol)
+    np.testing.assert_allclose(out["Q"], Q, rtol=tol, atol=tol)
+
+
+def test_mf_generic_lane_with_momentum_matches_numpy():
+    """SGD with momentum has no fused lane: the generic lane runs the workload's
+    gradient one rating at a time through the rule (lazy momentum per row)."""
+    wl = workloads.get("mf", preset="hot", dtype="float64")
+    p0, data = wl.build(1)
+    params = {k: v.copy() for k, v in p0.items()}
+    out, order, *_, core, code = _run(wl, SGD(0.02, momentum=0.5), 30, 16, params=params,
+                                      data=data)
+    assert core.lane == "sample"
+    P, Q = _mf_reference(p0, data, order, 0.02, momentum=0.5)
+    np.testing.assert_allclose(out["P"], P, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(out["Q"], Q, rtol=1e-10, atol=1e-12)
+
+
+@settings(max_examples=15, deadline=None)
+@given(batch=st.integers(1, 40), steps=st.integers(1, 12), seed=st.integers(0, 5))
+def test_fused_and_generic_lane_agree(batch, steps, seed):
+    """The workload's lane kernel and the generic lane apply the same per-sample SGD
+    (up to FMA rounding) for any batch and start."""
+    wl = workloads.get("mf", preset="hot", dtype="float64")
+    fused = _run(wl, SGD(0.05), steps, batch, seed=seed)
+    # a DC-ASGD rule with lam = 0 is SGD's arithmetic through the generic lane
+    generic = _run(wl, DelayCompensated(0.05, lam=0.0), steps, batch, seed=seed)
+    assert fused[5].lane == "sample-fused" and generic[5].lane == "sample"
+    for k in ("P", "Q"):
+        np.testing.assert_allclose(fused[0][k], generic[0][k], rtol=1e-12, atol=1e-13)
+
+
+def test_logreg_lane_steps_lr_over_batch_per_sample():
+    """logreg's gradient is a batch mean: its lane steps lr/batch per sample."""
+    wl = workloads.get("logreg", n_samples=300, n_features=80, min_nnz=2, max_nnz=9,
+                       dtype="float64")
+    p0, data = wl.build(0)
+    params = {k: v.copy() for k, v in p0.items()}
+    batch, lr = 16, 2.0
+    out, order, *_, core, code = _run(wl, SGD(lr), 20, batch, params=params, data=data,
+                                      scale=1.0 / batch)
+    assert core.lane == "sample-fused"
+    w = p0["w"].astype(np.float64).copy()
+    a = lr / batch
+    for s in order:
+        lo, hi = data["indptr"][s], data["indptr"][s + 1]
+        f, x = data["indices"][lo:hi], data["values"][lo:hi].astype(np.float64)
+        m = w[f] @ x
+        d = 1.0 / (1.0 + np.exp(-m)) - float(data["y"][s])
+        w[f] -= a * (d * x + wl.reg * w[f])
+    np.testing.assert_allclose(out["w"], w, rtol=1e-10, atol=1e-12)
+
+
+def test_one_tick_and_one_event_per_step():
+    steps, batch = 25, 8
+    _, _, views, clocks, log, core, code = _run(MF, SGD(0.05), steps, batch)
+    assert int(clocks.updates[0]) == steps == int(clocks.iterations[0])
+    assert int(log.arrays()[2][0, 4]) == steps            # stats COUNT: one event a step
+    assert int(views["rt"][0, KL.RT_SAMPLES]) == steps * batch
+
+
+def test_guard_leaves_out_nonfinite_ratings():
+    """NaN ratings: the lane leaves them out (skip) or stops (raise); the factors stay
+    finite either way."""
+    wl = workloads.get("mf", preset="hot")
+    params, data = wl.build(0)
+    data = dict(data, r=data["r"].copy())
+    data["r"][::7] = np.nan
+    p = {k: v.copy() for k, v in params.items()}
+    out, order, views, *_, code = _run(wl, SGD(0.05), 10, 16, params=p, data=data,
+                                       nonfinite="skip")
+    bad = int(np.isnan(data["r"][order]).sum())
+    assert code in (KL.CHUNK, KL.QUOTA_DONE) and bad > 0
+    assert int(views["rt"][0, KL.RT_NONFINITE]) == bad
+    assert all(np.isfinite(v).all() for v in out.values())
+    p = {k: v.copy() for k, v in params.items()}
+    out, *_, code = _run(wl, SGD(0.05), 10, 16, params=p, data=data)
+    assert code == KL.NONFINITE
+    assert all(np.isfinite(v).all() for v in out.values())
+
+
+def test_guard_stops_a_diverging_lr():
+    out, *_, views, _c, _l, _core, code = _run(MF, SGD(50.0), 200, 64, nonfinite="skip")
+    assert all(np.isfinite(v).all() for v in out.values())
+    assert int(views["rt"][0, KL.RT_NONFINITE]) > 0
+
+
+@pytest.mark.parametrize("knobs, words", [
+    (dict(density=Density(0.5)), "density"),
+    (dict(rule=StalenessAware(0.05)), "StalenessAware"),
+    (dict(shards=4), "shards=4"),
+    (dict(batch=hogkit.AdaptiveBatch(128)), "adaptive"),
+    (dict(engine="python"), "compiled step core"),
+])
+def test_sample_lane_refuses_what_it_cannot_run(knobs, words):
+    args = dict(rule=SGD(0.05), density=None, batch=64, shards=1, engine="compiled")
+    args.update(knobs)
+    assert words in lane_support(MF, **args)
+    with pytest.raises(InvalidArgument, match="lane='sample' cannot run"):
+        resolve_lane("sample", MF, **args)
+    assert resolve_lane("auto", MF, **args) == "batch"
+
+
+def test_auto_follows_the_workload_default():
+    args = dict(rule=GapAware(0.05), density=None, batch=64, shards=1, engine="compiled")
+    expect = getattr(MF, "default_lane", "batch")
+    assert resolve_lane("auto", MF, **args) == expect
+    assert resolve_lane("batch", MF, **args) == "batch"
+    with pytest.raises(InvalidArgument, match="lane"):
+        resolve_lane("fast", MF, **args)
+
+
+def test_simulator_refuses_the_sample_lane():
+    from hogkit.engine.plan import make_plan
+    plan = make_plan("mf", steps=10, lane="sample")
+    with pytest.raises(InvalidArgument, match="simulator models whole steps"):
+        plan.simulable()
+
+
+def test_live_sample_lane_two_workers():
+    run = hogkit.train(MF, workers=2, steps=400, batch=32, lane="sample", eval_every=None,
+                       progress=False)
+    assert run.config["lane"] == "sample"
+    assert run.final_loss < run.initial_loss
+    assert run.updates == 400                     # one update a step of 32 samples
+    assert run.extra["samples"] == 400 * 32
+    assert sum(w["updates"] for w in run.per_worker) == 400
+    # the histograms count one event per update (the record stays on)
+    assert run.staleness["update_gap"]["count"] == 400
