@@ -22,8 +22,13 @@ import numpy as np
 from numba import njit
 
 from . import step as _step
+from ._intrinsics import sqrt
 from .blocks import block_sample
+from .rule import ADAGRAD as _ADAGRAD
+from .rule import EPS as _EPS
 from .rule import FASTMATH as _FM   # the step core's flags: the same numbers both ways
+from .rule import GAMMA as _GAMMA
+from .rule import RMSPROP as _RMSPROP
 from .rule import SGD as _SGD
 
 
@@ -278,23 +283,35 @@ def _pred(P, Q, uu, ii):
 def mf_lane(wl, params, idx, nb, kind, rcfg, S1, skip):
     """The per-sample lane of matrix factorisation (the step core protocol's ``lane``):
     for b < nb in order, rating t = idx[b] updates its two factor rows at once, from
-    their values now (Hogwild!, Niu et al. 2011; LIBMF's inner loop):
+    their values now (Hogwild!, Niu et al. 2011; LIBMF's inner loop), with
+    ``e = p·q - r``, ``g_p = e·q + reg·p``, ``g_q = e·p + reg·q`` (both from the rows as
+    read):
 
-        e = p·q - r;   p -= lr·(e·q + reg·p);   q -= lr·(e·p_old + reg·q)
+    - SGD (``kind`` 0): ``p -= lr·g_p``, ``q -= lr·g_q``;
+    - AdaGrad / RMSProp (``kernels.adaptive``, state ``S1 = (S_P, S_Q)``): per
+      coordinate, or row-wise (a state of one column: LIBMF's per-row step), the same
+      order of operations as ``adaptive.adaptive_row``.
 
-    Plain SGD only (``kind`` is the rule's; the core sends SGD without momentum here).
     The guard is per rating and costs one compare: a rating whose error is not finite
     or exceeds ``LANE_LIMIT / max(lr, 1)`` is left out (nothing of it written, counted
-    in the return value); with ``skip`` False the call stops there. ``rcfg[0]`` is the
-    lr; ``S1`` is unused. Returns the ratings left out."""
+    in the return value); with ``skip`` False the call stops there. Returns the ratings
+    left out."""
     P = params[0]
-    Q = params[1]
+    T = P.dtype.type
+    lim = T((LANE_LIMIT32 if P.itemsize == 4 else LANE_LIMIT64) / max(rcfg[0], 1.0))
+    if kind == _SGD:
+        return _lane_sgd(wl, P, params[1], idx, nb, T(rcfg[0]), lim, skip)
+    decay = T(1.0) if kind == _ADAGRAD else T(rcfg[_GAMMA])
+    fresh = T(1.0) if kind == _ADAGRAD else T(1.0) - decay
+    return _lane_adaptive(wl, P, params[1], S1[0], S1[1], idx, nb, T(rcfg[0]), decay,
+                          fresh, T(rcfg[_EPS]), lim, skip)
+
+
+@njit(cache=True, nogil=True, fastmath=_FM_LANE, inline="always")
+def _lane_sgd(wl, P, Q, idx, nb, a, lim, skip):
     u, i, r = wl.u, wl.i, wl.r
     T = P.dtype.type
-    a = T(rcfg[0])
     reg = T(wl.reg)
-    lim = T((LANE_LIMIT32 if P.itemsize == 4 else LANE_LIMIT64) / max(float(a), 1.0))
-    K = P.shape[1]
     bad = 0
     for b in range(nb):
         t = idx[b]
@@ -306,11 +323,63 @@ def mf_lane(wl, params, idx, nb, kind, rcfg, S1, skip):
             if not skip:
                 return bad
             continue
-        for k in range(K):
+        for k in range(P.shape[1]):
             pk = P[uu, k]
             qk = Q[ii, k]
             P[uu, k] = pk - a * (e * qk + reg * pk)
             Q[ii, k] = qk - a * (e * pk + reg * qk)
+    return bad
+
+
+@njit(cache=True, nogil=True, fastmath=_FM_LANE, inline="always")
+def _lane_adaptive(wl, P, Q, SP, SQ, idx, nb, a, decay, fresh, eps, lim, skip):
+    u, i, r = wl.u, wl.i, wl.r
+    T = P.dtype.type
+    reg = T(wl.reg)
+    K = P.shape[1]
+    rowwise = SP.shape[1] != K
+    bad = 0
+    for b in range(nb):
+        t = idx[b]
+        uu = u[t]
+        ii = i[t]
+        e = _pred(P, Q, uu, ii) - T(r[t])
+        if not abs(e) < lim:
+            bad += 1
+            if not skip:
+                return bad
+            continue
+        if rowwise:                   # one accumulator and one step size per row
+            ssp = T(0.0)
+            ssq = T(0.0)
+            for k in range(K):
+                gp = e * Q[ii, k] + reg * P[uu, k]
+                gq = e * P[uu, k] + reg * Q[ii, k]
+                ssp += gp * gp
+                ssq += gq * gq
+            sp = SP[uu, 0] * decay + fresh * (ssp / T(K))
+            sq = SQ[ii, 0] * decay + fresh * (ssq / T(K))
+            SP[uu, 0] = sp
+            SQ[ii, 0] = sq
+            ap = a / (sqrt(sp) + eps)
+            aq = a / (sqrt(sq) + eps)
+            for k in range(K):
+                pk = P[uu, k]
+                qk = Q[ii, k]
+                P[uu, k] = pk - ap * (e * qk + reg * pk)
+                Q[ii, k] = qk - aq * (e * pk + reg * qk)
+        else:
+            for k in range(K):
+                pk = P[uu, k]
+                qk = Q[ii, k]
+                gp = e * qk + reg * pk
+                gq = e * pk + reg * qk
+                sp = SP[uu, k] * decay + (fresh * gp) * gp
+                sq = SQ[ii, k] * decay + (fresh * gq) * gq
+                SP[uu, k] = sp
+                SQ[ii, k] = sq
+                P[uu, k] = pk - (a * gp) / (sqrt(sp) + eps)
+                Q[ii, k] = qk - (a * gq) / (sqrt(sq) + eps)
     return bad
 
 
@@ -353,4 +422,5 @@ def mf_predict(U, V, u, i, out):
 
 
 _step.register(MFArrays, sample_kernel=mf_sample, gradient_kernel=mf_gradient,
-               sgd_kernel=mf_sgd, lane_kernel=mf_lane, lane_kinds=(_SGD,), cache=True)
+               sgd_kernel=mf_sgd, lane_kernel=mf_lane,
+               lane_kinds=(_SGD, _ADAGRAD, _RMSPROP), cache=True)

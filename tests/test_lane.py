@@ -18,7 +18,8 @@ from hogkit import workloads
 from hogkit.engine.step import CompiledStep, lane_support, resolve_lane
 from hogkit.errors import InvalidArgument
 from hogkit.kernels import layout as KL
-from hogkit.rules.core import SGD, DelayCompensated, GapAware, StalenessAware
+from hogkit.rules.core import (SGD, AdaGrad, DelayCompensated, GapAware, RMSProp,
+                               StalenessAware)
 from hogkit.rules.density import Density
 from tests.test_step import _control
 
@@ -105,6 +106,43 @@ def test_fused_and_generic_lane_agree(batch, steps, seed):
         np.testing.assert_allclose(fused[0][k], generic[0][k], rtol=1e-12, atol=1e-13)
 
 
+def _adaptive_reference(params, data, order, lr, decay, fresh, eps, rowwise, s0=0.0):
+    """Per-rating AdaGrad (decay = fresh = 1) / RMSProp in numpy (float64), row-wise
+    (the mean of g*g feeds one accumulator per row) or per coordinate."""
+    P = params["P"].astype(np.float64)
+    Q = params["Q"].astype(np.float64)
+    shape = (lambda W: (len(W), 1)) if rowwise else (lambda W: W.shape)
+    SP, SQ = np.full(shape(P), float(s0)), np.full(shape(Q), float(s0))
+    for t in order:
+        u, i = data["u"][t], data["i"][t]
+        e = P[u] @ Q[i] - float(data["r"][t])
+        gp, gq = e * Q[i], e * P[u]
+        for W, S, row, g in ((P, SP, u, gp), (Q, SQ, i, gq)):
+            S[row] = S[row] * decay + fresh * ((g * g).mean() if rowwise else g * g)
+            W[row] -= lr * g / (np.sqrt(S[row]) + eps)
+    return P, Q
+
+
+@pytest.mark.parametrize("rule, decay, fresh", [
+    (AdaGrad(0.1, rowwise=True, initial_accumulator_value=1.0), 1.0, 1.0),
+    (AdaGrad(0.1), 1.0, 1.0),
+    (RMSProp(0.01, alpha=0.9, rowwise=True), 0.9, 0.1),
+    (RMSProp(0.01, alpha=0.9), 0.9, 0.1),
+], ids=["adagrad-rowwise", "adagrad", "rmsprop-rowwise", "rmsprop"])
+def test_mf_fused_adaptive_lane_matches_numpy(rule, decay, fresh):
+    """AdaGrad and RMSProp fused into mf's lane kernel (LIBMF's per-row step with
+    rowwise=True) against a per-rating numpy loop."""
+    wl = workloads.get("mf", preset="hot", dtype="float64")
+    p0, data = wl.build(2)
+    params = {k: v.copy() for k, v in p0.items()}
+    out, order, *_, core, code = _run(wl, rule, 30, 16, params=params, data=data)
+    assert core.lane == "sample-fused"
+    P, Q = _adaptive_reference(p0, data, order, rule.lr, decay, fresh, rule.eps,
+                               rule.rowwise, getattr(rule, "initial_accumulator_value", 0))
+    np.testing.assert_allclose(out["P"], P, rtol=1e-9, atol=1e-11)
+    np.testing.assert_allclose(out["Q"], Q, rtol=1e-9, atol=1e-11)
+
+
 def test_logreg_lane_steps_lr_over_batch_per_sample():
     """logreg's gradient is a batch mean: its lane steps lr/batch per sample."""
     wl = workloads.get("logreg", n_samples=300, n_features=80, min_nnz=2, max_nnz=9,
@@ -163,6 +201,9 @@ def test_guard_stops_a_diverging_lr():
 @pytest.mark.parametrize("knobs, words", [
     (dict(density=Density(0.5)), "density"),
     (dict(rule=StalenessAware(0.05)), "StalenessAware"),
+    (dict(rule=hogkit.rules.compose.chain(hogkit.rules.compose.scale_by_staleness(),
+                                          hogkit.rules.compose.adagrad(), lr=0.1)),
+     "scales each update by its gap"),
     (dict(shards=4), "shards=4"),
     (dict(batch=hogkit.AdaptiveBatch(128)), "adaptive"),
     (dict(engine="python"), "compiled step core"),

@@ -92,9 +92,11 @@ def lane_support(workload, *, rule, density, batch, shards=1, engine="compiled")
         return f"batch={batch!r} (adaptive batch sizes run on the batch lane)"
     if shards != 1:
         return f"shards={shards} (per-shard staleness is measured per step)"
-    if int(getattr(rule, "kind", -1)) == _kr.STALENESS_AWARE:
-        return ("rule StalenessAware scales each update by its gap, which the per-sample "
-                "lane does not measure per sample")
+    cfg = rule.cfg() if callable(getattr(rule, "cfg", None)) else None
+    if (int(getattr(rule, "kind", -1)) == _kr.STALENESS_AWARE
+            or (cfg is not None and cfg[_kr.STALE] != 0.0)):
+        return (f"rule {type(rule).__name__} scales each update by its gap, which the "
+                f"per-sample lane does not measure per sample")
     return None
 
 
