@@ -158,12 +158,14 @@ def test_block_build_keeps_the_sweeps_ratings_and_parameters():
     blocked.setup(p1, d1)                  # its data passes the checks
 
 
-def test_warm_and_dropped_contexts_leave_no_block_held():
+@pytest.mark.parametrize("engine", ["compiled", "python"])
+def test_warm_and_dropped_contexts_leave_no_block_held(engine):
     from hogkit.engine.worker_loop import warm
     from hogkit.rules.core import SGD
     wl = workloads.get("mf", preset="hot", order="blocks")
     params, data = wl.build(0)
-    warm(wl, SGD(0.05), None, params, data, 0, 64, "compiled")
+    warm(wl, SGD(0.05), None, params, data, 0, 64, engine)
+    assert data["blk_sched"][kb.CLAIMS] > 0
     assert not _held_words(data["blk_sched"]).any()
     ctx = wl.setup(params, data, rank=1)
     ctx.gradient(None, 64, False)
