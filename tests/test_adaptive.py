@@ -48,7 +48,7 @@ def close(actual, expected, dtype):
 
 # --------------------------------------------------------------------------- kernels
 
-@settings(deadline=None, max_examples=40)
+@settings(deadline=None, max_examples=25)
 @given(n=st.integers(1, 6), d=st.integers(1, 5), rows=st.lists(st.integers(0, 5), max_size=9),
        rowwise=st.booleans(), rms=st.booleans(), f32=st.booleans(),
        tau=st.integers(0, 3), seed=st.integers(0, 2**32 - 1))
@@ -70,7 +70,7 @@ def test_row_kernels_match_the_reference(n, d, rows, rowwise, rms, f32, tau, see
     close(S, want_s, dtype)
 
 
-@settings(deadline=None, max_examples=30)
+@settings(deadline=None, max_examples=15)
 @given(n=st.integers(1, 6), d=st.integers(1, 5), rowwise=st.booleans(), rms=st.booleans(),
        f32=st.booleans(), seed=st.integers(0, 2**32 - 1))
 def test_flat_kernels_are_the_row_kernels_over_every_row(n, d, rowwise, rms, f32, seed):
