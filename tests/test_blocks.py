@@ -187,10 +187,11 @@ def test_a_resumed_cursor_whose_block_is_not_held_claims_anew():
     assert kb.cursor_blocks(c)[0] >= 0
 
 
-def test_train_with_the_block_order_lowers_the_loss():
+@pytest.mark.parametrize("lane", ["batch", "sample"])
+def test_train_with_the_block_order_lowers_the_loss(lane):
     from hogkit import train
     run = train("mf", workers=2, steps=4000, seed=1, progress=False, eval_every=None,
-                workload_options=dict(preset="hot", order="blocks", blocks=4))
+                lane=lane, workload_options=dict(preset="hot", order="blocks", blocks=4))
     s = run.summary()
     assert s["final_loss"] < 0.5 * s["initial_loss"]
     m = s["metrics"]
