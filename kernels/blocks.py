@@ -127,12 +127,13 @@ def layout_error(u, i, off, n_rows, n_cols, grid):
 
 @njit(cache=True, nogil=True, inline="always")
 def _mix(x):
-    """splitmix64's finaliser on int64 (wrapping), non-negative: the tie-break's hash."""
-    x = x + np.int64(-7046029254386353131)
-    x = (x ^ ((x >> 30) & 0x3FFFFFFFF)) * np.int64(-4658895280553007687)
-    x = (x ^ ((x >> 27) & 0x1FFFFFFFFF)) * np.int64(-7723592293110705685)
-    x = x ^ ((x >> 31) & 0x1FFFFFFFF)
-    return x & 0x7FFFFFFFFFFFFFFF
+    """A 31-bit integer hash of the non-negative ``x`` (xor-shift-multiply rounds with
+    0x45d9f3b, masked so that no product overflows: the same numbers compiled and
+    interpreted): the tie-break's scan start."""
+    x = (x ^ (x >> 31)) & 0x7FFFFFFF
+    x = ((x ^ (x >> 16)) * 0x45D9F3B) & 0x7FFFFFFF
+    x = ((x ^ (x >> 16)) * 0x45D9F3B) & 0x7FFFFFFF
+    return x ^ (x >> 16)
 
 
 @njit(cache=True, nogil=True, inline="always")
