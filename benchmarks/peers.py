@@ -12,8 +12,9 @@ Matrix factorisation (hogkit's ``mf`` data, a preset, seed 0):
   the two is the one compared;
 - **hogkit** ``train`` with the compiled step core on each lane, 1 and 2 workers: the
   **sample lane** (per-sample Hogwild!, each rating applied at once, ``lane="sample"``)
-  and the **batch lane** (the exact minibatch step, ``lane="batch"``), and the Python
-  step (``engine="python"``), 1 worker.
+  in the shuffled sweep and in FPSG's **block order** (``order="blocks"``: workers hold
+  blocks of the matrix no other worker holds), the **batch lane** (the exact minibatch
+  step, ``lane="batch"``), and the Python step (``engine="python"``), 1 worker.
 
 Sparse logistic regression (``logreg``): a plain numba per-sample logistic SGD loop
 against hogkit compiled on each lane, 1 and 2 workers.
@@ -277,7 +278,7 @@ def _hogkit(wl, target, workers, engine, lrs, max_epochs, n_samples, rate_second
     from hogkit.errors import WorkerFailed
     from hogkit.rules.core import SGD
     from hogkit.engine.runtime import train
-    batch = batch or wl.default_batch
+    batch = batch or (lane == "sample" and wl.default_lane_batch) or wl.default_batch
     knobs = dict(engine=engine, eval_every=None, progress=False, keep_params=False,
                  batch=batch, lane=lane)
     runs = []
@@ -307,6 +308,8 @@ def _hogkit(wl, target, workers, engine, lrs, max_epochs, n_samples, rate_second
         run = train(wl, workers=workers, seconds=rate_seconds, rule=SGD(best["lr"]), **knobs)
         rates.append(run.extra["samples"] / run.wall_s)
     where = f"{engine}, {lane} lane" if engine == "compiled" else engine
+    if getattr(wl, "order", "sweep") == "blocks":
+        where += ", block order"
     return {"label": f"hogkit {where}, {workers} worker{'s' * (workers > 1)}",
             "samples_per_s": statistics.median(rates), "rates": rates, "engine": engine,
             "lane": lane, "workers": workers, "batch": batch, **best, "all_lr": runs}
@@ -330,7 +333,11 @@ def _mf(preset, quick):
             best = max(got, key=lambda g: g["samples_per_s"])
             best["builds"] = {g["label"]: g["samples_per_s"] for g in got}
             c[f"libmf_{threads}"] = best
+    blocked = workloads.get("mf", preset=preset, order="blocks")
     for workers in (1, 2):
+        c[f"hogkit_blocks_{workers}"] = _hogkit(blocked, target, workers, "compiled",
+                                                _lrs(LR["hogkit_mf"], quick), max_epochs,
+                                                n, rate_s, lane="sample")
         c[f"hogkit_sample_{workers}"] = _hogkit(wl, target, workers, "compiled",
                                                 _lrs(LR["hogkit_mf"], quick), max_epochs,
                                                 n, rate_s, lane="sample")
@@ -514,7 +521,7 @@ def _ratios(result):
     for p, m in result.get("mf", {}).items():
         c = m["contenders"]
         plain = c["plain"]["samples_per_s"]
-        for lane in ("sample", "compiled"):
+        for lane in ("blocks", "sample", "compiled"):
             one, two = c[f"hogkit_{lane}_1"], c[f"hogkit_{lane}_2"]
             r[f"mf_{p}_{lane}1_over_plain"] = one["samples_per_s"] / plain
             r[f"mf_{p}_{lane}2_over_{lane}1"] = two["samples_per_s"] / one["samples_per_s"]
@@ -566,6 +573,32 @@ def format_table(result) -> str:
         lines += _rows(mlp["contenders"])
     lines.append("ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in result["ratios"].items()))
     return "\n".join(lines)
+
+
+def format_markdown(result) -> str:
+    """The mf tables of ``result`` as RESULTS.md shows them (a test checks that
+    RESULTS.md holds this rendering of the committed JSON: no hand-typed figure)."""
+    out = []
+    for p, m in result.get("mf", {}).items():
+        out.append(f"`mf` {p} preset ({m['n_ratings']:,} ratings), target MSE "
+                   f"{m['target_mse']}:")
+        out.append("")
+        out.append("| contender | lr | Mratings/s | time to target |")
+        out.append("|---|---|---|---|")
+        for c in m["contenders"].values():
+            t = c["time_to_target"]
+            rates = c.get("rates")
+            spread = (f" ({min(rates) / 1e6:.1f}–{max(rates) / 1e6:.1f})"
+                      if rates and len(rates) > 1 else "")
+            out.append(f"| {c['label']} | {c['lr']:g} | {c['samples_per_s'] / 1e6:.1f}"
+                       f"{spread} | {f'{t:.3f} s' if t is not None else 'not reached'} |")
+        out.append("")
+    keys = [k for k in result.get("ratios", {}) if k.startswith("mf_")]
+    if keys:
+        out.append("| ratio (same invocation) | value |")
+        out.append("|---|---|")
+        out += [f"| `{k}` | {result['ratios'][k]:.2f} |" for k in keys]
+    return "\n".join(out)
 
 
 def _rows(contenders):

@@ -269,6 +269,8 @@ def print_summary(summary, out=None):
     cfg = summary["config"]
     sim = " (simulated)" if summary.get("simulated") else ""
     engine = f", {summary['engine']} engine" if summary.get("engine") else ""
+    if cfg.get("lane") == "sample" and not sim:
+        engine += f", per-sample lane ({cfg.get('batch')} samples a step)"
     print(f"workload {cfg['workload']}, {summary['workers']} workers, policy "
           f"{(cfg.get('policy') or {}).get('name', cfg.get('policy'))}{sim}{engine}",
           file=out)
@@ -301,7 +303,7 @@ def _knobs(args):
     wl = workloads.get(args.workload, **parse_options(args.option))
     steps, seconds = args.steps, args.seconds
     if steps is None and seconds is None:
-        steps = wl.default_steps
+        steps = _default_steps(wl, args)
     batch = (None if args.batch is None else
              parse_batch(args.batch, per_worker=wl.default_batch, workers=args.workers))
     return wl, {"workers": args.workers, "policy": parse_policy(args.policy),
@@ -311,6 +313,23 @@ def _knobs(args):
                 "stragglers": parse_stragglers(args.straggler),
                 "steps": steps, "seconds": seconds, "seed": args.seed,
                 "nonfinite": args.nonfinite, "batch": batch, "shards": args.shards}
+
+
+def _default_steps(wl, args):
+    """The workload's ``default_steps``, counted in its ``default_batch``: when the
+    per-sample lane will take a larger ``default_lane_batch`` (``--lane`` sample or
+    auto, the workload's default lane, no ``--batch``; ``sim`` runs whole batch steps),
+    as many steps as keep the samples the same."""
+    steps = wl.default_steps
+    lane = getattr(args, "lane", "batch")
+    if getattr(args, "backend", "local") == "ray":      # a cluster runs whole steps
+        lane = "batch"
+    if lane == "auto":
+        lane = getattr(wl, "default_lane", "batch")
+    big = getattr(wl, "default_lane_batch", None)
+    if lane == "sample" and args.batch is None and big:
+        steps = max(args.workers, steps * wl.default_batch // big)
+    return steps
 
 
 COMMAND_FILE = "command.json"

@@ -243,3 +243,32 @@ def test_live_sample_lane_two_workers():
     assert sum(w["updates"] for w in run.per_worker) == 400
     # the histograms count one event per update (the record stays on)
     assert run.staleness["update_gap"]["count"] == 400
+
+
+def test_defaults_take_the_lane_and_its_batch():
+    """mf and logreg default to the per-sample lane; on it mf takes its
+    default_lane_batch unless a batch is given; the Python engine keeps whole steps."""
+    from hogkit.engine.plan import make_plan
+    from hogkit.engine.runtime import _with_lane
+    plan = make_plan("mf", steps=100)
+    assert plan.batch == MF.default_batch == 64
+    assert _with_lane(plan, "compiled", batch_given=False).batch == 256
+    assert _with_lane(plan, "compiled", batch_given=False).lane == "sample"
+    assert _with_lane(make_plan("mf", steps=100, batch=32), "compiled",
+                      batch_given=True).batch == 32
+    py = _with_lane(plan, "python", batch_given=False)
+    assert (py.lane, py.batch) == ("batch", 64)
+    lr = _with_lane(make_plan("logreg", steps=100), "compiled", batch_given=False)
+    assert (lr.lane, lr.batch) == ("sample", 64)
+    assert _with_lane(make_plan("mlp", steps=100), "python", batch_given=False).lane == "batch"
+
+
+def test_cli_default_budget_keeps_the_samples():
+    import argparse
+
+    from hogkit.cli import _default_steps
+    args = argparse.Namespace(lane="auto", batch=None, workers=2, backend="local")
+    assert _default_steps(MF, args) * 256 == MF.default_steps * 64
+    for change in (dict(lane="batch"), dict(batch="64"), dict(backend="ray")):
+        assert _default_steps(MF, argparse.Namespace(**{**vars(args), **change})) \
+            == MF.default_steps

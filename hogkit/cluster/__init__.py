@@ -106,7 +106,7 @@ def train(workload="mf", *, nodes, workers, policy=None, rule=None, density=None
         return make_plan(workload, workers=W, policy=policy, rule=rule, density=density,
                          batch=batch, seconds=seconds, seed=seed, nonfinite=nonfinite,
                          shards=shards, workload_options=workload_options, events=events,
-                         spawn=True, **kw)
+                         spawn=True, lane="batch", **kw)
 
     plan = make(steps=steps, out=out, keep_params=keep_params, eval_every=eval_every)
     plans = node_plans(plan, nodes, stragglers, make)

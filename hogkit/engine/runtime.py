@@ -71,7 +71,8 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
         each sample's update applied at once; ``batch`` samples make one step for the
         clocks, the policy and the staleness record, docs/algorithms.md) or ``"auto"``
         (the workload's ``default_lane`` where the knobs allow it, else "batch"). A
-        workload whose gradient is a batch mean steps ``lr / batch`` per sample.
+        workload whose gradient is a batch mean steps ``lr / batch`` per sample; with
+        no ``batch`` the lane takes the workload's ``default_lane_batch`` (mf: 256).
     checkpoint_every : seconds between fuzzy checkpoints into ``out/checkpoint.npz``;
         "auto": 60 when ``out`` is given; None: only the quiesced one at the end.
     on_failure : ``"stop"`` (the first worker that dies ends the run with
@@ -102,12 +103,21 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
     engine = choose_engine(engine, plan.workload, rule=plan.rule, density=plan.density,
                            batch=plan.batch, shards=plan.shards, policy=plan.policy,
                            stragglers=plan.stragglers)
-    plan = dataclasses.replace(plan, lane=resolve_lane(
-        plan.lane, plan.workload, rule=plan.rule, density=plan.density, batch=plan.batch,
-        shards=plan.shards, engine=engine))
+    plan = _with_lane(plan, engine, batch_given=batch is not None)
     live = _live_run(plan, engine, resume, resumed, checkpoint_every=checkpoint_every,
                      **supervision)
     return live.run(progress)
+
+
+def _with_lane(plan, engine, *, batch_given):
+    """``plan`` with its lane resolved (:func:`~hogkit.engine.step.resolve_lane`); on
+    the per-sample lane a batch not given is the workload's ``default_lane_batch``."""
+    lane = resolve_lane(plan.lane, plan.workload, rule=plan.rule, density=plan.density,
+                        batch=plan.batch, shards=plan.shards, engine=engine)
+    batch = plan.batch
+    if lane == "sample" and not batch_given:
+        batch = getattr(plan.workload, "default_lane_batch", None) or batch
+    return dataclasses.replace(plan, lane=lane, batch=batch)
 
 
 def _supervision(wait_timeout, grace, on_failure, max_restarts) -> dict:

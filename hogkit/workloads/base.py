@@ -78,6 +78,10 @@ class Workload:
     #: the lane ``lane="auto"`` takes where the knobs allow (docs/algorithms.md §1):
     #: "batch" (the exact minibatch step) or "sample" (per-sample Hogwild!, compiled)
     default_lane: str = "batch"
+    #: samples per step on the per-sample lane when ``batch`` is not given (None: the
+    #: ``default_batch``): a step there is only the unit of clocks and record, so it
+    #: can be larger than the batch lane's best minibatch
+    default_lane_batch = None
     _fields: tuple = ()
 
     # --- the contract -------------------------------------------------------------

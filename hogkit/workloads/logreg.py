@@ -46,6 +46,9 @@ class SparseLogReg(Workload):
     needs_torch = False
     default_lr = 2.0
     default_batch = 64
+    #: per-sample Hogwild! (docs/algorithms.md §1; lr / batch per sample): ahead of the
+    #: batch lane at 1 worker (benchmarks/RESULTS.md, the lanes)
+    default_lane = "sample"
     default_steps = 200_000
     _fields = ("n_samples", "n_features", "min_nnz", "max_nnz", "zipf", "values",
                "normalize", "margin_scale", "reg", "init_scale", "dtype")

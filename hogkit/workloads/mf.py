@@ -93,6 +93,11 @@ class MatrixFactorization(Workload):
     #: the compiled step core's sweet spot: 33M ratings/s with 2 workers on 2 cores
     #: (batch 256: 25M; small batches pay more clock traffic per rating)
     default_batch = 64
+    #: per-sample Hogwild! (docs/algorithms.md §1): the plain loop's speed with 1 worker,
+    #: ahead of the batch lane with 2 (benchmarks/RESULTS.md, the lanes); 256 ratings a
+    #: step keep the clock and record work near 1 % of it
+    default_lane = "sample"
+    default_lane_batch = 256
     #: a plain ``hogkit run``: ~2-3 s of training on 2 cores
     default_steps = 1_000_000
     grad_reduction = "sum"
