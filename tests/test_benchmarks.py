@@ -138,3 +138,15 @@ def test_ray_tables_in_results_are_rendered_from_the_committed_figures(name):
     root = Path(__file__).resolve().parent.parent / "benchmarks"
     r = json.loads((root / name).read_text())
     assert bench.format_markdown(r) in (root / "RESULTS.md").read_text()
+
+
+def test_lane_tables_in_results_are_rendered_from_the_committed_figures():
+    """The per-sample lane's mf tables in RESULTS.md are ``peers.format_markdown`` of
+    the committed ``peers_lanes.json`` (no hand-typed number)."""
+    import json
+    from pathlib import Path
+
+    from hogkit.benchmarks import peers
+    root = Path(__file__).resolve().parent.parent / "benchmarks"
+    r = json.loads((root / "peers_lanes.json").read_text())
+    assert peers.format_markdown(r) in (root / "RESULTS.md").read_text()
