@@ -308,16 +308,20 @@ def mf_lane(wl, params, idx, nb, kind, rcfg, S1, skip):
 
 
 @njit(cache=True, nogil=True, fastmath=_FM_LANE, inline="always")
+def _lane_rating(wl, P, Q, t):
+    """Rating ``t``'s factor rows and error ``e = P[u]·Q[i] - r`` (the factors' dtype)."""
+    uu = wl.u[t]
+    ii = wl.i[t]
+    return uu, ii, _pred(P, Q, uu, ii) - P.dtype.type(wl.r[t])
+
+
+@njit(cache=True, nogil=True, fastmath=_FM_LANE, inline="always")
 def _lane_sgd(wl, P, Q, idx, nb, a, lim, skip):
-    u, i, r = wl.u, wl.i, wl.r
     T = P.dtype.type
     reg = T(wl.reg)
     bad = 0
     for b in range(nb):
-        t = idx[b]
-        uu = u[t]
-        ii = i[t]
-        e = _pred(P, Q, uu, ii) - T(r[t])
+        uu, ii, e = _lane_rating(wl, P, Q, idx[b])
         if not abs(e) < lim:
             bad += 1
             if not skip:
@@ -333,17 +337,13 @@ def _lane_sgd(wl, P, Q, idx, nb, a, lim, skip):
 
 @njit(cache=True, nogil=True, fastmath=_FM_LANE, inline="always")
 def _lane_adaptive(wl, P, Q, SP, SQ, idx, nb, a, decay, fresh, eps, lim, skip):
-    u, i, r = wl.u, wl.i, wl.r
     T = P.dtype.type
     reg = T(wl.reg)
     K = P.shape[1]
     rowwise = SP.shape[1] != K
     bad = 0
     for b in range(nb):
-        t = idx[b]
-        uu = u[t]
-        ii = i[t]
-        e = _pred(P, Q, uu, ii) - T(r[t])
+        uu, ii, e = _lane_rating(wl, P, Q, idx[b])
         if not abs(e) < lim:
             bad += 1
             if not skip:
