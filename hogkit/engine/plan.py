@@ -153,7 +153,8 @@ def make_plan(workload="mf", *, workers=2, policy=None, rule=None, density=None,
         raise InvalidType(f"keep_params={keep_params!r} must be a bool")
     out = check_out(out)
     check_choice("events", events, EVENTS)
-    check_choice("lane", lane, ("auto", "batch", "sample"))
+    from hogkit.engine.step import LANES
+    check_choice("lane", lane, LANES)
     return RunPlan(workload=wl, workers=workers, policy=policy, rule=rule, density=density,
                    batch=batch, global_batch=global_batch, epoch_steps=epoch_steps,
                    steps=steps, seconds=seconds, seed=seed, nonfinite=nonfinite,
