@@ -10,11 +10,13 @@ Matrix factorisation (hogkit's ``mf`` data, a preset, seed 0):
   when a C++ compiler is present, an AVX build of its sdist
   (``-O3 -DUSEAVX -mavx -mfma``), compiled once into ``~/.cache/hogkit``; the faster of
   the two is the one compared;
-- **hogkit** ``train`` with the compiled step core on each lane, 1 and 2 workers: the
-  **sample lane** (per-sample Hogwild!, each rating applied at once, ``lane="sample"``)
-  in the shuffled sweep and in FPSG's **block order** (``order="blocks"``: workers hold
-  blocks of the matrix no other worker holds), the **batch lane** (the exact minibatch
-  step, ``lane="batch"``), and the Python step (``engine="python"``), 1 worker.
+- **hogkit** ``train`` with the compiled step core, 1 and 2 workers: its **defaults**
+  (what ``train("mf")`` and ``hogkit run`` take: the sample lane in FPSG's **block
+  order**, ``order="blocks"``, workers holding blocks of the matrix no other worker
+  holds, with LIBMF's **row-wise AdaGrad** from 1), and with plain SGD the **sample
+  lane** (per-sample Hogwild!, each rating applied at once, ``lane="sample"``) in the
+  shuffled sweep and the **batch lane** (the exact minibatch step, ``lane="batch"``);
+  and the Python step (``engine="python"``), 1 worker.
 
 Sparse logistic regression (``logreg``): a plain numba per-sample logistic SGD loop
 against hogkit compiled on each lane, 1 and 2 workers.
@@ -41,6 +43,7 @@ contenders.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import glob
 import importlib.util
 import math
@@ -62,6 +65,7 @@ from hogkit import workloads
 #: the plain loop's lr is per sample, hogkit's gradient is the batch mean, so its lr is
 #: per batch: 2.0 at batch 64 is ~0.03 a sample)
 LR = {"plain_mf": (0.05, 0.1, 0.15), "libmf": (0.1, 0.2, 0.3), "hogkit_mf": (0.05, 0.1, 0.15),
+      "hogkit_mf_default": (0.1, 0.2, 0.3),
       "plain_logreg": (0.03, 0.06, 0.12), "hogkit_logreg": (2.0, 4.0, 8.0)}
 TARGETS = {"default": 0.012, "large": 0.012, "hot": 0.05}
 LOGREG_TARGET = 0.45
@@ -274,10 +278,13 @@ def _mf_libmf(lib, wl, data, target, threads, max_epochs, quick=False):
 
 
 def _hogkit(wl, target, workers, engine, lrs, max_epochs, n_samples, rate_seconds,
-            grid=EPOCHS, lane="batch", batch=None):
+            grid=EPOCHS, lane="batch", batch=None, rule=None):
+    """hogkit ``train`` at each lr of ``lrs`` (``rule(lr)``: the update rule, SGD when
+    None), then its throughput at the best."""
     from hogkit.errors import WorkerFailed
     from hogkit.rules.core import SGD
     from hogkit.engine.runtime import train
+    rule = rule or SGD
     batch = batch or (lane == "sample" and wl.default_lane_batch) or wl.default_batch
     knobs = dict(engine=engine, eval_every=None, progress=False, keep_params=False,
                  batch=batch, lane=lane)
@@ -289,7 +296,7 @@ def _hogkit(wl, target, workers, engine, lrs, max_epochs, n_samples, rate_second
                 break
             steps = max(workers, int(epochs * n_samples / batch))
             try:
-                run = train(wl, workers=workers, steps=steps, rule=SGD(lr), **knobs)
+                run = train(wl, workers=workers, steps=steps, rule=rule(lr), **knobs)
             except WorkerFailed as e:          # a non-finite gradient: this lr diverges
                 if "non-finite" not in str(e):
                     raise
@@ -305,11 +312,15 @@ def _hogkit(wl, target, workers, engine, lrs, max_epochs, n_samples, rate_second
     best = _best(runs)
     rates = []
     for _ in range(1 if rate_seconds < 1 else ROUNDS):
-        run = train(wl, workers=workers, seconds=rate_seconds, rule=SGD(best["lr"]), **knobs)
+        run = train(wl, workers=workers, seconds=rate_seconds, rule=rule(best["lr"]),
+                    **knobs)
         rates.append(run.extra["samples"] / run.wall_s)
     where = f"{engine}, {lane} lane" if engine == "compiled" else engine
     if getattr(wl, "order", "sweep") == "blocks":
         where += ", block order"
+    name = type(rule(1.0)).__name__
+    if name != "SGD":
+        where += f", {name}" + (" row-wise" if getattr(rule(1.0), "rowwise", False) else "")
     return {"label": f"hogkit {where}, {workers} worker{'s' * (workers > 1)}",
             "samples_per_s": statistics.median(rates), "rates": rates, "engine": engine,
             "lane": lane, "workers": workers, "batch": batch, **best, "all_lr": runs}
@@ -333,11 +344,14 @@ def _mf(preset, quick):
             best = max(got, key=lambda g: g["samples_per_s"])
             best["builds"] = {g["label"]: g["samples_per_s"] for g in got}
             c[f"libmf_{threads}"] = best
-    blocked = workloads.get("mf", preset=preset, order="blocks")
+    # hogkit's defaults: what train("mf") / hogkit run take on the per-sample lane
+    defaults = workloads.get("mf", preset=preset, **wl.default_lane_options)
+    lane_rule = defaults.default_lane_rule()
     for workers in (1, 2):
-        c[f"hogkit_blocks_{workers}"] = _hogkit(blocked, target, workers, "compiled",
-                                                _lrs(LR["hogkit_mf"], quick), max_epochs,
-                                                n, rate_s, lane="sample")
+        c[f"hogkit_default_{workers}"] = _hogkit(
+            defaults, target, workers, "compiled", _lrs(LR["hogkit_mf_default"], quick),
+            max_epochs, n, rate_s, lane="sample",
+            rule=lambda lr: dataclasses.replace(lane_rule, lr=lr))
         c[f"hogkit_sample_{workers}"] = _hogkit(wl, target, workers, "compiled",
                                                 _lrs(LR["hogkit_mf"], quick), max_epochs,
                                                 n, rate_s, lane="sample")
@@ -521,7 +535,7 @@ def _ratios(result):
     for p, m in result.get("mf", {}).items():
         c = m["contenders"]
         plain = c["plain"]["samples_per_s"]
-        for lane in ("blocks", "sample", "compiled"):
+        for lane in ("default", "sample", "compiled"):
             one, two = c[f"hogkit_{lane}_1"], c[f"hogkit_{lane}_2"]
             r[f"mf_{p}_{lane}1_over_plain"] = one["samples_per_s"] / plain
             r[f"mf_{p}_{lane}2_over_{lane}1"] = two["samples_per_s"] / one["samples_per_s"]
@@ -602,10 +616,11 @@ def format_markdown(result) -> str:
 
 
 def _rows(contenders):
-    out = [f"  {'contender':<44}{'lr':>7}{'samples/s':>14}{'time to target':>17}"]
+    w = max([len("contender")] + [len(c["label"]) for c in contenders.values()]) + 2
+    out = [f"  {'contender':<{w}}{'lr':>7}{'samples/s':>14}{'time to target':>17}"]
     for c in contenders.values():
         t = c["time_to_target"]
-        out.append(f"  {c['label']:<44}{c['lr']:>7g}{c['samples_per_s'] / 1e6:>12.2f} M"
+        out.append(f"  {c['label']:<{w}}{c['lr']:>7g}{c['samples_per_s'] / 1e6:>12.2f} M"
                    f"{(f'{t:.3f} s' if t is not None else 'not reached'):>17}")
     return out
 

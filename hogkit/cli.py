@@ -63,7 +63,10 @@ def _add_training_options(p):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--policy", default="async",
                    help=f"consistency policy: {spellings()} (default async)")
-    p.add_argument("--rule", default="sgd", choices=RULES, help="update rule (default sgd)")
+    p.add_argument("--rule", default=None, choices=RULES,
+                   help="update rule (default: sgd, or the workload's own on the per-sample "
+                        "lane where neither --rule nor --lr/--momentum is given: mf's is "
+                        "adagrad-rowwise)")
     p.add_argument("--lr", type=_positive_float, default=None,
                    help="learning rate (default: the workload's)")
     p.add_argument("--momentum", type=float, default=0.0)
@@ -264,6 +267,19 @@ def _fmt_stats(s):
     return f"mean {s['mean']:.2f}  {ps}  max {s['max']}  (n={s['count']})"
 
 
+def _fmt_rule(rule):
+    """``AdaGrad lr 0.2 (rowwise, initial_accumulator_value 1)``: the name, the lr, and
+    the settings that are on (a rule not stored as a dict: its text)."""
+    if not isinstance(rule, dict):
+        return str(rule)
+    rest = [k if v is True else f"{k} {v:g}" for k, v in rule.items()
+            if k not in ("name", "lr", "eps") and v not in (None, False, 0, 0.0)
+            and isinstance(v, (bool, int, float))]
+    lr = rule.get("lr")
+    return (f"{rule.get('name')}" + (f" lr {lr:g}" if isinstance(lr, (int, float)) else "")
+            + (f" ({', '.join(rest)})" if rest else ""))
+
+
 def print_summary(summary, out=None):
     out = sys.stdout if out is None else out
     cfg = summary["config"]
@@ -274,6 +290,9 @@ def print_summary(summary, out=None):
     print(f"workload {cfg['workload']}, {summary['workers']} workers, policy "
           f"{(cfg.get('policy') or {}).get('name', cfg.get('policy'))}{sim}{engine}",
           file=out)
+    print(f"  rule         {_fmt_rule(cfg.get('rule'))}"
+          + (f", order {order}" if (order := (cfg.get("workload_config") or {}).get("order"))
+             else ""), file=out)
     print(f"  updates      {summary['updates']}  ({summary['updates_per_s']:.0f}/s over "
           f"{summary['wall_s']:.2f} s)", file=out)
     print(f"  loss         {summary['initial_loss']:.5g} -> {summary['final_loss']:.5g}",
@@ -307,12 +326,19 @@ def _knobs(args):
     batch = (None if args.batch is None else
              parse_batch(args.batch, per_worker=wl.default_batch, workers=args.workers))
     return wl, {"workers": args.workers, "policy": parse_policy(args.policy),
-                "rule": parse_rule(args.rule, lr=args.lr, momentum=args.momentum,
-                                   workload=wl),
+                "rule": _rule(args, wl),
                 "density": None if args.density is None else parse_density(args.density),
                 "stragglers": parse_stragglers(args.straggler),
                 "steps": steps, "seconds": seconds, "seed": args.seed,
                 "nonfinite": args.nonfinite, "batch": batch, "shards": args.shards}
+
+
+def _rule(args, wl):
+    """``--rule`` with ``--lr``/``--momentum``; None (the run's default for its lane)
+    where none of them is given."""
+    if args.rule is None and args.lr is None and not args.momentum:
+        return None
+    return parse_rule(args.rule or "sgd", lr=args.lr, momentum=args.momentum, workload=wl)
 
 
 def _default_steps(wl, args):
@@ -389,8 +415,8 @@ def _local_run(args, wl, out, knobs):
         raise InvalidArgument("--nodes/--address/--schedule are for a cluster run: add "
                               "--backend ray")
     make_plan(wl, out=out, **knobs)
-    return functools.partial(
-        train, wl, out=out, progress=False if args.no_progress else None,
+    return functools.partial(       # by name: the workload's lane defaults apply
+        train, args.workload, workload_options=parse_options(args.option), out=out, progress=False if args.no_progress else None,
         keep_params=False, engine=args.engine, events=args.events,
         checkpoint_every=args.checkpoint_every or "auto", resume=args.resume,
         on_failure=args.on_failure, max_restarts=args.max_restarts, lane=args.lane, **knobs)

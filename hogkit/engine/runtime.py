@@ -18,7 +18,7 @@ import warnings
 
 from hogkit.engine.live import LiveRun
 from hogkit.engine.mainguard import check_main_guard
-from hogkit.engine.plan import make_plan
+from hogkit.engine.plan import make_plan, resolve_workload
 from hogkit.engine.run import Run
 from hogkit.engine.step import compiled_support, resolve_lane
 from hogkit.errors import EngineNotice, InvalidArgument
@@ -103,21 +103,37 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
     engine = choose_engine(engine, plan.workload, rule=plan.rule, density=plan.density,
                            batch=plan.batch, shards=plan.shards, policy=plan.policy,
                            stragglers=plan.stragglers)
-    plan = _with_lane(plan, engine, batch_given=batch is not None)
+    plan = _with_lane(plan, engine, batch_given=batch is not None,
+                      rule_given=rule is not None,
+                      by_name=workload if isinstance(workload, str) else None,
+                      options=workload_options)
     live = _live_run(plan, engine, resume, resumed, checkpoint_every=checkpoint_every,
                      **supervision)
     return live.run(progress)
 
 
-def _with_lane(plan, engine, *, batch_given):
-    """``plan`` with its lane resolved (:func:`~hogkit.engine.step.resolve_lane`); on
-    the per-sample lane a batch not given is the workload's ``default_lane_batch``."""
+def _with_lane(plan, engine, *, batch_given, rule_given, by_name=None, options=None):
+    """``plan`` with its lane resolved (:func:`~hogkit.engine.step.resolve_lane`). On
+    the per-sample lane what the caller did not give takes the workload's lane
+    defaults: the batch its ``default_lane_batch``, the rule its
+    ``default_lane_rule()``, and a workload given by name (``by_name``, made with
+    ``options``) its ``default_lane_options`` where ``options`` name none of them."""
     lane = resolve_lane(plan.lane, plan.workload, rule=plan.rule, density=plan.density,
                         batch=plan.batch, shards=plan.shards, engine=engine)
-    batch = plan.batch
-    if lane == "sample" and not batch_given:
-        batch = getattr(plan.workload, "default_lane_batch", None) or batch
-    return dataclasses.replace(plan, lane=lane, batch=batch)
+    if lane != "sample":
+        return dataclasses.replace(plan, lane=lane)
+    wl, rule, batch = plan.workload, plan.rule, plan.batch
+    extra = getattr(wl, "default_lane_options", None) or {}
+    if by_name is not None and extra and not set(extra) & set(options or {}):
+        wl = resolve_workload(by_name, {**extra, **(options or {})})
+    if not batch_given:
+        batch = getattr(wl, "default_lane_batch", None) or batch
+    if not rule_given:
+        rule = getattr(wl, "default_lane_rule", lambda: None)() or rule
+    plan = dataclasses.replace(plan, workload=wl, rule=rule, batch=batch, lane=lane)
+    resolve_lane("sample", wl, rule=rule, density=plan.density, batch=batch,
+                 shards=plan.shards, engine=engine)       # the defaults run there too
+    return plan
 
 
 def _supervision(wait_timeout, grace, on_failure, max_restarts) -> dict:

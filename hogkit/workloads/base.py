@@ -82,6 +82,9 @@ class Workload:
     #: ``default_batch``): a step there is only the unit of clocks and record, so it
     #: can be larger than the batch lane's best minibatch
     default_lane_batch = None
+    #: options a workload made *by name* (``train("mf")``, ``hogkit run mf``) takes on the
+    #: per-sample lane where the caller gave none of them (mf: the block order)
+    default_lane_options: dict = {}
     _fields: tuple = ()
 
     # --- the contract -------------------------------------------------------------
@@ -101,6 +104,11 @@ class Workload:
     def metrics(self, params, data) -> dict:
         """``{"loss": loss(params, data)}``; subclasses add more."""
         return {"loss": self.loss(params, data)}
+
+    def default_lane_rule(self):
+        """The update rule a run on the per-sample lane takes when none is given (None:
+        ``SGD(default_lr)``, as on the batch lane)."""
+        return None
 
     def compiled(self, params, data):
         """The workload's compiled part for the step core (:class:`CompiledParts`), or
