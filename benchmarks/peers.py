@@ -74,6 +74,9 @@ MLP_LR = (0.05, 0.1, 0.2)
 MLP_TARGET = 0.05
 MLP_EPOCHS = (2, 4, 8, 12, 16, 24, 32, 48)
 EPOCHS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24)
+#: a hogkit lr's curve stops after a run longer than this many times LIBMF's best time
+#: to the target (it is then "not reached" within that: the race is lost already)
+CAP_OVER_LIBMF = 4.0
 #: throughput runs per hogkit contender (the median is reported)
 ROUNDS = 3
 #: --quick: the same contenders on the small "hot" mf preset, each at the middle lr of
@@ -161,6 +164,9 @@ class LibMF:
         f = self.lib.fit_interface
         f.restype = ctypes.POINTER(_MFModel)
         f.argtypes = (ctypes.c_int, ctypes.POINTER(ctypes.c_float), ctypes.POINTER(_MFParam))
+        d = self.lib.mf_destroy_model
+        d.restype = None
+        d.argtypes = (ctypes.POINTER(ctypes.POINTER(_MFModel)),)
 
     def fit(self, X, *, k, threads, iters, eta):
         """``(seconds, P, Q)`` of one ``fit`` of the (n, 3) float32 ratings ``X`` (no
@@ -174,6 +180,7 @@ class LibMF:
         m = model.contents
         P = np.ctypeslib.as_array(m.P, shape=(m.m * m.k,)).reshape(m.m, m.k).copy()
         Q = np.ctypeslib.as_array(m.Q, shape=(m.n * m.k,)).reshape(m.n, m.k).copy()
+        self.lib.mf_destroy_model(ctypes.byref(model))     # LIBMF's model is ours to free
         return dt, P, Q
 
 
@@ -278,9 +285,10 @@ def _mf_libmf(lib, wl, data, target, threads, max_epochs, quick=False):
 
 
 def _hogkit(wl, target, workers, engine, lrs, max_epochs, n_samples, rate_seconds,
-            grid=EPOCHS, lane="batch", batch=None, rule=None):
+            grid=EPOCHS, lane="batch", batch=None, rule=None, cap=None):
     """hogkit ``train`` at each lr of ``lrs`` (``rule(lr)``: the update rule, SGD when
-    None), then its throughput at the best."""
+    None), then its throughput at the best; an lr's curve stops after a run longer than
+    ``cap`` seconds (None: no cap)."""
     from hogkit.errors import WorkerFailed
     from hogkit.rules.core import SGD
     from hogkit.engine.runtime import train
@@ -304,16 +312,23 @@ def _hogkit(wl, target, workers, engine, lrs, max_epochs, n_samples, rate_second
                 break
             curve.append({"epochs": epochs, "t": run.wall_s, "loss": run.final_loss,
                           "staleness_mean": run.staleness["update_gap"]["mean"]})
-            if run.final_loss <= target:
+            if run.final_loss <= target or (cap is not None and run.wall_s > cap):
                 break
         if curve:
             runs.append({"lr": lr, "curve": curve, "time_to_target": _hit(curve, target),
                          "diverged": diverged})
     best = _best(runs)
-    rates = []
+    rates, budget = [], {"seconds": rate_seconds}
     for _ in range(1 if rate_seconds < 1 else ROUNDS):
-        run = train(wl, workers=workers, seconds=rate_seconds, rule=rule(best["lr"]),
-                    **knobs)
+        try:
+            run = train(wl, workers=workers, rule=rule(best["lr"]), **budget, **knobs)
+        except WorkerFailed as e:
+            # the lr held over the curve's epochs but not over rate_seconds (plain SGD
+            # at the top of its grid, long past the target): time the curve's horizon
+            if "non-finite" not in str(e) or "steps" in budget:
+                raise
+            budget = {"steps": max(workers, int(max_epochs * n_samples / batch))}
+            run = train(wl, workers=workers, rule=rule(best["lr"]), **budget, **knobs)
         rates.append(run.extra["samples"] / run.wall_s)
     where = f"{engine}, {lane} lane" if engine == "compiled" else engine
     if getattr(wl, "order", "sweep") == "blocks":
@@ -323,7 +338,8 @@ def _hogkit(wl, target, workers, engine, lrs, max_epochs, n_samples, rate_second
         where += f", {name}" + (" row-wise" if getattr(rule(1.0), "rowwise", False) else "")
     return {"label": f"hogkit {where}, {workers} worker{'s' * (workers > 1)}",
             "samples_per_s": statistics.median(rates), "rates": rates, "engine": engine,
-            "lane": lane, "workers": workers, "batch": batch, **best, "all_lr": runs}
+            "lane": lane, "workers": workers, "batch": batch, "rate_budget": budget, **best,
+            "all_lr": runs}
 
 
 def _mf(preset, quick):
@@ -344,6 +360,11 @@ def _mf(preset, quick):
             best = max(got, key=lambda g: g["samples_per_s"])
             best["builds"] = {g["label"]: g["samples_per_s"] for g in got}
             c[f"libmf_{threads}"] = best
+    # a hogkit curve stops past CAP_OVER_LIBMF x LIBMF's best time to target
+    hits = [x["time_to_target"] for k, x in c.items() if k.startswith("libmf")
+            and x["time_to_target"]]
+    cap = CAP_OVER_LIBMF * min(hits) if hits and not quick else None
+    out["cap_s"] = cap
     # hogkit's defaults: what train("mf") / hogkit run take on the per-sample lane
     defaults = workloads.get("mf", preset=preset, **wl.default_lane_options)
     lane_rule = defaults.default_lane_rule()
@@ -351,13 +372,13 @@ def _mf(preset, quick):
         c[f"hogkit_default_{workers}"] = _hogkit(
             defaults, target, workers, "compiled", _lrs(LR["hogkit_mf_default"], quick),
             max_epochs, n, rate_s, lane="sample",
-            rule=lambda lr: dataclasses.replace(lane_rule, lr=lr))
+            rule=lambda lr: dataclasses.replace(lane_rule, lr=lr), cap=cap)
         c[f"hogkit_sample_{workers}"] = _hogkit(wl, target, workers, "compiled",
                                                 _lrs(LR["hogkit_mf"], quick), max_epochs,
-                                                n, rate_s, lane="sample")
+                                                n, rate_s, lane="sample", cap=cap)
         c[f"hogkit_compiled_{workers}"] = _hogkit(wl, target, workers, "compiled",
                                                   _lrs(LR["hogkit_mf"], quick), max_epochs,
-                                                  n, rate_s)
+                                                  n, rate_s, cap=cap)
     c["hogkit_python_1"] = _hogkit(wl, target, 1, "python", LR["hogkit_mf"][:1],
                                    min(max_epochs, 4), n, rate_s)
     return out
