@@ -33,8 +33,10 @@ target (the grids are in ``LR``). Two figures per contender: **throughput** (sam
 second over a fixed budget) and **time to a training-loss target**. Time to target is
 measured the same way for everyone who cannot be paused: runs of increasing length
 (epochs for the loops and LIBMF, total steps for hogkit), each timed and evaluated on
-its final parameters; the first that reaches the target gives its time. hogkit's time
-is training time (from the start barrier; spawning and imports excluded), LIBMF's is
+its final parameters; the first that reaches the target gives its time (a hogkit
+curve stops after a run longer than ``CAP_OVER_LIBMF`` x LIBMF's best time to
+target). hogkit's time is training time (from the start barrier; spawning and imports
+excluded), LIBMF's is
 the whole ``fit`` call (its setup, ~20 ms for the default preset, included: it cannot
 be separated). The JSON holds every run; ``plot`` draws loss against seconds for all
 contenders.

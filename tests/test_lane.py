@@ -250,17 +250,60 @@ def test_defaults_take_the_lane_and_its_batch():
     default_lane_batch unless a batch is given; the Python engine keeps whole steps."""
     from hogkit.engine.plan import make_plan
     from hogkit.engine.runtime import _with_lane
+    given = dict(batch_given=False, rule_given=False)
     plan = make_plan("mf", steps=100)
     assert plan.batch == MF.default_batch == 64
-    assert _with_lane(plan, "compiled", batch_given=False).batch == 256
-    assert _with_lane(plan, "compiled", batch_given=False).lane == "sample"
-    assert _with_lane(make_plan("mf", steps=100, batch=32), "compiled",
-                      batch_given=True).batch == 32
-    py = _with_lane(plan, "python", batch_given=False)
+    assert _with_lane(plan, "compiled", **given).batch == 256
+    assert _with_lane(plan, "compiled", **given).lane == "sample"
+    assert _with_lane(make_plan("mf", steps=100, batch=32), "compiled", batch_given=True,
+                      rule_given=False).batch == 32
+    py = _with_lane(plan, "python", **given)
     assert (py.lane, py.batch) == ("batch", 64)
-    lr = _with_lane(make_plan("logreg", steps=100), "compiled", batch_given=False)
+    lr = _with_lane(make_plan("logreg", steps=100), "compiled", **given)
     assert (lr.lane, lr.batch) == ("sample", 64)
-    assert _with_lane(make_plan("mlp", steps=100), "python", batch_given=False).lane == "batch"
+    assert _with_lane(make_plan("mlp", steps=100), "python", **given).lane == "batch"
+
+
+def test_lane_defaults_rule_and_order_by_name():
+    """On the per-sample lane mf takes row-wise AdaGrad from 1 at default_lane_lr when no
+    rule is given, and, made by name, the block order; what the caller gave (a rule, an
+    order, a workload object, the batch lane) is kept."""
+    from hogkit.engine.plan import make_plan
+    from hogkit.engine.runtime import _with_lane
+    from hogkit.rules.core import AdaGrad
+
+    def lane(workload="mf", rule=None, options=None, engine="compiled", **knobs):
+        plan = make_plan(workload, steps=100, rule=rule, workload_options=options, **knobs)
+        return _with_lane(plan, engine, batch_given=False, rule_given=rule is not None,
+                          by_name=workload if isinstance(workload, str) else None,
+                          options=options)
+
+    p = lane()
+    assert p.rule == AdaGrad(MF.default_lane_lr, rowwise=True, initial_accumulator_value=1.0)
+    assert (p.workload.order, p.workload.blocks) == ("blocks", 8)
+    assert p.workload.preset == "default"
+    big = lane(options={"preset": "hot"})
+    assert (big.workload.preset, big.workload.order) == ("hot", "blocks")
+    kept = lane(options={"order": "sweep"})
+    assert kept.workload.order == "sweep" and isinstance(kept.rule, AdaGrad)
+    assert lane(rule=SGD(0.1)).rule == SGD(0.1)
+    obj = lane(workloads.get("mf"))
+    assert obj.workload.order == "sweep" and isinstance(obj.rule, AdaGrad)
+    for batch_lane in (lane(lane="batch"), lane(engine="python")):
+        assert batch_lane.rule == SGD(MF.default_lr)
+        assert batch_lane.workload.order == "sweep"
+    # logreg has no lane rule: SGD at its default lr on either lane
+    assert lane("logreg").rule == SGD(workloads.get("logreg").default_lr)
+
+
+def test_train_by_name_runs_the_lane_defaults():
+    run = hogkit.train("mf", workers=2, steps=200, workload_options={"preset": "hot"},
+                       eval_every=None, progress=False)
+    cfg = run.config
+    assert (cfg["lane"], cfg["batch"], cfg["rule"]["name"]) == ("sample", 256, "AdaGrad")
+    assert cfg["workload_config"]["order"] == "blocks"
+    assert run.final_loss < run.initial_loss
+    assert run.extra["metrics"]["block_claims"] > 0
 
 
 def test_cli_default_budget_keeps_the_samples():

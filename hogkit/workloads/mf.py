@@ -35,6 +35,12 @@ holds, claimed lock-free in a scheduler array the workers share (``kernels/block
 docs/algorithms.md, "The block order"). ``build`` then adds ``blk_off`` (the block
 offsets) and ``blk_sched`` (the scheduler) to the data; the parameters, the ratings'
 set and the loss are the sweep's. ``metrics`` adds the scheduler's counts.
+
+What ``train("mf")`` and ``hogkit run`` take (docs/algorithms.md §1, "The lane's
+defaults"): the per-sample lane, 256 ratings a step, the block order and row-wise
+AdaGrad from 1 at lr 0.2 (``default_lane_*``), measured fastest to the target by
+``hogkit bench peers``; an object built here keeps the sweep, and the batch lane and the
+simulator keep SGD at ``default_lr``.
 """
 
 from __future__ import annotations
