@@ -25,8 +25,8 @@ from hogkit.policy import spellings
 
 EXIT_OK, EXIT_WORKER_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
-BENCH_SCENARIOS = ("kernels", "peers", "scaling", "instrumentation", "policies", "simulate",
-                   "own_loop", "p3", "soak", "ray")
+BENCH_SCENARIOS = ("kernels", "peers", "lane", "scaling", "instrumentation", "policies",
+                   "simulate", "own_loop", "p3", "soak", "ray")
 
 
 def _positive_int(text):
@@ -416,8 +416,9 @@ def _local_run(args, wl, out, knobs):
                               "--backend ray")
     make_plan(wl, out=out, **knobs)
     return functools.partial(       # by name: the workload's lane defaults apply
-        train, args.workload, workload_options=parse_options(args.option), out=out, progress=False if args.no_progress else None,
-        keep_params=False, engine=args.engine, events=args.events,
+        train, args.workload, workload_options=parse_options(args.option), out=out,
+        progress=False if args.no_progress else None, keep_params=False,
+        engine=args.engine, events=args.events,
         checkpoint_every=args.checkpoint_every or "auto", resume=args.resume,
         on_failure=args.on_failure, max_restarts=args.max_restarts, lane=args.lane, **knobs)
 

@@ -106,7 +106,7 @@ def test_soak_verdict_flags_growth_and_unanswered_kills():
 
 
 # peers --quick: every contender (LIBMF when it can be built) at one lr on small data
-QUICK = ["kernels", "scaling", "instrumentation", "policies", "simulate", "peers"]
+QUICK = ["kernels", "lane", "scaling", "instrumentation", "policies", "simulate", "peers"]
 
 
 @pytest.mark.slow
@@ -177,3 +177,13 @@ def test_mf_lane_defaults_are_the_benchmarks_fastest():
         for other in ("hogkit_sample_2", "hogkit_compiled_2"):
             theirs = c[other]["time_to_target"]
             assert theirs is None or theirs > 1.5 * t, (preset, other)
+
+
+def test_lane_kernel_table_in_results_is_rendered_from_the_committed_figures():
+    import json
+    from pathlib import Path
+
+    from hogkit.benchmarks import lane
+    root = Path(__file__).resolve().parent.parent / "benchmarks"
+    r = json.loads((root / "lane.json").read_text())
+    assert lane.format_markdown(r) in (root / "RESULTS.md").read_text()
