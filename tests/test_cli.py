@@ -29,6 +29,25 @@ def test_run_writes_results(tmp_path, capsys):
     assert "compiled engine" in printed
 
 
+@pytest.mark.parametrize("extra,rule,order", [
+    ([], "AdaGrad lr 0.2 (initial_accumulator_value 1, rowwise)", "blocks"),
+    (["--lr", "0.1"], "SGD lr 0.1", "blocks"),
+    (["--rule", "sgd", "-o", "order=sweep"], "SGD lr 0.05", None),
+])
+def test_run_takes_the_lane_defaults_and_says_which(tmp_path, capsys, extra, rule, order):
+    """``hogkit run`` passes mf by name: on the per-sample lane it takes row-wise AdaGrad
+    and the block order unless told otherwise (--lr alone means SGD), and the summary's
+    rule line says what ran."""
+    out = tmp_path / "r"
+    assert main(["run", "--steps", "200", "--no-progress", "-o", "preset=hot", "--out",
+                 str(out), *extra]) == 0
+    cfg = json.loads((out / "summary.json").read_text())["config"]
+    assert cfg["lane"] == "sample"
+    assert cfg["workload_config"].get("order") == order
+    printed = capsys.readouterr().out
+    assert f"rule         {rule}" + (f", order {order}" if order else "") + "\n" in printed
+
+
 def test_run_takes_the_engine_asked_for(tmp_path):
     out = tmp_path / "r"
     assert main(["run", "--workload", "logreg", "--steps", "600", "--no-progress",
