@@ -5,10 +5,11 @@ sums. The Ray runs are in test_cluster_ray.py."""
 from __future__ import annotations
 
 import math
+import random
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import hogkit
@@ -158,6 +159,8 @@ def _order(kind, rnd):
        fraction=st.sampled_from([1.0, 0.5, 0.2]), servers=st.integers(1, 3),
        schedule=st.sampled_from(_SCHEDULES),
        order=st.sampled_from(["sent", "reversed", "shuffled"]), rnd=st.randoms())
+@example(ops=[(1, "upd", 0, 1e-06)], fraction=0.5, servers=1, schedule=None, order="sent",
+         rnd=random.Random(0))          # a residual below allclose's default rtol
 def test_no_update_is_lost_whatever_the_exchange_order_and_density(
         ops, fraction, servers, schedule, order, rnd):
     """Sequential interleavings (no racing writes): after both nodes' final exchanges
@@ -179,7 +182,10 @@ def test_no_update_is_lost_whatever_the_exchange_order_and_density(
     for _ in range(40):                    # a fraction < 1 needs several pushes to drain
         for node in nodes:
             node.agent.cycle()
-        if all(np.allclose(nd.params[k], nd.agent.base[k]) for nd in nodes for k in init):
+        # drained to the final check's tolerance (allclose's default rtol 1e-5 took a
+        # residual of 1e-6 on a weight of 1 for drained and stopped too soon)
+        if all(np.allclose(nd.params[k], nd.agent.base[k], rtol=0.0, atol=1e-10)
+               for nd in nodes for k in init):
             break
     for node in nodes:
         node.agent.cycle()
