@@ -1,12 +1,12 @@
-"""Processes as Linux's /proc shows them (no psutil needed): a parent's live children
-and a process's resident memory. Used by the soak benchmark and the tests' orphan
-checks."""
+"""Processes and the machine as Linux's /proc and /sys show them (no psutil needed): a
+parent's live children and a process's resident memory (the soak benchmark and the
+tests' orphan checks); a core's cache size (the mf lane's prefetch)."""
 
 from __future__ import annotations
 
 import os
 
-__all__ = ["children", "rss_kb"]
+__all__ = ["cache_bytes", "children", "rss_kb"]
 
 
 def children(ppid):
@@ -37,3 +37,32 @@ def rss_kb(pid) -> int:
     except OSError:
         pass
     return 0
+
+
+def cache_bytes(level=2, default=1 << 20) -> int:
+    """The size in bytes of CPU 0's data (or unified) cache of ``level``, as
+    ``/sys/devices/system/cpu/cpu0/cache`` lists it; ``default`` when it is not
+    listed (another OS, a container without /sys)."""
+    root = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        entries = os.listdir(root)
+    except OSError:
+        return default
+    for name in sorted(entries):
+        try:
+            with open(f"{root}/{name}/level") as f:
+                lv = int(f.read())
+            with open(f"{root}/{name}/type") as f:
+                kind = f.read().strip()
+            with open(f"{root}/{name}/size") as f:
+                size = f.read().strip()
+        except (OSError, ValueError):
+            continue
+        if lv != level or kind not in ("Data", "Unified"):
+            continue
+        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1:], 1)
+        try:
+            return int(size.rstrip("KMG")) * mult
+        except ValueError:
+            return default
+    return default

@@ -22,7 +22,7 @@ import numpy as np
 from numba import njit
 
 from . import step as _step
-from ._intrinsics import sqrt
+from ._intrinsics import prefetch, sqrt
 from .blocks import block_sample
 from .rule import ADAGRAD as _ADAGRAD
 from .rule import EPS as _EPS
@@ -39,13 +39,16 @@ class MFArrays(NamedTuple):
     """Matrix factorisation's compiled part: the ratings (``u``, ``i``, ``r``, in the
     order ``build`` shuffled once) and the L2 coefficient ``reg``; for the block order
     (``blocks.py``) the block offsets ``blk_off`` and the shared scheduler ``blk_sched``
-    (empty: the sweep)."""
+    (empty: the sweep); ``prefetch``, how many ratings ahead the per-sample lane asks
+    for a rating's rows (0: never; worth it when the factor tables outgrow the core's
+    cache, a cost when they fit)."""
     u: np.ndarray
     i: np.ndarray
     r: np.ndarray
     reg: float
     blk_off: np.ndarray = _NO_BLOCKS
     blk_sched: np.ndarray = _NO_BLOCKS
+    prefetch: int = 0
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -55,12 +58,18 @@ def sweep_sample(n, cursor, nb, idx):
     sample is visited once per pass: SGD epochs without replacement, read sequentially
     (the order LIBMF and a plain per-sample loop read in)."""
     v = cursor[0]
-    for j in range(nb):
+    if not 0 <= v < n:                # a cursor from other data: start over inside
+        v %= n
+    j = 0
+    while j < nb:                     # runs up to the end, then from 0 (vectorised)
+        m = min(nb - j, n - v)
+        for k in range(m):
+            idx[j + k] = v + k
+        j += m
+        v += m
         if v >= n:
-            v -= n
-        idx[j] = v
-        v += 1
-    cursor[0] = v if v < n else v - n
+            v = 0
+    cursor[0] = v
 
 
 @njit(cache=True, nogil=True)
@@ -299,51 +308,127 @@ def mf_lane(wl, params, idx, nb, kind, rcfg, S1, skip):
     P = params[0]
     T = P.dtype.type
     lim = T((LANE_LIMIT32 if P.itemsize == 4 else LANE_LIMIT64) / max(rcfg[0], 1.0))
-    if kind == _SGD:
-        return _lane_sgd(wl, P, params[1], idx, nb, T(rcfg[0]), lim, skip)
-    decay = T(1.0) if kind == _ADAGRAD else T(rcfg[_GAMMA])
-    fresh = T(1.0) if kind == _ADAGRAD else T(1.0) - decay
-    return _lane_adaptive(wl, P, params[1], S1[0], S1[1], idx, nb, T(rcfg[0]), decay,
-                          fresh, T(rcfg[_EPS]), lim, skip)
+    decay = T(1.0) if kind != _RMSPROP else T(rcfg[_GAMMA])
+    fresh = T(1.0) if kind != _RMSPROP else T(1.0) - decay
+    return _lane_runs(wl, P, params[1], S1[0], S1[1], idx, nb, kind, T(rcfg[0]), decay,
+                      fresh, T(rcfg[_EPS]), lim, skip)
 
 
-@njit(cache=True, nogil=True, fastmath=_FM_LANE, inline="always")
-def _lane_rating(wl, P, Q, t):
-    """Rating ``t``'s factor rows and error ``e = P[u]·Q[i] - r`` (the factors' dtype)."""
-    uu = wl.u[t]
-    ii = wl.i[t]
-    return uu, ii, _pred(P, Q, uu, ii) - P.dtype.type(wl.r[t])
+@njit(cache=True, nogil=True, inline="always")
+def _run_length(idx, b, nb):
+    """How many of ``idx[b:nb]`` are consecutive ids from ``idx[b]`` (at least 1): one
+    vectorised pass when they all are (a sweep's batch), else a scan to the first gap."""
+    t0 = idx[b]
+    gaps = 0
+    for j in range(b, nb):
+        gaps += idx[j] != t0 + (j - b)
+    if gaps == 0:
+        return nb - b
+    m = 1
+    while idx[b + m] == t0 + m:
+        m += 1
+    return m
 
 
-@njit(cache=True, nogil=True, fastmath=_FM_LANE, inline="always")
-def _lane_sgd(wl, P, Q, idx, nb, a, lim, skip):
+@njit(cache=True, nogil=True, fastmath=_FM_LANE)
+def _lane_runs(wl, P, Q, SP, SQ, idx, nb, kind, a, decay, fresh, eps, lim, skip):
+    """The batch ``idx[:nb]`` cut into runs of consecutive rating ids (a sweep's batch is
+    one run, or two where it wraps; a block-order batch one per block it reads), each
+    run applied by a span kernel that reads rating ``t0 + b`` by position: no index
+    load, and an unsigned index needs no sign check (together ~10 % of the plain loop's
+    time). With ``wl.prefetch`` > 0 a span also prefetches the rows of the rating that
+    many places ahead in storage, past the run's end while inside the data (the next
+    batch goes on from there). Returns the ratings left out by the guard."""
+    n = wl.r.shape[0]
     T = P.dtype.type
     reg = T(wl.reg)
+    pf_end = n if wl.prefetch > 0 else 0    # prefetch rating t + ahead while < pf_end
     bad = 0
-    for b in range(nb):
-        uu, ii, e = _lane_rating(wl, P, Q, idx[b])
+    b = 0
+    while b < nb:
+        m = _run_length(idx, b, nb)
+        if kind == _SGD:
+            got = _sgd_span(P, Q, wl.u, wl.i, wl.r, idx[b], m, wl.prefetch, pf_end, a, reg,
+                            lim, skip)
+        else:
+            got = _adaptive_span(P, Q, SP, SQ, wl.u, wl.i, wl.r, idx[b], m, wl.prefetch,
+                                 pf_end, a, reg, decay, fresh, eps, lim, skip)
+        bad += got
+        if got > 0 and not skip:
+            return bad
+        b += m
+    return bad
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _prefetch_rows(A, B, ra, rb):
+    """Ask for row ``ra`` of ``A`` and row ``rb`` of ``B`` (every 64-byte line) ahead of
+    their use: for tables bigger than the cache, the rows' misses then overlap the
+    ratings in between (``MFArrays.prefetch``). A hint: nothing is read or written."""
+    for j in range(0, A.shape[1], max(1, 64 // A.itemsize)):
+        prefetch(A, ra, j)
+        prefetch(B, rb, j)
+
+
+@njit(cache=True, nogil=True, fastmath=_FM_LANE)
+def _sgd_span(P, Q, u, i, r, t0, m, ahead, pf_end, a, reg, lim, skip):
+    """Per-rating SGD on the ratings ``t0 .. t0+m-1`` in order, prefetching the rows of
+    rating ``t + ahead`` while it is below ``pf_end``; returns the ratings left out."""
+    T = P.dtype.type
+    keep = T(1.0) - a * reg           # p - a(e q + reg p) = keep p - (a e) q
+    plain = reg == 0
+    base = np.uint64(t0)
+    step = np.uint64(ahead)
+    end = np.uint64(pf_end)
+    bad = 0
+    for b in range(m):
+        t = base + np.uint64(b)
+        if t + step < end:
+            _prefetch_rows(P, Q, u[t + step], i[t + step])
+        uu = u[t]
+        ii = i[t]
+        e = _pred(P, Q, uu, ii) - T(r[t])
         if not abs(e) < lim:
             bad += 1
             if not skip:
                 return bad
             continue
-        for k in range(P.shape[1]):
-            pk = P[uu, k]
-            qk = Q[ii, k]
-            P[uu, k] = pk - a * (e * qk + reg * pk)
-            Q[ii, k] = qk - a * (e * pk + reg * qk)
+        ae = a * e
+        if plain:                     # no decay term: one multiply-add a coordinate
+            for k in range(P.shape[1]):
+                pk = P[uu, k]
+                qk = Q[ii, k]
+                P[uu, k] = pk - ae * qk
+                Q[ii, k] = qk - ae * pk
+        else:
+            for k in range(P.shape[1]):
+                pk = P[uu, k]
+                qk = Q[ii, k]
+                P[uu, k] = keep * pk - ae * qk
+                Q[ii, k] = keep * qk - ae * pk
     return bad
 
 
-@njit(cache=True, nogil=True, fastmath=_FM_LANE, inline="always")
-def _lane_adaptive(wl, P, Q, SP, SQ, idx, nb, a, decay, fresh, eps, lim, skip):
+@njit(cache=True, nogil=True, fastmath=_FM_LANE)
+def _adaptive_span(P, Q, SP, SQ, u, i, r, t0, m, ahead, pf_end, a, reg, decay, fresh, eps,
+                   lim, skip):
+    """Per-rating AdaGrad / RMSProp (see :func:`mf_lane`) on the ratings of a span, as
+    :func:`_sgd_span`; the states' rows are prefetched with the factors'."""
     T = P.dtype.type
-    reg = T(wl.reg)
     K = P.shape[1]
     rowwise = SP.shape[1] != K
+    base = np.uint64(t0)
+    step = np.uint64(ahead)
+    end = np.uint64(pf_end)
     bad = 0
-    for b in range(nb):
-        uu, ii, e = _lane_rating(wl, P, Q, idx[b])
+    for b in range(m):
+        t = base + np.uint64(b)
+        if t + step < end:
+            _prefetch_rows(P, Q, u[t + step], i[t + step])
+            _prefetch_rows(SP, SQ, u[t + step], i[t + step])
+        uu = u[t]
+        ii = i[t]
+        e = _pred(P, Q, uu, ii) - T(r[t])
         if not abs(e) < lim:
             bad += 1
             if not skip:

@@ -69,14 +69,17 @@ def _mf_reference(params, data, order, lr, reg=0.0, momentum=0.0):
 TOL = dict(rtol=2e-4, atol=2e-5)
 
 
-def test_mf_fused_lane_matches_per_rating_numpy():
-    wl = MF
+@pytest.mark.parametrize("reg", [0.0, 0.02])
+def test_mf_fused_lane_matches_per_rating_numpy(reg):
+    """SGD in mf's lane kernel, with and without the L2 term (the kernel has a loop
+    for each), against a per-rating numpy loop."""
+    wl = workloads.get("mf", preset="hot", reg=reg)
     p0, data = wl.build(3)
     params = {k: v.copy() for k, v in p0.items()}
     out, order, views, clocks, log, core, code = _run(wl, SGD(0.05), 40, 32, params=params,
                                                       data=data)
     assert core.lane == "sample-fused" and code in (KL.CHUNK, KL.QUOTA_DONE)
-    P, Q = _mf_reference(p0, data, order, 0.05)
+    P, Q = _mf_reference(p0, data, order, 0.05, reg=reg)
     np.testing.assert_allclose(out["P"], P, **TOL)
     np.testing.assert_allclose(out["Q"], Q, **TOL)
 
@@ -108,7 +111,8 @@ def test_fused_and_generic_lane_agree(batch, steps, seed):
         np.testing.assert_allclose(fused[0][k], generic[0][k], **TOL)
 
 
-def _adaptive_reference(params, data, order, lr, decay, fresh, eps, rowwise, s0=0.0):
+def _adaptive_reference(params, data, order, lr, decay, fresh, eps, rowwise, s0=0.0,
+                        reg=0.0):
     """Per-rating AdaGrad (decay = fresh = 1) / RMSProp in numpy (float64), row-wise
     (the mean of g*g feeds one accumulator per row) or per coordinate."""
     P = params["P"].astype(np.float64)
@@ -118,7 +122,7 @@ def _adaptive_reference(params, data, order, lr, decay, fresh, eps, rowwise, s0=
     for t in order:
         u, i = data["u"][t], data["i"][t]
         e = P[u] @ Q[i] - float(data["r"][t])
-        gp, gq = e * Q[i], e * P[u]
+        gp, gq = e * Q[i] + reg * P[u], e * P[u] + reg * Q[i]
         for W, S, row, g in ((P, SP, u, gp), (Q, SQ, i, gq)):
             S[row] = S[row] * decay + fresh * ((g * g).mean() if rowwise else g * g)
             W[row] -= lr * g / (np.sqrt(S[row]) + eps)
@@ -142,6 +146,59 @@ def test_mf_fused_adaptive_lane_matches_numpy(rule, decay, fresh):
                                rule.rowwise, getattr(rule, "initial_accumulator_value", 0))
     np.testing.assert_allclose(out["P"], P, rtol=1e-3, atol=1e-4)
     np.testing.assert_allclose(out["Q"], Q, rtol=1e-3, atol=1e-4)
+
+
+def _lane_kernel(wl, p0, data, ids, rule, prefetch):
+    """``kernels.mf.mf_lane`` called straight on the ratings ``ids`` (any ids, in
+    order), with the prefetch distance ``prefetch``; returns P, Q and the state."""
+    from hogkit.kernels import rule as KR
+    from hogkit.kernels.mf import mf_lane
+    params = {k: v.copy() for k, v in p0.items()}
+    arrays = wl.compiled(params, data).arrays._replace(prefetch=prefetch)
+    P, Q = params["P"], params["Q"]
+    if isinstance(rule, SGD):
+        kind, state = KR.SGD, (P[:0], Q[:0])
+    else:
+        kind, cols = KR.ADAGRAD, 1 if rule.rowwise else P.shape[1]
+        state = tuple(np.full((len(W), cols), 1.0, W.dtype) for W in (P, Q))
+    cfg = np.zeros(KR.NCFG)
+    cfg[KR.LR], cfg[KR.EPS] = rule.lr, getattr(rule, "eps", 0.0)
+    idx = np.asarray(ids, dtype=np.int64)
+    left_out = mf_lane(arrays, (P, Q), idx, len(idx), kind, cfg, state, True)
+    return P, Q, state, left_out
+
+
+_IDS = st.integers(1, 60).flatmap(lambda n: st.one_of(
+    st.integers(0, 300 - n).map(lambda t0: list(range(t0, t0 + n))),   # a run
+    st.lists(st.integers(0, 299), min_size=n, max_size=n),             # any ids
+    st.integers(0, 300 - n).map(                   # a run's ends, a gap in between
+        lambda t0: [t0] + list(range(t0 + 2, t0 + n)) + [t0 + n - 1] if n >= 3 else [t0])))
+
+
+@settings(max_examples=40, deadline=None)
+@given(ids=_IDS, prefetch=st.sampled_from([0, 1, 7, 32]), reg=st.sampled_from([0.0, 0.05]),
+       rowwise=st.booleans(), sgd=st.booleans())
+def test_mf_lane_kernel_any_ids_and_prefetch(ids, prefetch, reg, rowwise, sgd):
+    """mf's lane kernel on any batch of rating ids (a run of consecutive ids, read by
+    position; any other list, read through the ids, including one whose ends look like
+    a run's): the per-rating numpy loop's result, and the prefetch distance changes no
+    bit of it."""
+    wl = workloads.get("mf", preset="hot", reg=reg)
+    p0, data = wl.build(2)
+    data = {k: v[:300] for k, v in data.items()}
+    rule = SGD(0.05) if sgd else AdaGrad(0.1, rowwise=rowwise, initial_accumulator_value=1.0)
+    P, Q, S, left_out = _lane_kernel(wl, p0, data, ids, rule, prefetch)
+    assert left_out == 0
+    if sgd:
+        Pr, Qr = _mf_reference(p0, data, ids, 0.05, reg=reg)
+    else:
+        Pr, Qr = _adaptive_reference(p0, data, ids, 0.1, 1.0, 1.0, rule.eps, rowwise, 1.0,
+                                     reg=reg)
+    np.testing.assert_allclose(P, Pr, **TOL)
+    np.testing.assert_allclose(Q, Qr, **TOL)
+    P0, Q0, S0, _ = _lane_kernel(wl, p0, data, ids, rule, 0)
+    assert np.array_equal(P, P0) and np.array_equal(Q, Q0)
+    assert all(np.array_equal(a, b) for a, b in zip(S, S0))
 
 
 def test_logreg_lane_steps_lr_over_batch_per_sample():
