@@ -288,6 +288,22 @@ def _pred(P, Q, uu, ii):
     return pred
 
 
+@njit(cache=True, nogil=True, fastmath=_FM_LANE, inline="always")
+def _pred_norms(P, Q, uu, ii):
+    """``(P[uu]·Q[ii], |P[uu]|², |Q[ii]|²)`` in one pass, in the factors' dtype."""
+    T = P.dtype.type
+    pred = T(0.0)
+    pp = T(0.0)
+    qq = T(0.0)
+    for k in range(P.shape[1]):
+        pk = P[uu, k]
+        qk = Q[ii, k]
+        pred += pk * qk
+        pp += pk * pk
+        qq += qk * qk
+    return pred, pp, qq
+
+
 @njit(cache=True, nogil=True, fastmath=_FM_LANE)
 def mf_lane(wl, params, idx, nb, kind, rcfg, S1, skip):
     """The per-sample lane of matrix factorisation (the step core protocol's ``lane``):
@@ -298,8 +314,11 @@ def mf_lane(wl, params, idx, nb, kind, rcfg, S1, skip):
 
     - SGD (``kind`` 0): ``p -= lr·g_p``, ``q -= lr·g_q``;
     - AdaGrad / RMSProp (``kernels.adaptive``, state ``S1 = (S_P, S_Q)``): per
-      coordinate, or row-wise (a state of one column: LIBMF's per-row step), the same
-      order of operations as ``adaptive.adaptive_row``.
+      coordinate, in the order of operations of ``adaptive.adaptive_row``; or row-wise
+      (a state of one column: LIBMF's per-row step), the mean square of a row's
+      gradient formed from the norms the dot product's pass also sums,
+      ``|g_p|² = e²|q|² + 2·e·reg·(p·q) + reg²|p|²`` (the same value up to rounding,
+      without a pass of its own).
 
     The guard is per rating and costs one compare: a rating whose error is not finite
     or exceeds ``LANE_LIMIT / max(lr, 1)`` is left out (nothing of it written, counted
@@ -428,20 +447,19 @@ def _adaptive_span(P, Q, SP, SQ, u, i, r, t0, m, ahead, pf_end, a, reg, decay, f
             _prefetch_rows(SP, SQ, u[t + step], i[t + step])
         uu = u[t]
         ii = i[t]
-        e = _pred(P, Q, uu, ii) - T(r[t])
-        if not abs(e) < lim:
-            bad += 1
-            if not skip:
-                return bad
-            continue
         if rowwise:                   # one accumulator and one step size per row
-            ssp = T(0.0)
-            ssq = T(0.0)
-            for k in range(K):
-                gp = e * Q[ii, k] + reg * P[uu, k]
-                gq = e * P[uu, k] + reg * Q[ii, k]
-                ssp += gp * gp
-                ssq += gq * gq
+            # |g_p|^2 = |e q + reg p|^2 = e^2 |q|^2 + 2 e reg (p.q) + reg^2 |p|^2: the
+            # norms come with the dot product, so no pass over the rows is added
+            pred, pp, qq = _pred_norms(P, Q, uu, ii)
+            e = pred - T(r[t])
+            if not abs(e) < lim:
+                bad += 1
+                if not skip:
+                    return bad
+                continue
+            cross = T(2.0) * e * reg * pred
+            ssp = max(T(0.0), e * e * qq + cross + reg * reg * pp)
+            ssq = max(T(0.0), e * e * pp + cross + reg * reg * qq)
             sp = SP[uu, 0] * decay + fresh * (ssp / T(K))
             sq = SQ[ii, 0] * decay + fresh * (ssq / T(K))
             SP[uu, 0] = sp
@@ -453,18 +471,24 @@ def _adaptive_span(P, Q, SP, SQ, u, i, r, t0, m, ahead, pf_end, a, reg, decay, f
                 qk = Q[ii, k]
                 P[uu, k] = pk - ap * (e * qk + reg * pk)
                 Q[ii, k] = qk - aq * (e * pk + reg * qk)
-        else:
-            for k in range(K):
-                pk = P[uu, k]
-                qk = Q[ii, k]
-                gp = e * qk + reg * pk
-                gq = e * pk + reg * qk
-                sp = SP[uu, k] * decay + (fresh * gp) * gp
-                sq = SQ[ii, k] * decay + (fresh * gq) * gq
-                SP[uu, k] = sp
-                SQ[ii, k] = sq
-                P[uu, k] = pk - (a * gp) / (sqrt(sp) + eps)
-                Q[ii, k] = qk - (a * gq) / (sqrt(sq) + eps)
+            continue
+        e = _pred(P, Q, uu, ii) - T(r[t])
+        if not abs(e) < lim:
+            bad += 1
+            if not skip:
+                return bad
+            continue
+        for k in range(K):
+            pk = P[uu, k]
+            qk = Q[ii, k]
+            gp = e * qk + reg * pk
+            gq = e * pk + reg * qk
+            sp = SP[uu, k] * decay + (fresh * gp) * gp
+            sq = SQ[ii, k] * decay + (fresh * gq) * gq
+            SP[uu, k] = sp
+            SQ[ii, k] = sq
+            P[uu, k] = pk - (a * gp) / (sqrt(sp) + eps)
+            Q[ii, k] = qk - (a * gq) / (sqrt(sq) + eps)
     return bad
 
 
