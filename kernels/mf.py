@@ -366,12 +366,21 @@ def _lane_runs(wl, P, Q, SP, SQ, idx, nb, kind, a, decay, fresh, eps, lim, skip)
     b = 0
     while b < nb:
         m = _run_length(idx, b, nb)
-        if kind == _SGD:
-            got = _sgd_span(P, Q, wl.u, wl.i, wl.r, idx[b], m, wl.prefetch, pf_end, a, reg,
-                            lim, skip)
+        u, i, r, t0, ahead = wl.u, wl.i, wl.r, idx[b], wl.prefetch
+        if kind == _SGD and pf_end > 0 and reg == 0:
+            got = _sgd_span_pf_plain(P, Q, u, i, r, t0, m, ahead, pf_end, a, reg, lim, skip)
+        elif kind == _SGD and pf_end > 0:
+            got = _sgd_span_pf(P, Q, u, i, r, t0, m, ahead, pf_end, a, reg, lim, skip)
+        elif kind == _SGD and reg == 0:
+            got = _sgd_span_plain(P, Q, u, i, r, t0, m, ahead, pf_end, a, reg, lim, skip)
+        elif kind == _SGD:
+            got = _sgd_span(P, Q, u, i, r, t0, m, ahead, pf_end, a, reg, lim, skip)
+        elif pf_end > 0:
+            got = _adaptive_span_pf(P, Q, SP, SQ, u, i, r, t0, m, ahead, pf_end, a, reg,
+                                    decay, fresh, eps, lim, skip)
         else:
-            got = _adaptive_span(P, Q, SP, SQ, wl.u, wl.i, wl.r, idx[b], m, wl.prefetch,
-                                 pf_end, a, reg, decay, fresh, eps, lim, skip)
+            got = _adaptive_span(P, Q, SP, SQ, u, i, r, t0, m, ahead, pf_end, a, reg, decay,
+                                 fresh, eps, lim, skip)
         bad += got
         if got > 0 and not skip:
             return bad
@@ -389,20 +398,22 @@ def _prefetch_rows(A, B, ra, rb):
         prefetch(B, rb, j)
 
 
-@njit(cache=True, nogil=True, fastmath=_FM_LANE)
-def _sgd_span(P, Q, u, i, r, t0, m, ahead, pf_end, a, reg, lim, skip):
+@njit(cache=True, nogil=True, fastmath=_FM_LANE, inline="always")
+def _sgd_body(P, Q, u, i, r, t0, m, ahead, pf_end, a, reg, lim, skip, prefetching, plain):
     """Per-rating SGD on the ratings ``t0 .. t0+m-1`` in order, prefetching the rows of
-    rating ``t + ahead`` while it is below ``pf_end``; returns the ratings left out."""
+    rating ``t + ahead`` while it is below ``pf_end``; returns the ratings left out.
+    ``prefetching`` and ``plain`` (no L2 term) are constants where it is inlined, so
+    each of the four spans below carries only its own loop (a per-rating test that is
+    never true still cost ~10 % of a rating's time)."""
     T = P.dtype.type
     keep = T(1.0) - a * reg           # p - a(e q + reg p) = keep p - (a e) q
-    plain = reg == 0
     base = np.uint64(t0)
     step = np.uint64(ahead)
     end = np.uint64(pf_end)
     bad = 0
     for b in range(m):
         t = base + np.uint64(b)
-        if t + step < end:
+        if prefetching and t + step < end:
             _prefetch_rows(P, Q, u[t + step], i[t + step])
         uu = u[t]
         ii = i[t]
@@ -429,10 +440,44 @@ def _sgd_span(P, Q, u, i, r, t0, m, ahead, pf_end, a, reg, lim, skip):
 
 
 @njit(cache=True, nogil=True, fastmath=_FM_LANE)
+def _sgd_span(P, Q, u, i, r, t0, m, ahead, pf_end, a, reg, lim, skip):
+    return _sgd_body(P, Q, u, i, r, t0, m, ahead, pf_end, a, reg, lim, skip, False, False)
+
+
+@njit(cache=True, nogil=True, fastmath=_FM_LANE)
+def _sgd_span_plain(P, Q, u, i, r, t0, m, ahead, pf_end, a, reg, lim, skip):
+    return _sgd_body(P, Q, u, i, r, t0, m, ahead, pf_end, a, reg, lim, skip, False, True)
+
+
+@njit(cache=True, nogil=True, fastmath=_FM_LANE)
+def _sgd_span_pf(P, Q, u, i, r, t0, m, ahead, pf_end, a, reg, lim, skip):
+    return _sgd_body(P, Q, u, i, r, t0, m, ahead, pf_end, a, reg, lim, skip, True, False)
+
+
+@njit(cache=True, nogil=True, fastmath=_FM_LANE)
+def _sgd_span_pf_plain(P, Q, u, i, r, t0, m, ahead, pf_end, a, reg, lim, skip):
+    return _sgd_body(P, Q, u, i, r, t0, m, ahead, pf_end, a, reg, lim, skip, True, True)
+
+
+@njit(cache=True, nogil=True, fastmath=_FM_LANE)
 def _adaptive_span(P, Q, SP, SQ, u, i, r, t0, m, ahead, pf_end, a, reg, decay, fresh, eps,
                    lim, skip):
+    return _adaptive_body(P, Q, SP, SQ, u, i, r, t0, m, ahead, pf_end, a, reg, decay,
+                          fresh, eps, lim, skip, False)
+
+
+@njit(cache=True, nogil=True, fastmath=_FM_LANE)
+def _adaptive_span_pf(P, Q, SP, SQ, u, i, r, t0, m, ahead, pf_end, a, reg, decay, fresh,
+                      eps, lim, skip):
+    return _adaptive_body(P, Q, SP, SQ, u, i, r, t0, m, ahead, pf_end, a, reg, decay,
+                          fresh, eps, lim, skip, True)
+
+
+@njit(cache=True, nogil=True, fastmath=_FM_LANE, inline="always")
+def _adaptive_body(P, Q, SP, SQ, u, i, r, t0, m, ahead, pf_end, a, reg, decay, fresh, eps,
+                   lim, skip, prefetching):
     """Per-rating AdaGrad / RMSProp (see :func:`mf_lane`) on the ratings of a span, as
-    :func:`_sgd_span`; the states' rows are prefetched with the factors'."""
+    :func:`_sgd_body`; the states' rows are prefetched with the factors'."""
     T = P.dtype.type
     K = P.shape[1]
     rowwise = SP.shape[1] != K
@@ -442,7 +487,7 @@ def _adaptive_span(P, Q, SP, SQ, u, i, r, t0, m, ahead, pf_end, a, reg, decay, f
     bad = 0
     for b in range(m):
         t = base + np.uint64(b)
-        if t + step < end:
+        if prefetching and t + step < end:
             _prefetch_rows(P, Q, u[t + step], i[t + step])
             _prefetch_rows(SP, SQ, u[t + step], i[t + step])
         uu = u[t]
