@@ -11,7 +11,8 @@ the plain loop's median. What it separates: ``bench peers``' one-worker lane aga
 the plain loop is this kernel ratio times the step around it (sampler, clocks,
 policy, record). Both presets: ``default`` (1.3 MB of factors, inside one core's L2)
 and ``large`` (102 MB, outside it: there the lane prefetches rows ahead, and SGD and
-row-wise AdaGrad are also timed with the prefetch off). Every array a kernel writes
+row-wise AdaGrad are also timed with the prefetch off, and on the default preset with
+it on). Every array a kernel writes
 starts on a 64-byte line, as in the engine's shared memory.
 
 ``run(quick=False, presets=None) -> dict``; ``format_table``, ``format_markdown``.
@@ -29,13 +30,15 @@ from hogkit.procfs import cache_bytes
 from hogkit.benchmarks.peers import plain_mf_epoch
 from hogkit.kernels import rule as _rule
 from hogkit.kernels.mf import mf_lane
+from hogkit.workloads.mf import PREFETCH_AHEAD
 
 LR = 0.05
 #: the rules of the lane: (name, kind, row-wise)
 RULES = (("sgd", _rule.SGD, False), ("adagrad-rowwise", _rule.ADAGRAD, True),
          ("adagrad", _rule.ADAGRAD, False), ("rmsprop-rowwise", _rule.RMSPROP, True))
 ROUNDS = 7
-#: the rules also timed with the prefetch off, where the preset turns it on
+#: the rules also timed with the prefetch off where the preset turns it on, and on
+#: where it does not
 PREFETCH_AB = ("sgd", "adagrad-rowwise")
 
 
@@ -91,8 +94,12 @@ def _one(preset, rounds):
     ahead = arrays.prefetch
     for name, kind, rw in RULES:
         calls[name] = _lane_call(arrays, P, Q, kind, rw, ahead)
-        if ahead > 0 and name in PREFETCH_AB:    # what the prefetch does, same run
-            calls[f"{name}, no prefetch"] = _lane_call(arrays, P, Q, kind, rw, 0)
+        if name in PREFETCH_AB:                  # what the prefetch does, same run
+            if ahead > 0:
+                calls[f"{name}, no prefetch"] = _lane_call(arrays, P, Q, kind, rw, 0)
+            else:
+                calls[f"{name}, prefetch {PREFETCH_AHEAD}"] = _lane_call(
+                    arrays, P, Q, kind, rw, PREFETCH_AHEAD)
     for f in calls.values():                      # compile and warm
         f()
     times = {k: [] for k in calls}
@@ -110,8 +117,10 @@ def _one(preset, rounds):
 def run(quick=False, presets=None) -> dict:
     presets = presets or (("hot",) if quick else ("default", "large"))
     rounds = 2 if quick else ROUNDS
+    per = {p: _one(p, rounds) for p in presets}
     return {"scenario": "lane", "quick": quick, "cache_l2_bytes": cache_bytes(2),
-            "presets": {p: _one(p, rounds) for p in presets}}
+            "presets": per,
+            "ratios": {f"{p}_{k}": v for p, m in per.items() for k, v in m["ratios"].items()}}
 
 
 def format_table(result) -> str:

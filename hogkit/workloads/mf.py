@@ -111,9 +111,10 @@ class MatrixFactorization(Workload):
     default_lane = "sample"
     default_lane_batch = 256
     #: made by name, the per-sample lane takes the block order (workers on blocks no
-    #: other worker holds); with the rule below, 2 workers reach MSE 0.012 2.2x sooner
-    #: than per-sample SGD in the sweep (benchmarks/RESULTS.md, "hogkit's defaults");
-    #: an object built here keeps its order
+    #: other worker holds); with the rule below, 2 workers reach MSE 0.012 2.6x sooner
+    #: than per-sample SGD in the sweep on the default preset, and on the large preset
+    #: where SGD does not get there (benchmarks/RESULTS.md, "hogkit's defaults"); an
+    #: object built here keeps its order
     default_lane_options = {"order": "blocks"}
     #: the per-sample lane's rule when none is given: LIBMF's row-wise AdaGrad
     #: (accumulator from 1) at the lr the benchmark found fastest to the target
@@ -127,7 +128,7 @@ class MatrixFactorization(Workload):
     def default_lane_rule(self):
         """Row-wise AdaGrad from 1 (LIBMF's FPSG step, PAKDD 2015) at ``default_lane_lr``:
         on the default preset it reaches the target in half the epochs of SGD at its best
-        lr (5 against 10, benchmarks/peers_defaults.json)."""
+        lr (5 against 12, benchmarks/peers_defaults.json)."""
         from hogkit.rules.core import AdaGrad
         return AdaGrad(self.default_lane_lr, rowwise=True, initial_accumulator_value=1.0)
 
