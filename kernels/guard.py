@@ -29,6 +29,16 @@ def all_finite(values):
 
 
 @njit(cache=True, nogil=True)
+def all_finite_each(arrays):
+    """True when every array of the tuple ``arrays`` (flat, one float dtype) is finite:
+    the guard of a whole update in one call."""
+    for p in range(len(arrays)):
+        if not all_finite(arrays[p]):
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True)
 def index_bounds(rows):
     """``(min, max)`` of a non-empty 1-D integer array in one pass."""
     lo = rows[0]

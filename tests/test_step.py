@@ -22,6 +22,7 @@ from hogkit.engine.worker_loop import runtime_specs
 
 MF = workloads.get("mf", preset="hot")
 LOGREG = workloads.get("logreg", n_samples=300, n_features=80, min_nnz=2, max_nnz=9)
+MLP = workloads.get("mlp")
 
 RULES = {
     "sgd": SGD(0.05), "sgd-momentum": SGD(0.02, momentum=0.9),
@@ -134,10 +135,13 @@ def test_compiled_and_python_steps_compute_the_same_parameters(wl, rule):
     np.testing.assert_array_equal(log_c.count, log_p.count)
 
 
-@pytest.mark.parametrize("wl", [MF, LOGREG], ids=["mf", "logreg"])
+@pytest.mark.parametrize("wl", [MF, LOGREG, MLP], ids=["mf", "logreg", "mlp"])
 @pytest.mark.parametrize("rule", list(RULES), ids=list(RULES))
 def test_the_python_steps_lean_lane_computes_what_the_general_path_does(wl, rule):
-    """The lean lane (one compiled call per half) against Grad + rule.apply + Reader."""
+    """The lean lane against Grad + rule.apply + Reader, bit for bit, for every rule:
+    a compiled workload's (one compiled call per half) and a torch workload's (autograd
+    into ``.grad``, then one compiled call: guard, gap, the rule on every parameter,
+    tick, record; read snapshots for DC-ASGD and Gap-Aware, Gap-Aware's counts)."""
     rule = RULES[rule]
     pl, log_l = run_python(wl, rule, None, 40, 16)
     pg, log_g = run_python(wl, rule, None, 40, 16, lane=False)
@@ -145,6 +149,35 @@ def test_the_python_steps_lean_lane_computes_what_the_general_path_does(wl, rule
         np.testing.assert_array_equal(pl[name], pg[name])
     for a, b in zip(log_l.arrays()[:3], log_g.arrays()[:3]):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("density", ["topk-residual", "every-3"])
+def test_the_torch_lean_lane_hands_density_the_same_gradients(density):
+    """With density the lane's gradients go the general way (as ``Grad`` views of the
+    module's ``.grad``): the same result as without the lane."""
+    wl = MLP
+    rule, density = GapAware(0.05, momentum=0.5), DENSITIES[density]
+    pl, log_l = run_python(wl, rule, density, 20, 16)
+    pg, log_g = run_python(wl, rule, density, 20, 16, lane=False)
+    for name in pl:
+        np.testing.assert_array_equal(pl[name], pg[name])
+    np.testing.assert_array_equal(log_l.count, log_g.count)
+
+
+def test_a_sparse_torch_gradient_takes_the_general_path():
+    """A sparse embedding gradient cannot be viewed flat: the lane hands that step to
+    the general path, and the result is the general path's."""
+    import hogkit
+    from helpers import own_models as own
+    ids = np.random.default_rng(0).integers(0, 40, 3000)
+    wl = hogkit.TorchWorkload(own.BagOfIds(), own.id_mse,
+                              {"ids": ids, "t": (ids % 5).astype(np.float32)}, lr=0.2)
+    pl, log_l = run_python(wl, SGD(0.2), None, 20, 8)
+    pg, log_g = run_python(wl, SGD(0.2), None, 20, 8, lane=False)
+    for name in pl:
+        np.testing.assert_array_equal(pl[name], pg[name])
+    np.testing.assert_array_equal(log_l.count, log_g.count)
+    assert int(log_l.count[0]) == 20
 
 
 @pytest.mark.parametrize("wl", [MF, LOGREG], ids=["mf", "logreg"])

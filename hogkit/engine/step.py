@@ -32,6 +32,7 @@ import numpy as np
 
 from hogkit.errors import InvalidArgument
 from hogkit.kernels import clock as _kc
+from hogkit.kernels import guard as _kg
 from hogkit.kernels import density as _kd
 from hogkit.kernels import layout as _kl
 from hogkit.kernels import rule as _kr
@@ -322,6 +323,12 @@ class PythonStep:
     ``grads=None`` runs ``kernels.step.python_end`` (gap, rule, tick, record) when the
     update goes to the parameters whole, and otherwise views the buffers as ``Grad``
     and takes the general path (density, adaptive-batch weights, per-shard clocks).
+    A torch workload (a ``ModuleWorkload``'s context) with a hogkit rule and a log has
+    a lean lane too (:class:`_TorchLane`): ``compute`` runs the workload's ``backward``
+    and holds the module's ``.grad`` tensors as flat views (``grads=None``); ``apply``
+    is one compiled call, ``kernels.step.dense_end`` (guard, gap, ``apply_flat`` on
+    every parameter, tick, record), unless density, an adaptive-batch weight or a
+    local step needs the ``Grad`` objects.
     Both lanes compute the same numbers: the same kernels, the same order.
     """
 
@@ -336,13 +343,22 @@ class PythonStep:
         self.nonfinite = nonfinite
         self.keep_read = bool(getattr(rule, "needs_read", False))
         self.shard_of = shard_of
-        self._lane = _lane(workload, ctx, rule, rule_state, reader, params)
+        self._lane = _lane(workload, ctx, rule, rule_state, reader, params, self.keep_read)
 
     def compute(self, rng, batch, *, read=True):
         """Read the clock vector (unless ``read=False``: a local-SGD phase reads at
         its pull) and compute a gradient; returns ``(grads, finite)`` (``grads`` is
-        None on the lean lane: the gradient is in the context's buffers)."""
+        None on the lean lane: the gradient is in the context's buffers, or a torch
+        module's ``.grad``)."""
         lane = self._lane
+        if lane.__class__ is _TorchLane:
+            if read:
+                self.reader.read()
+            ps = self.workload.backward(self.ctx, rng, batch, keep_read=self.keep_read)
+            if lane.take(ps):
+                return None, lane.finite()
+            grads = self.workload.grads_of(self.ctx, ps, keep_read=self.keep_read)
+            return grads, _finite(grads)
         if lane is not None:
             others, lag, finite = self.ctx.begin(rng, batch, self.keep_read,
                                                  lane.slots, self.rank if read else -1)
@@ -362,10 +378,11 @@ class PythonStep:
         clock; default now)."""
         if grads is None:
             lane = self._lane
-            if weight == 1.0 and self.density is None and self.shard_of is None:
+            if (weight == 1.0 and self.density is None and self.shard_of is None
+                    and not (local and lane.__class__ is _TorchLane)):
                 return lane.end(self.ctx, self.rank, step, local, self.reader,
                                 -1 if t_ns is None else t_ns)
-            grads = self.ctx.grads(self.keep_read)
+            grads = lane.grads(self.ctx, self.keep_read)
         if weight != 1.0:
             for g in grads:
                 g.values *= weight
@@ -404,6 +421,10 @@ class _Lane:
         self.slots = reader.clocks.slots
         self.log = reader.log.arrays()
 
+    def grads(self, ctx, keep_read):
+        """The step's gradient as ``Grad`` views of the buffers (the general path)."""
+        return ctx.grads(keep_read)
+
     def end(self, ctx, rank, step, local, reader, t_ns):
         K, ks = self.K, self.k_state
         if ks is not None:
@@ -418,12 +439,94 @@ class _Lane:
         return gap
 
 
-def _lane(workload, ctx, rule, rule_state, reader, params):
+class _TorchLane:
+    """The lean lane of a torch workload (see :class:`PythonStep`): the gradient stays
+    in the module's ``.grad`` tensors, viewed flat, and the whole apply half (guard,
+    gap, the rule on every parameter, tick, record) is one compiled call,
+    ``kernels.step.dense_end`` (the call ``hogkit.optim`` makes; ``apply_flat``, the
+    kernel ``rule.apply`` runs on dense gradients, so both paths compute the same
+    bits). Everything but the gradients is encoded once. A step whose gradients are
+    not all dense, contiguous tensors of the parameters' dtype (a sparse embedding
+    gradient, a parameter the loss did not use) takes the general path."""
+
+    def __init__(self, ctx, rule, rule_state, reader, params, keep_read):
+        import torch
+        names = ctx.names
+        arrays = [params[n] for n in names]
+        for name, a, t in zip(names, arrays, ctx.params):
+            if not np.shares_memory(a, t.detach().numpy()):
+                raise InvalidArgument(f"the context was set up on other parameters than "
+                                      f"params[{name!r}]; set it up on the same ones")
+        dtype = arrays[0].dtype
+        self.torch_dtype = torch.float32 if dtype == np.float32 else torch.float64
+        self.names, self.keep_read = names, keep_read
+        self.params = tuple(a.reshape(-1) for a in arrays)
+        kind, cfg, S1, S2, K = encode_rule(rule, rule_state, names,
+                                           tuple(as_rows(a) for a in arrays))
+        self.rules = (np.full(len(names), kind, np.int64), np.stack([cfg] * len(names)),
+                      tuple(a.reshape(-1) for a in S1), tuple(a.reshape(-1) for a in S2), K)
+        self.K = K
+        self.k_state = ([rule_state[f"k/{n}"] for n in names] if rule.slots[2] else None)
+        empty = np.empty(0, dtype)
+        self.RD = (tuple(ctx.snap[n].reshape(-1) for n in names) if keep_read
+                   else tuple(empty for _ in names))
+        self.slots = reader.clocks.slots
+        self.log = reader.log.arrays()
+        self.G, self.ps = None, None
+
+    @classmethod
+    def build(cls, ctx, rule, rule_state, reader, params, keep_read):
+        dtypes = {params[n].dtype for n in ctx.names}
+        if len(dtypes) != 1 or dtypes.pop() not in (np.float32, np.float64):
+            return None
+        return cls(ctx, rule, rule_state, reader, params, keep_read)
+
+    def take(self, ps):
+        """Hold the gradients of ``ps`` flat; False when one is missing, sparse, not
+        contiguous or of another dtype (the step then takes the general path)."""
+        out = []
+        for p in ps:
+            g = p.grad
+            if (g is None or g.is_sparse or g.dtype != self.torch_dtype
+                    or not g.is_contiguous()):
+                return False
+            out.append(g.numpy().reshape(-1))
+        self.G, self.ps = tuple(out), ps
+        return True
+
+    def finite(self):
+        return _kg.all_finite_each(self.G)
+
+    def grads(self, ctx, keep_read):
+        """The held gradients as ``Grad`` objects (the general path: density, weights,
+        local steps)."""
+        from hogkit.workloads.module import as_grad
+        return [as_grad(n, p.grad, ctx.snap[n] if keep_read else None)
+                for n, p in zip(self.names, self.ps)]
+
+    def end(self, ctx, rank, step, local, reader, t_ns):
+        K, ks = self.K, self.k_state
+        if ks is not None:
+            for i, k in enumerate(ks):
+                K[i] = k[0]
+        gap = _ks.dense_end(self.params, self.G, self.RD, self.rules, self.log, self.slots,
+                            (rank, reader.others_read(), reader.lag, step, t_ns))
+        if ks is not None:
+            for i, k in enumerate(ks):
+                k[0] = K[i]
+        return gap
+
+
+def _lane(workload, ctx, rule, rule_state, reader, params, keep_read=False):
     """The lean lane for this combination, or None (see :class:`PythonStep`)."""
     from hogkit.workloads.base import KernelCtx
-    if (ctx.__class__ is not KernelCtx or reader.log is None or reader.per_shard
-            or not isinstance(getattr(rule, "kind", None), (int, np.integer))
-            or type(workload).compiled is _base_compiled()):
+    if (reader.log is None or reader.per_shard
+            or not isinstance(getattr(rule, "kind", None), (int, np.integer))):
+        return None
+    from hogkit.workloads.module import ModuleWorkload, _Ctx
+    if ctx.__class__ is _Ctx and isinstance(workload, ModuleWorkload):
+        return _TorchLane.build(ctx, rule, rule_state, reader, params, keep_read)
+    if ctx.__class__ is not KernelCtx or type(workload).compiled is _base_compiled():
         return None
     return _Lane(ctx, rule, rule_state, reader, params)
 

@@ -216,6 +216,20 @@ class ModuleWorkload(Workload):
         return _Ctx(module, tensors, n, snap_module, snap)
 
     def gradient(self, ctx, rng, batch, *, keep_read=False):
+        return self.grads_of(ctx, self.backward(ctx, rng, batch, keep_read=keep_read),
+                             keep_read=keep_read)
+
+    def grads_of(self, ctx, ps, *, keep_read=False):
+        """The ``.grad`` of the parameters ``ps`` (what :meth:`backward` returned) as
+        ``Grad`` objects, with the read snapshot where ``keep_read``."""
+        return [_grad(ctx, name, p, ctx.snap[name] if keep_read else None)
+                for name, p in zip(ctx.names, ps)]
+
+    def backward(self, ctx, rng, batch, *, keep_read=False):
+        """The autograd half of :meth:`gradient`: sample ``batch`` rows, run the loss
+        and ``backward`` (from a snapshot of the parameters with ``keep_read``); the
+        gradients are left in the returned parameters' ``.grad`` (fresh tensors: the
+        grads are set to None first, so nothing accumulates)."""
         import torch
         batch = check_int("batch", batch, min_value=1) if batch < 1 else batch
         idx = torch.from_numpy(rng.integers(0, ctx.n, size=batch))
@@ -228,13 +242,13 @@ class ModuleWorkload(Workload):
         for p in ps:
             p.grad = None      # backward then allocates fresh grads: values need no copy
         loss = self.step_loss(module, self.make_batch(ctx.tensors, idx))
-        if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
-            raise InvalidType(f"the loss of workload {self.name!r} must be a scalar "
-                              f"tensor (e.g. a mean over the batch), got "
-                              f"{getattr(loss, 'shape', type(loss).__name__)}")
+        if loss.__class__ is not torch.Tensor or loss.dim() != 0:
+            if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
+                raise InvalidType(f"the loss of workload {self.name!r} must be a scalar "
+                                  f"tensor (e.g. a mean over the batch), got "
+                                  f"{getattr(loss, 'shape', type(loss).__name__)}")
         loss.backward()
-        return [_grad(ctx, name, p, ctx.snap[name] if keep_read else None)
-                for name, p in zip(ctx.names, ps)]
+        return ps
 
 
 def _grad(ctx, name, p, read):
