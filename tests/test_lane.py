@@ -372,3 +372,21 @@ def test_cli_default_budget_keeps_the_samples():
     for change in (dict(lane="batch"), dict(batch="64"), dict(backend="ray")):
         assert _default_steps(MF, argparse.Namespace(**{**vars(args), **change})) \
             == MF.default_steps
+
+
+def test_mf_prefetch_follows_the_tables_size_against_the_l2_cache():
+    """The lane prefetches when P and Q together outgrow one core's L2 (as /sys lists
+    it), not when they fit; a given distance is kept, a bad one refused up front."""
+    from hogkit.procfs import cache_bytes
+    from hogkit.workloads.mf import PREFETCH_AHEAD
+    l2 = cache_bytes(2)
+    assert l2 > 0 and cache_bytes(level=9, default=123) == 123
+    wl = workloads.get("mf", preset="hot")
+    small = {"P": np.zeros((4, 2), np.float32), "Q": np.zeros((4, 2), np.float32)}
+    big = {"P": np.zeros((l2 // 4 + 1, 1), np.float32), "Q": np.zeros((1, 1), np.float32)}
+    assert wl.prefetch_ahead(small) == 0
+    assert wl.prefetch_ahead(big) == PREFETCH_AHEAD
+    assert workloads.get("mf", preset="hot", prefetch=5).prefetch_ahead(big) == 5
+    assert workloads.get("mf", preset="hot", prefetch=0).prefetch_ahead(big) == 0
+    with pytest.raises(InvalidArgument, match="prefetch"):
+        workloads.get("mf", preset="hot", prefetch=-1)
