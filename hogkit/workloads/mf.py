@@ -105,9 +105,10 @@ class MatrixFactorization(Workload):
     #: the compiled step core's sweet spot: 33M ratings/s with 2 workers on 2 cores
     #: (batch 256: 25M; small batches pay more clock traffic per rating)
     default_batch = 64
-    #: per-sample Hogwild! (docs/algorithms.md §1): the plain loop's speed with 1 worker,
-    #: ahead of the batch lane with 2 (benchmarks/RESULTS.md, the lanes); 256 ratings a
-    #: step keep the clock and record work near 1 % of it
+    #: per-sample Hogwild! (docs/algorithms.md §1): on the default preset 2.2x the batch
+    #: lane's ratings/s with 1 worker and 2.0x with 2 (benchmarks/RESULTS.md, "hogkit's
+    #: defaults"); 256 ratings a step is what the defaults were measured with (larger
+    #: steps cost less clock and record work a rating, and coarsen the record)
     default_lane = "sample"
     default_lane_batch = 256
     #: made by name, the per-sample lane takes the block order (workers on blocks no
