@@ -46,6 +46,7 @@ from hogkit.kernels import step as _ks
 from hogkit.kernels.layout import RT_HELD as _RT_HELD
 from hogkit.kernels.layout import RT_NONFINITE as _RT_NONFINITE
 from hogkit.validation import check_choice, grads_finite
+from hogkit.workloads.module import flat_grads
 
 __all__ = ["Optimizer", "SGD", "StalenessAware", "DelayCompensated", "GapAware", "Adagrad",
            "RMSprop"]
@@ -319,13 +320,7 @@ class _Lane:
     def grads(self, order):
         """The step's gradients, flat, or None when one is missing, sparse or of
         another dtype (then the general path runs)."""
-        out = []
-        for p in order:
-            g = p.grad
-            if g is None or g.is_sparse or g.dtype != self.torch_dtype:
-                return None
-            out.append(g.numpy().reshape(-1))
-        return tuple(out)
+        return flat_grads(order, self.torch_dtype)
 
 
 class _Groups:

@@ -4,6 +4,7 @@ tests' orphan checks); a core's cache size (the mf lane's prefetch)."""
 
 from __future__ import annotations
 
+import functools
 import os
 
 __all__ = ["cache_bytes", "children", "rss_kb"]
@@ -39,10 +40,11 @@ def rss_kb(pid) -> int:
     return 0
 
 
+@functools.cache
 def cache_bytes(level=2, default=1 << 20) -> int:
     """The size in bytes of CPU 0's data (or unified) cache of ``level``, as
     ``/sys/devices/system/cpu/cpu0/cache`` lists it; ``default`` when it is not
-    listed (another OS, a container without /sys)."""
+    listed (another OS, a container without /sys). Read once a process."""
     root = "/sys/devices/system/cpu/cpu0/cache"
     try:
         entries = os.listdir(root)

@@ -484,14 +484,11 @@ class _TorchLane:
     def take(self, ps):
         """Hold the gradients of ``ps`` flat; False when one is missing, sparse, not
         contiguous or of another dtype (the step then takes the general path)."""
-        out = []
-        for p in ps:
-            g = p.grad
-            if (g is None or g.is_sparse or g.dtype != self.torch_dtype
-                    or not g.is_contiguous()):
-                return False
-            out.append(g.numpy().reshape(-1))
-        self.G, self.ps = tuple(out), ps
+        from hogkit.workloads.module import flat_grads
+        G = flat_grads(ps, self.torch_dtype)
+        if G is None:
+            return False
+        self.G, self.ps = G, ps
         return True
 
     def finite(self):

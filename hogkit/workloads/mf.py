@@ -75,9 +75,9 @@ _INT32_MAX = 2**31 - 1
 #: LIBMF's default is 20 x 20 for its ~2 x threads); capped by the rows and columns
 DEFAULT_GRID = 8
 #: the per-sample lane's prefetch distance (ratings ahead) when the factor tables
-#: outgrow one core's L2 cache (``prefetch=None``); on the large preset (102 MB of
-#: factors) it takes a rating from 1.37x to 0.83x the plain loop's time, on the default
-#: preset (1.3 MB, inside L2) it would cost ~15 % (benchmarks/RESULTS.md, the lane)
+#: outgrow one core's L2 cache (``prefetch=None``); on the large preset (98 MiB of
+#: factors) it takes SGD from 1.09x to 0.62x the plain loop's time, on the default
+#: preset (1.2 MiB, inside L2) it would cost (1.21x -> 1.46x; benchmarks/lane.json)
 PREFETCH_AHEAD = 32
 ORDERS = ("sweep", "blocks")
 

@@ -242,11 +242,10 @@ class ModuleWorkload(Workload):
         for p in ps:
             p.grad = None      # backward then allocates fresh grads: values need no copy
         loss = self.step_loss(module, self.make_batch(ctx.tensors, idx))
-        if loss.__class__ is not torch.Tensor or loss.dim() != 0:
-            if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
-                raise InvalidType(f"the loss of workload {self.name!r} must be a scalar "
-                                  f"tensor (e.g. a mean over the batch), got "
-                                  f"{getattr(loss, 'shape', type(loss).__name__)}")
+        if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
+            raise InvalidType(f"the loss of workload {self.name!r} must be a scalar "
+                              f"tensor (e.g. a mean over the batch), got "
+                              f"{getattr(loss, 'shape', type(loss).__name__)}")
         loss.backward()
         return ps
 
@@ -260,6 +259,20 @@ def _grad(ctx, name, p, read):
             z = ctx.zeros[name] = np.zeros(tuple(p.shape), p.detach().numpy().dtype)
         return Grad(name, z, read=read)
     return as_grad(name, p.grad, read)
+
+
+def flat_grads(ps, torch_dtype):
+    """The ``.grad`` of every tensor in ``ps`` as flat numpy views (no copy), or None
+    when one is missing, sparse, not contiguous or not ``torch_dtype``: what the
+    one-call steps (``kernels.step.dense_end``) take; None sends the step the general
+    way."""
+    out = []
+    for p in ps:
+        g = p.grad
+        if g is None or g.is_sparse or g.dtype != torch_dtype or not g.is_contiguous():
+            return None
+        out.append(g.numpy().reshape(-1))
+    return tuple(out)
 
 
 def as_grad(name, g, read=None):
