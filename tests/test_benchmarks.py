@@ -187,3 +187,18 @@ def test_lane_kernel_table_in_results_is_rendered_from_the_committed_figures():
     root = Path(__file__).resolve().parent.parent / "benchmarks"
     r = json.loads((root / "lane.json").read_text())
     assert lane.format_markdown(r) in (root / "RESULTS.md").read_text()
+
+
+def test_torch_lane_figures_in_results_come_from_the_committed_json():
+    """The torch-lane section of RESULTS.md quotes benchmarks/peers_mlp_torch_lane.json
+    (every rate, time and ratio it shows)."""
+    import json
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent / "benchmarks"
+    r = json.loads((root / "peers_mlp_torch_lane.json").read_text())
+    text = (root / "RESULTS.md").read_text()
+    for v in r["mlp"]["contenders"].values():
+        assert (f"| {v['label']} | {v['lr']} | {v['samples_per_s'] / 1e3:.1f} | "
+                f"{v['time_to_target']:.3f} s |") in text
+    for key in ("mlp_hogkit1_over_torch1_rate", "mlp_hogkit2_over_torch2_rate"):
+        assert f"{r['ratios'][key]:.2f}x" in text
