@@ -59,6 +59,8 @@ import statistics
 import tempfile
 import time
 
+import numpy as np
+
 SIZES = {"small": 64, "medium": 512}
 LR = 0.05
 BATCH = 32
@@ -277,12 +279,103 @@ def compare(wl, params, data, nprocs, steps, rounds, lr=LR, batch=BATCH, seed=SE
 
 # --- per-step cost in one process -----------------------------------------------------------
 
-def step_cost(wl, params, data, blocks, steps, lr=LR, batch=BATCH, seed=SEED):
-    """``optimizer.step()`` and the whole iteration, µs, each optimizer in this process
-    (no spawn; hogkit's optimizer on its private one-worker context), in interleaved
-    blocks of ``steps``; medians over every step."""
+#: the parts of one iteration step_cost times, per side (µs medians in its result)
+PARTS = {"torch": ("sample", "zero_grad", "forward", "backward", "step"),
+         "hogkit": ("sample", "zero_grad", "forward", "backward", "step"),
+         "train": ("read", "sample", "forward", "backward", "grads", "apply", "tick")}
+
+
+def _optim_parts(model, opt, X, y, n, batch, g, steps, pc):
+    """``steps`` iterations of the user's loop, each part timed: rows of
+    ``PARTS["torch"]`` durations plus the whole iteration."""
     import torch
     from torch.nn.functional import cross_entropy
+    rows = []
+    for _ in range(steps):
+        t0 = pc()
+        idx = torch.randint(0, n, (batch,), generator=g)
+        t1 = pc()
+        opt.zero_grad()
+        t2 = pc()
+        loss = cross_entropy(model(X[idx]), y[idx])
+        t3 = pc()
+        loss.backward()
+        t4 = pc()
+        opt.step()
+        t5 = pc()
+        rows.append((t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t5 - t0))
+    return rows
+
+
+def _train_side(wl, params, data, lr, seed):
+    """hogkit ``train``'s Python step for this workload, in this process: the same
+    ``PythonStep`` (its torch lane) a worker builds, on private control arrays."""
+    from hogkit.engine.step import PythonStep
+    from hogkit.engine.worker_loop import private_control
+    from hogkit.rules.core import SGD
+    from hogkit.state.reader import Reader
+    views, clocks, log = private_control()
+    ps = {k: v.copy() for k, v in params.items()}
+    ctx = wl.setup(ps, data, rank=0, seed=seed)
+    rule = SGD(lr)
+    step = PythonStep(wl, ctx, rank=0, rule=rule, rule_state=rule.init(ps),
+                      density=None, density_state=None, reader=Reader(clocks, log, 0),
+                      clocks=clocks, params=ps)
+    assert step._lane is not None, "the torch lane is off: the profile would be wrong"
+    return {"step": step, "ctx": ctx, "clocks": clocks, "params": ps,
+            "rng": np.random.default_rng(seed), "k": 0}
+
+
+def _train_parts(wl, side, batch, steps, pc, whole):
+    """``steps`` iterations of ``train``'s Python step (what ``PythonStep.compute`` and
+    ``apply`` do on the torch lane, and the loop's tick), each part timed, or with
+    ``whole`` the real ``compute``/``apply`` calls timed as one."""
+    import torch
+    step, ctx, clocks, rng = side["step"], side["ctx"], side["clocks"], side["rng"]
+    lane, reader = step._lane, step.reader
+    rows = []
+    for _ in range(steps):
+        k = side["k"]
+        side["k"] = k + 1
+        if whole:
+            t0 = pc()
+            grads, finite = step.compute(rng, batch)
+            step.apply(grads, k)
+            clocks.tick_iteration(0, beat=True)
+            rows.append((pc() - t0,))
+            continue
+        t0 = pc()
+        reader.read()
+        t1 = pc()
+        idx = torch.from_numpy(rng.integers(0, ctx.n, size=batch))
+        for p in ctx.params:
+            p.grad = None
+        b = wl.make_batch(ctx.tensors, idx)
+        t2 = pc()
+        loss = wl.step_loss(ctx.module, b)
+        t3 = pc()
+        loss.backward()
+        t4 = pc()
+        lane.take(ctx.params)
+        lane.finite()
+        t5 = pc()
+        step.apply(None, k)
+        t6 = pc()
+        clocks.tick_iteration(0, beat=True)
+        t7 = pc()
+        rows.append((t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5, t7 - t6,
+                     t7 - t0))
+    return rows
+
+
+def step_cost(wl, params, data, blocks, steps, lr=LR, batch=BATCH, seed=SEED):
+    """Each part of one iteration, µs, in this process (no spawn, one torch thread),
+    for torch's recipe (``torch.optim.SGD``), the same loop with ``hogkit.optim.SGD``
+    (its private one-worker context) and ``hogkit.train``'s Python step
+    (``PythonStep`` on the torch lane, private control arrays, record on), in
+    interleaved blocks of ``steps`` (the train side also has blocks timed whole, the
+    real calls, to check the parts against); medians over every step."""
+    import torch
 
     import hogkit.optim
     threads = torch.get_num_threads()
@@ -295,30 +388,39 @@ def step_cost(wl, params, data, blocks, steps, lr=LR, batch=BATCH, seed=SEED):
             model = _model(wl, params)
             _warm(model, lambda ps, c=cls: c(ps, lr=lr), X, y, batch)
             sides[name] = {"model": model, "opt": cls(model.parameters(), lr=lr),
-                           "g": torch.Generator().manual_seed(seed), "step": [],
-                           "iteration": []}
+                           "g": torch.Generator().manual_seed(seed), "rows": []}
+        train = _train_side(wl, params, data, lr, seed)
+        _train_parts(wl, train, batch, 3, time.perf_counter, whole=True)     # warm
+        train["rows"], train["whole"] = [], []
+        sides["train"] = train
         pc = time.perf_counter
+        names = list(sides)
         for b in range(blocks):
-            for name in (("torch", "hogkit") if b % 2 == 0 else ("hogkit", "torch")):
+            for name in names[b % 3:] + names[:b % 3]:
                 s = sides[name]
-                model, opt, g = s["model"], s["opt"], s["g"]
-                for _ in range(steps):
-                    t0 = pc()
-                    idx = torch.randint(0, n, (batch,), generator=g)
-                    opt.zero_grad()
-                    cross_entropy(model(X[idx]), y[idx]).backward()
-                    t1 = pc()
-                    opt.step()
-                    t2 = pc()
-                    s["step"].append(t2 - t1)
-                    s["iteration"].append(t2 - t0)
+                if name == "train":
+                    s["rows"] += _train_parts(wl, s, batch, steps, pc, whole=False)
+                    s["whole"] += _train_parts(wl, s, batch, steps, pc, whole=True)
+                else:
+                    s["rows"] += _optim_parts(s["model"], s["opt"], X, y, n, batch,
+                                              s["g"], steps, pc)
     finally:
         torch.set_num_threads(threads)
-    out = {}
+    out = {"parts_us": {}}
     for name, s in sides.items():
-        out[f"{name}_step_us"] = statistics.median(s["step"]) * 1e6
-        out[f"{name}_iteration_us"] = statistics.median(s["iteration"]) * 1e6
-        out[f"{name}_final_loss"] = wl.loss(_final(s["model"]), data)
+        cols = list(zip(*s["rows"]))
+        parts = {p: statistics.median(c) * 1e6 for p, c in zip(PARTS[name], cols)}
+        parts["iteration"] = statistics.median(cols[-1]) * 1e6
+        out["parts_us"][name] = parts
+    out["train_whole_iteration_us"] = statistics.median(
+        r[0] for r in sides["train"]["whole"]) * 1e6
+    out["torch_final_loss"] = wl.loss(_final(sides["torch"]["model"]), data)
+    out["hogkit_final_loss"] = wl.loss(_final(sides["hogkit"]["model"]), data)
+    out["train_final_loss"] = wl.loss(sides["train"]["params"], data)
+    for name in ("torch", "hogkit"):
+        out[f"{name}_step_us"] = out["parts_us"][name]["step"]
+        out[f"{name}_iteration_us"] = out["parts_us"][name]["iteration"]
+    out["train_iteration_us"] = out["parts_us"]["train"]["iteration"]
     out["overhead_us"] = out["hogkit_step_us"] - out["torch_step_us"]
     # what the step's difference alone does to one process's rate
     out["predicted_ratio_1proc"] = (out["torch_iteration_us"]
@@ -393,12 +495,15 @@ def format_table(result) -> str:
                          f"{f'  ({lo:.3f}-{hi:.3f})':<16}{f['cpu_ratio']:>10.3f}"
                          f"{m['torch']['final_loss']:>11.4f}"
                          f"{m['hogkit']['final_loss']:>12.4f}")
-    lines.append("  one process, no spawn, µs per step() / per iteration (median):")
+    lines.append("  one process, no spawn, µs per part of an iteration (medians; torch: "
+                 "the recipe, hogkit: hogkit.optim.SGD, train: hogkit.train's Python "
+                 "step):")
     for name, s in result["sizes"].items():
         c = s["step_cost"]
-        lines.append(f"  {name:<8} torch {c['torch_step_us']:.1f} / "
-                     f"{c['torch_iteration_us']:.1f}, hogkit {c['hogkit_step_us']:.1f} / "
-                     f"{c['hogkit_iteration_us']:.1f}: overhead {c['overhead_us']:+.1f} µs "
-                     f"a step, 1-process ratio it predicts "
-                     f"{c['predicted_ratio_1proc']:.3f}")
+        for side, parts in c["parts_us"].items():
+            lines.append(f"  {name:<8} {side:<7}" + ", ".join(
+                f"{p} {v:.1f}" for p, v in parts.items()))
+        lines.append(f"  {name:<8} step() overhead {c['overhead_us']:+.1f} µs, 1-process "
+                     f"ratio it predicts {c['predicted_ratio_1proc']:.3f}; train's real "
+                     f"calls timed whole: {c['train_whole_iteration_us']:.1f} µs")
     return "\n".join(lines)

@@ -74,7 +74,11 @@ LR = {"plain_mf": (0.05, 0.1, 0.15), "libmf": (0.1, 0.2, 0.3, 0.4),
 TARGETS = {"default": 0.012, "large": 0.012, "hot": 0.05}
 LOGREG_TARGET = 0.45
 #: the MLP: per-sample-averaged gradients, lr per batch; training cross-entropy target
-MLP_LR = (0.05, 0.1, 0.2)
+#: (0.2, the top of (0.05, 0.1, 0.2), was every contender's best at c866b38: 0.4 is in)
+MLP_LR = (0.05, 0.1, 0.2, 0.4)
+#: the rate rounds (``_mlp_rates``): steps in all per contender and round (~2 s), the
+#: rounds, and the lr (torch's example's SGD setting on this batch)
+MLP_RATE_STEPS, MLP_RATE_ROUNDS, MLP_RATE_LR = 8000, 6, 0.1
 MLP_TARGET = 0.05
 MLP_EPOCHS = (2, 4, 8, 12, 16, 24, 32, 48)
 EPOCHS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24)
@@ -420,10 +424,15 @@ def _logreg(quick):
 # --- torch's share_memory() Hogwild! recipe ------------------------------------------------
 
 def _torch_worker(rank, model, X, y, lr, steps, batch, seed, barrier, out):
-    """One process of the recipe: a plain torch.optim loop on the shared model."""
+    """One process of the recipe: a plain torch.optim loop on the shared model.
+    ``X``, ``y``: shared-memory tensors (the ``shared`` variant), or numpy arrays
+    this process received pickled, its own copy (``private``: as torch's example
+    and its users write it)."""
     import torch
     from torch.nn.functional import cross_entropy
     torch.set_num_threads(1)
+    if isinstance(X, np.ndarray):
+        X, y = torch.from_numpy(X), torch.from_numpy(y)
     g = torch.Generator().manual_seed(seed * 1000 + rank)
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     n = X.shape[0]
@@ -445,9 +454,13 @@ def _torch_worker(rank, model, X, y, lr, steps, batch, seed, barrier, out):
     out[rank] = time.perf_counter() - t0
 
 
-def _torch_hogwild(wl, params, data, lr, processes, steps_each, batch, seed=0):
+def _torch_hogwild(wl, params, data, lr, processes, steps_each, batch, seed=0,
+                   data_in="shared"):
     """Train with the recipe; returns (training seconds: from the start barrier to the
-    last process's last step, as hogkit's wall_s; final params as numpy)."""
+    last process's last step, as hogkit's wall_s; final params as numpy).
+    ``data_in``: "shared" (the data tensors in shared memory, indexed by every
+    process) or "private" (each process its own copy, as torch's mnist_hogwild
+    example and its users have it)."""
     import torch
     import torch.multiprocessing as tmp
     from hogkit.workloads.mlp import _module
@@ -457,7 +470,13 @@ def _torch_hogwild(wl, params, data, lr, processes, steps_each, batch, seed=0):
         for name, p in model.named_parameters():
             p.copy_(torch.from_numpy(params[name]))
     model.share_memory()
-    X, y = torch.from_numpy(data["X"]).share_memory_(), torch.from_numpy(data["y"]).share_memory_()
+    if data_in == "shared":
+        X = torch.from_numpy(data["X"]).share_memory_()
+        y = torch.from_numpy(data["y"]).share_memory_()
+    elif data_in == "private":
+        X, y = data["X"], data["y"]
+    else:
+        raise ValueError(f"data_in={data_in!r}: 'shared' or 'private'")
     ctx = tmp.get_context("spawn")
     barrier = ctx.Barrier(processes + 1)
     out = ctx.Array("d", processes)
@@ -483,7 +502,8 @@ def _torch_hogwild(wl, params, data, lr, processes, steps_each, batch, seed=0):
     return dt, final
 
 
-def _mlp_torch(wl, params, data, processes, max_epochs, batch, lrs=MLP_LR):
+def _mlp_torch(wl, params, data, processes, max_epochs, batch, lrs=MLP_LR,
+               data_in="shared"):
     n = len(data["y"])
     runs = []
     for lr in lrs:
@@ -492,7 +512,8 @@ def _mlp_torch(wl, params, data, processes, max_epochs, batch, lrs=MLP_LR):
             if epochs > max_epochs:
                 break
             steps_each = max(1, int(epochs * n / batch / processes))
-            dt, final = _torch_hogwild(wl, params, data, lr, processes, steps_each, batch)
+            dt, final = _torch_hogwild(wl, params, data, lr, processes, steps_each, batch,
+                                       data_in=data_in)
             loss = wl.loss(final, data)
             curve.append({"epochs": epochs, "t": dt, "loss": loss,
                           "samples": steps_each * processes * batch})
@@ -502,10 +523,49 @@ def _mlp_torch(wl, params, data, processes, max_epochs, batch, lrs=MLP_LR):
                      "diverged": not np.isfinite(curve[-1]["loss"])})
     best = _best(runs)
     last = best["curve"][-1]
-    return {"label": f"torch share_memory Hogwild!, {processes} proc"
+    return {"label": f"torch share_memory Hogwild!, {data_in} data, {processes} proc"
                      f"{'s' * (processes > 1)}",
             "samples_per_s": last["samples"] / last["t"], "workers": processes,
-            "batch": batch, **best, "all_lr": runs}
+            "batch": batch, "data_in": data_in, **best, "all_lr": runs}
+
+
+def _mlp_rates(wl, params, data, processes, steps, rounds, lr=MLP_RATE_LR):
+    """Steps a second of hogkit ``train`` (the Python engine, record on) and of the
+    recipe with private and with shared data, ``steps`` in all each, in ``rounds``
+    rounds whose order rotates (round r starts with contender r mod 3): every figure
+    from its start barrier to its last process's last step. Returns the rounds and,
+    per round, hogkit's steps/s over each recipe's."""
+    from hogkit.engine.runtime import train
+    from hogkit.rules.core import SGD
+    batch = wl.default_batch
+    names = ("hogkit", "torch_private", "torch_shared")
+    out = []
+    for r in range(rounds):
+        got = {"order": list(names[r % 3:] + names[:r % 3])}
+        for name in got["order"]:
+            if name == "hogkit":
+                run = train(wl, workers=processes, steps=steps, rule=SGD(lr),
+                            engine="python", eval_every=None, progress=False,
+                            keep_params=False, batch=batch)
+                got[name] = {"steps_per_s": run.updates / run.wall_s,
+                             "loss": run.final_loss}
+            else:
+                each = steps // processes
+                dt, final = _torch_hogwild(wl, params, data, lr, processes, each, batch,
+                                           seed=r, data_in=name.split("_")[1])
+                got[name] = {"steps_per_s": each * processes / dt,
+                             "loss": wl.loss(final, data)}
+        got["ratio_private"] = (got["hogkit"]["steps_per_s"]
+                                / got["torch_private"]["steps_per_s"])
+        got["ratio_shared"] = (got["hogkit"]["steps_per_s"]
+                               / got["torch_shared"]["steps_per_s"])
+        out.append(got)
+    med = {k: statistics.median(g[k] for g in out) for k in ("ratio_private",
+                                                              "ratio_shared")}
+    for name in names:
+        med[f"{name}_steps_per_s"] = statistics.median(g[name]["steps_per_s"] for g in out)
+    return {"processes": processes, "steps": steps, "lr": lr, "rounds": out,
+            "median": med}
 
 
 def _mlp(quick):
@@ -515,14 +575,19 @@ def _mlp(quick):
     max_epochs = QUICK_EPOCHS if quick else 48
     batch = wl.default_batch
     out = {"target_loss": MLP_TARGET, "n_samples": n, "batch": batch,
-           "initial_loss": wl.loss(params, data), "contenders": {}}
+           "initial_loss": wl.loss(params, data), "contenders": {}, "rates": {}}
     c = out["contenders"]
     for workers in (1, 2):
-        c[f"torch_hogwild_{workers}"] = _mlp_torch(wl, params, data, workers, max_epochs,
-                                                   batch, _lrs(MLP_LR, quick))
+        for data_in in ("private", "shared"):
+            key = f"torch_hogwild_{workers}" + ("_private" if data_in == "private" else "")
+            c[key] = _mlp_torch(wl, params, data, workers, max_epochs, batch,
+                                _lrs(MLP_LR, quick), data_in=data_in)
         c[f"hogkit_python_{workers}"] = _hogkit(wl, MLP_TARGET, workers, "python",
                                                 _lrs(MLP_LR, quick), max_epochs, n,
                                                 0.5 if quick else 3.0, grid=MLP_EPOCHS)
+        out["rates"][str(workers)] = _mlp_rates(
+            wl, params, data, workers, 200 if quick else MLP_RATE_STEPS,
+            1 if quick else MLP_RATE_ROUNDS)
     return out
 
 
@@ -579,17 +644,25 @@ def _ratios(result):
             _time_ratio(r, f"logreg_plain_time_over_{lane}2_time", c["plain"],
                         c[f"hogkit_{lane}_2"])
     if "mlp" in result:
-        _mlp_ratios(r, result["mlp"]["contenders"])
+        _mlp_ratios(r, result["mlp"]["contenders"], result["mlp"].get("rates"))
     return r
 
 
-def _mlp_ratios(r, c):
+def _mlp_ratios(r, c, rates=None):
     for w in (1, 2):
-        h, t = c[f"hogkit_python_{w}"], c[f"torch_hogwild_{w}"]
-        r[f"mlp_hogkit{w}_over_torch{w}_rate"] = h["samples_per_s"] / t["samples_per_s"]
-        if h["time_to_target"] and t["time_to_target"]:
-            r[f"mlp_torch{w}_time_over_hogkit{w}_time"] = (t["time_to_target"]
-                                                           / h["time_to_target"])
+        h = c[f"hogkit_python_{w}"]
+        for tail in ("", "_private"):
+            t = c.get(f"torch_hogwild_{w}{tail}")
+            if t is None:
+                continue
+            r[f"mlp_hogkit{w}_over_torch{w}{tail}_rate"] = (h["samples_per_s"]
+                                                            / t["samples_per_s"])
+            if h["time_to_target"] and t["time_to_target"]:
+                r[f"mlp_torch{w}{tail}_time_over_hogkit{w}_time"] = (
+                    t["time_to_target"] / h["time_to_target"])
+    for w, got in (rates or {}).items():
+        for v in ("private", "shared"):
+            r[f"mlp_rounds_hogkit{w}_over_torch{w}_{v}"] = got["median"][f"ratio_{v}"]
     return r
 
 
@@ -610,6 +683,15 @@ def format_table(result) -> str:
                      f"{mlp['batch']}, target cross-entropy {mlp['target_loss']} (from "
                      f"{mlp['initial_loss']:.3f})")
         lines += _rows(mlp["contenders"])
+        for w, got in mlp.get("rates", {}).items():
+            m = got["median"]
+            lines.append(
+                f"  rounds, {w} process{'es' * (w != '1')} ({len(got['rounds'])} rounds "
+                f"of {got['steps']:,} steps, lr {got['lr']:g}, medians): hogkit "
+                f"{m['hogkit_steps_per_s']:,.0f} steps/s, recipe private data "
+                f"{m['torch_private_steps_per_s']:,.0f}, shared data "
+                f"{m['torch_shared_steps_per_s']:,.0f}; hogkit / private "
+                f"{m['ratio_private']:.2f}, / shared {m['ratio_shared']:.2f}")
     lines.append("ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in result["ratios"].items()))
     return "\n".join(lines)
 

@@ -71,7 +71,7 @@ class Optimizer(torch.optim.Optimizer):
 
     def __init__(self, params, defaults, *, density=None, nonfinite="raise", worker=None):
         self._rules = {}
-        self._step = None
+        self._pstep = None
         self._lane = None
         super().__init__(params, defaults)
         self.nonfinite = check_choice("nonfinite", nonfinite, ("raise", "skip"))
@@ -103,12 +103,32 @@ class Optimizer(torch.optim.Optimizer):
     # --- the step -----------------------------------------------------------------
     def step(self, closure=None):
         """Apply one update from the parameters' ``.grad`` (see the module doc);
-        returns ``closure()``'s loss when a closure is given."""
+        returns ``closure()``'s loss when a closure is given.
+
+        torch wraps every optimizer's ``step`` in its profiler label and step hooks,
+        ~5 us a call even when nothing listens. hogkit's takes that way only when
+        something does: a step hook (this optimizer's or a global one) or a running
+        profiler; otherwise it goes straight to the step."""
+        if _listened(self):                # (hooks see step()'s call as it was made)
+            return (self._profiled_step() if closure is None
+                    else self._profiled_step(closure=closure))
+        return self._apply_step(closure)
+
+    def zero_grad(self, set_to_none=True):
+        """torch's ``zero_grad`` (the same effect); with ``set_to_none`` and no
+        profiler running, without its profiler label."""
+        if not set_to_none or torch.autograd._profiler_enabled():
+            return super().zero_grad(set_to_none)
+        for group in self.param_groups:
+            for p in group["params"]:
+                p.grad = None
+
+    def _apply_step(self, closure=None):
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        step = self._prepare()
+        step = self._prepare_step()
         worker = self.worker
         k = worker.iterations
         lane = self._lane
@@ -133,24 +153,24 @@ class Optimizer(torch.optim.Optimizer):
             self._snapshot()
         return loss
 
-    def _prepare(self):
+    def _prepare_step(self):
         """The PythonStep (and its one-call lane) for the current groups, rules and
         state: rebuilt when the parameters or the rules' state layout change; a
         scheduler's new ``lr`` only swaps the rules' hyper-parameters."""
         rules = tuple(self._rule_for(g) for g in self.param_groups)
-        if self._step is not None:
+        if self._pstep is not None:
             ptrs = tuple([p.data_ptr() for p in self._order])   # p.data rebound?
             if ptrs == self._layout[1] and all(a is b for a, b in
                                                zip(rules, self._rules_now)):
-                return self._step
+                return self._pstep
             layout = tuple((type(r), r.slots) for r in rules)
             if (layout, ptrs) == self._layout:
-                self._step.rule.members = [(r, n) for r, (_, n) in
-                                           zip(rules, self._step.rule.members)]
+                self._pstep.rule.members = [(r, n) for r, (_, n) in
+                                           zip(rules, self._pstep.rule.members)]
                 if self._lane is not None:
-                    self._lane.set_rules(self._step.rule)
+                    self._lane.set_rules(self._pstep.rule)
                 self._rules_now = rules
-                return self._step
+                return self._pstep
         from hogkit.engine.step import PythonStep
         self._names, self._order = {}, []
         params, members = {}, []
@@ -169,7 +189,7 @@ class Optimizer(torch.optim.Optimizer):
         dstate = (self._slots(self.density.init(params), params)
                   if self.density is not None else None)
         self._params = params
-        self._step = PythonStep(None, None, rank=self.worker.rank, rule=rule,
+        self._pstep = PythonStep(None, None, rank=self.worker.rank, rule=rule,
                                 rule_state=state, density=self.density,
                                 density_state=dstate, reader=self.worker.reader,
                                 clocks=self.worker.clocks, params=params,
@@ -183,7 +203,7 @@ class Optimizer(torch.optim.Optimizer):
         elif not rule.needs_read:
             self._read = None
         self._lane = _Lane.build(self, rule, state, params)
-        return self._step
+        return self._pstep
 
     def _state(self, members, params):
         """The rules' state as one ``"<slot>/<name>"`` dict of numpy views of the
@@ -241,11 +261,28 @@ class Optimizer(torch.optim.Optimizer):
     # --- torch.optim plumbing -------------------------------------------------------
     def load_state_dict(self, state_dict):
         super().load_state_dict(state_dict)
-        self._step = None             # re-derive the numpy views from the loaded tensors
+        self._pstep = None             # re-derive the numpy views from the loaded tensors
 
     def add_param_group(self, param_group):
         super().add_param_group(param_group)
-        self._step = None
+        self._pstep = None
+
+
+# torch's profiler label and step hooks, taken only when something listens (see step())
+Optimizer._profiled_step = torch.optim.Optimizer.profile_hook_step(Optimizer._apply_step)
+Optimizer.step.hooked = True          # torch's __init__ wraps a step not marked so
+try:
+    from torch.optim.optimizer import _global_optimizer_post_hooks as _GLOBAL_POST
+    from torch.optim.optimizer import _global_optimizer_pre_hooks as _GLOBAL_PRE
+except ImportError:                   # a torch without them: always torch's way
+    _GLOBAL_PRE = _GLOBAL_POST = None
+
+
+def _listened(opt):
+    """Whether a step hook or a profiler wants this step (then torch's wrapper runs)."""
+    return bool(_GLOBAL_PRE is None or _GLOBAL_PRE or _GLOBAL_POST
+                or opt._optimizer_step_pre_hooks or opt._optimizer_step_post_hooks
+                or torch.autograd._profiler_enabled())
 
 
 _FIELDS = {}

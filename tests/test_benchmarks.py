@@ -51,9 +51,16 @@ def test_own_loop_quick_runs_both_sides_and_both_train():
             assert f["hogkit_run"]["updates"] == steps * nprocs * r["rounds"]
             assert f["hogkit_run"]["update_gap_mean"] is not None
         c = s["step_cost"]
-        for side in ("hogkit", "torch"):
-            assert c[f"{side}_step_us"] > 0 and c[f"{side}_iteration_us"] > 0
+        for side in ("hogkit", "torch", "train"):
+            assert c[f"{side}_iteration_us"] > 0
             assert c[f"{side}_final_loss"] < init
+            # every part of the profile was timed, and together they are the iteration
+            parts = c["parts_us"][side]
+            assert list(parts) == list(own_loop.PARTS[side]) + ["iteration"]
+            assert all(v > 0 for v in parts.values())
+            assert sum(parts.values()) - parts["iteration"] == pytest.approx(
+                parts["iteration"], rel=0.5)
+        assert c["train_whole_iteration_us"] > 0
         assert c["overhead_us"] == pytest.approx(c["hogkit_step_us"] - c["torch_step_us"])
     assert "own loop" in own_loop.format_table(r)
 

@@ -283,6 +283,51 @@ def test_what_torch_sgd_computes(ours, momentum):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
 
 
+def test_step_hooks_and_the_profiler_label_are_kept():
+    """step() skips torch's wrapper only when nothing listens: a pre-hook's new
+    arguments, post-hooks, global hooks and the profiler's label all still work."""
+    from torch.optim.optimizer import (register_optimizer_step_post_hook,
+                                       register_optimizer_step_pre_hook)
+    w = torch.nn.Parameter(torch.zeros(2))
+    opt = hogkit.optim.SGD([w], lr=1.0)
+    seen = []
+    pre = opt.register_step_pre_hook(
+        lambda o, args, kw: (seen.append("pre"), (args, {"closure": lambda: 7.0}))[1])
+    post = opt.register_step_post_hook(lambda o, args, kw: seen.append(("post", kw)))
+    gpre = register_optimizer_step_pre_hook(lambda o, a, kw: seen.append("global pre"))
+    gpost = register_optimizer_step_post_hook(lambda o, a, kw: seen.append("global post"))
+    try:
+        w.grad = torch.ones(2)
+        assert opt.step() == 7.0                  # the pre-hook's closure ran
+        assert seen[0] == "global pre" and seen[1] == "pre"
+        assert seen[2][0] == "post" and "closure" in seen[2][1]
+        assert seen[3] == "global post"
+    finally:
+        for h in (pre, post, gpre, gpost):
+            h.remove()
+    seen.clear()
+    w.grad = torch.ones(2)
+    opt.step()
+    assert seen == [] and w.detach().tolist() == [-2.0, -2.0]
+    with torch.profiler.profile() as prof:
+        w.grad = torch.ones(2)
+        opt.step()
+        opt.zero_grad()
+    names = {e.name for e in prof.events()}
+    assert {"Optimizer.step#SGD.step", "Optimizer.zero_grad#SGD.zero_grad"} <= names
+    assert w.grad is None
+
+
+def test_zero_grad_sets_none_or_zeros_as_torch_does():
+    w = torch.nn.Parameter(torch.zeros(2))
+    opt = hogkit.optim.SGD([w], lr=1.0)
+    w.grad = torch.ones(2)
+    opt.zero_grad(set_to_none=False)
+    assert w.grad is not None and w.grad.tolist() == [0.0, 0.0]
+    opt.zero_grad()
+    assert w.grad is None
+
+
 def test_state_dict_round_trips_and_training_goes_on_identically():
     a, b = _pair()
     opt_a = hogkit.optim.GapAware(a.parameters(), lr=0.05, momentum=0.9)
