@@ -74,8 +74,9 @@ LR = {"plain_mf": (0.05, 0.1, 0.15), "libmf": (0.1, 0.2, 0.3, 0.4),
 TARGETS = {"default": 0.012, "large": 0.012, "hot": 0.05}
 LOGREG_TARGET = 0.45
 #: the MLP: per-sample-averaged gradients, lr per batch; training cross-entropy target
-#: (0.2, the top of (0.05, 0.1, 0.2), was every contender's best at c866b38: 0.4 is in)
-MLP_LR = (0.05, 0.1, 0.2, 0.4)
+#: (0.2, the top of (0.05, 0.1, 0.2), was every contender's best at c866b38, and 0.4,
+#: the top of (.., 0.4), five of six's at 7d95510: 0.8 is in)
+MLP_LR = (0.05, 0.1, 0.2, 0.4, 0.8)
 #: the rate rounds (``_mlp_rates``): steps in all per contender and round (~2 s), the
 #: rounds, and the lr (torch's example's SGD setting on this batch)
 MLP_RATE_STEPS, MLP_RATE_ROUNDS, MLP_RATE_LR = 8000, 6, 0.1
