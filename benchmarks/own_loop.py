@@ -507,3 +507,40 @@ def format_table(result) -> str:
                      f"ratio it predicts {c['predicted_ratio_1proc']:.3f}; train's real "
                      f"calls timed whole: {c['train_whole_iteration_us']:.1f} µs")
     return "\n".join(lines)
+
+
+def format_markdown(result) -> str:
+    """The tables RESULTS.md shows (a test checks that RESULTS.md holds this rendering
+    of the committed JSON: no hand-typed figure)."""
+    out = ["| model | processes | torch steps/s | hogkit steps/s | hogkit / torch (range "
+           "over rounds) | per CPU s | final CE torch / hogkit |",
+           "|---|---|---|---|---|---|---|"]
+    for name, s in result["sizes"].items():
+        for p, f in s["processes"].items():
+            m = f["median"]
+            lo, hi = f["ratio_range"]
+            out.append(f"| {name} | {p} | {m['torch']['steps_per_s']:,.0f} | "
+                       f"{m['hogkit']['steps_per_s']:,.0f} | **{f['ratio']:.3f}** "
+                       f"({lo:.2f}–{hi:.2f}) | {f['cpu_ratio']:.3f} | "
+                       f"{m['torch']['final_loss']:.4f} / {m['hogkit']['final_loss']:.4f} |")
+    names = {"torch": "torch's recipe", "hogkit": "`hogkit.optim.SGD`",
+             "train": "`hogkit.train`'s Python step"}
+    for name, s in result["sizes"].items():
+        c = s["step_cost"]
+        out += ["", f"Per part of an iteration, µs (medians of {c['steps']:,} steps each, "
+                f"one process, model `{name}`):", "",
+                "| side | read | sample | zero_grad | forward | backward | grads | "
+                "step / apply | tick | iteration |",
+                "|---|" + "---|" * 9]
+        for side, parts in c["parts_us"].items():
+            cells = [parts.get("read"), parts["sample"], parts.get("zero_grad"),
+                     parts["forward"], parts["backward"], parts.get("grads"),
+                     parts.get("step", parts.get("apply")), parts.get("tick"),
+                     parts["iteration"]]
+            out.append(f"| {names[side]} | " + " | ".join(
+                "–" if v is None else f"{v:.1f}" for v in cells[:-1])
+                + f" | **{cells[-1]:.1f}** |")
+        out.append("")
+        out.append(f"`hogkit.train`'s real calls timed whole: "
+                   f"{c['train_whole_iteration_us']:.1f} µs an iteration.")
+    return "\n".join(out)

@@ -698,7 +698,7 @@ def format_table(result) -> str:
 
 
 def format_markdown(result) -> str:
-    """The mf tables of ``result`` as RESULTS.md shows them (a test checks that
+    """The mf and mlp tables of ``result`` as RESULTS.md shows them (a test checks that
     RESULTS.md holds this rendering of the committed JSON: no hand-typed figure)."""
     out = []
     for p, m in result.get("mf", {}).items():
@@ -720,7 +720,37 @@ def format_markdown(result) -> str:
         out.append("| ratio (same invocation) | value |")
         out.append("|---|---|")
         out += [f"| `{k}` | {result['ratios'][k]:.2f} |" for k in keys]
+    if "mlp" in result:
+        if out:
+            out.append("")
+        out += _mlp_markdown(result["mlp"])
     return "\n".join(out)
+
+
+def _mlp_markdown(m):
+    out = [f"`mlp` (digits, torch), batch {m['batch']}, target training cross-entropy "
+           f"{m['target_loss']} (from {m['initial_loss']:.3f}):", "",
+           "| contender | lr | k samples/s | time to target |", "|---|---|---|---|"]
+    for c in m["contenders"].values():
+        t = c["time_to_target"]
+        out.append(f"| {c['label']} | {c['lr']:g} | {c['samples_per_s'] / 1e3:.1f} | "
+                   f"{f'{t:.3f} s' if t is not None else 'not reached'} |")
+    if m.get("rates"):
+        out += ["", "| processes | rounds x steps | hogkit steps/s | recipe, private data "
+                "| recipe, shared data | hogkit / private (range) | hogkit / shared "
+                "(range) |", "|---|---|---|---|---|---|---|"]
+        for w, g in m["rates"].items():
+            md, rs = g["median"], g["rounds"]
+
+            def ratio(v):
+                xs = [x[f"ratio_{v}"] for x in rs]
+                return f"**{md[f'ratio_{v}']:.2f}** ({min(xs):.2f}–{max(xs):.2f})"
+            out.append(f"| {w} | {len(rs)} x {g['steps']:,} | "
+                       f"{md['hogkit_steps_per_s']:,.0f} | "
+                       f"{md['torch_private_steps_per_s']:,.0f} | "
+                       f"{md['torch_shared_steps_per_s']:,.0f} | {ratio('private')} | "
+                       f"{ratio('shared')} |")
+    return out
 
 
 def _rows(contenders):

@@ -196,6 +196,59 @@ def test_lane_kernel_table_in_results_is_rendered_from_the_committed_figures():
     assert lane.format_markdown(r) in (root / "RESULTS.md").read_text()
 
 
+def test_own_loop_tables_in_results_are_rendered_from_the_committed_figures():
+    import json
+    from pathlib import Path
+
+    from hogkit.benchmarks import own_loop
+    root = Path(__file__).resolve().parent.parent / "benchmarks"
+    r = json.loads((root / "own_loop.json").read_text())
+    assert own_loop.format_markdown(r) in (root / "RESULTS.md").read_text()
+    old = json.loads((root / "own_loop_before_issue31.json").read_text())
+    text = (root / "RESULTS.md").read_text()
+    for size in ("small", "medium"):
+        assert (f"{old['sizes'][size]['processes']['1']['ratio']:.3f} / "
+                f"{old['sizes'][size]['processes']['2']['ratio']:.3f} {size}") in text
+
+
+def test_user_recipe_tables_in_results_are_rendered_from_the_committed_figures():
+    """Issue 31's section: the tables are ``peers.format_markdown`` of the committed
+    JSON, and what its text says of the rounds holds there (hogkit ahead of the
+    private-data recipe in every round; the same loss after the same steps)."""
+    import json
+    from pathlib import Path
+
+    from hogkit.benchmarks import peers
+    root = Path(__file__).resolve().parent.parent / "benchmarks"
+    r = json.loads((root / "peers_mlp_user_recipe.json").read_text())
+    assert peers.format_markdown(r) in (root / "RESULTS.md").read_text()
+    for got in r["mlp"]["rates"].values():
+        assert len(got["rounds"]) == 6
+        assert all(x["ratio_private"] > 1.0 for x in got["rounds"])
+        losses = [x[k]["loss"] for x in got["rounds"]
+                  for k in ("hogkit", "torch_private", "torch_shared")]
+        assert 0.00135 <= min(losses) and max(losses) < 0.00155
+    hits = {c["curve"][-1]["epochs"] for c in r["mlp"]["contenders"].values()}
+    assert hits == {4}                     # everyone at the same point of the grid
+
+
+def test_the_readmes_torch_figures_come_from_the_committed_json():
+    import json
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    text = " ".join((root / "README.md").read_text().split())
+    r = json.loads((root / "benchmarks" / "peers_mlp_user_recipe.json").read_text())
+    one, two = (r["mlp"]["rates"][w]["median"]["ratio_private"] for w in ("1", "2"))
+    assert (f"`hogkit.train` runs {one:.2f}× the steps/s of torch's own `share_memory()` "
+            f"Hogwild! recipe as its users write it with 1 process and {two:.2f}× with 2"
+            ) in text
+    o = json.loads((root / "benchmarks" / "own_loop.json").read_text())["sizes"]
+
+    def pair(size):
+        return " / ".join(f"{o[size]['processes'][p]['ratio']:.2f}×" for p in ("1", "2"))
+    assert f"{pair('small')} (64 hidden, 1 / 2 processes) and {pair('medium')}" in text
+
+
 def test_torch_lane_figures_in_results_come_from_the_committed_json():
     """The torch-lane section of RESULTS.md quotes benchmarks/peers_mlp_torch_lane.json
     (every rate, time and ratio it shows)."""
