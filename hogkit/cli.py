@@ -208,6 +208,9 @@ def _add_bench(sub):
     bench.add_argument("--only", default=None, metavar="SECTIONS",
                        help="a comma-separated part of a scenario, for those that have "
                             "parts (peers: mf,logreg,mlp)")
+    bench.add_argument("--presets", default=None, metavar="NAMES",
+                       help="comma-separated mf presets, for scenarios that take them "
+                            "(peers, lane; default: default,large)")
 
 
 def _add_doctor(sub):
@@ -470,6 +473,16 @@ def _cmd_bench(args):
         if "only" not in inspect.signature(mod.run).parameters:
             raise InvalidArgument(f"hogkit bench {args.scenario} has no parts for --only")
         kwargs["only"] = args.only
+    if args.presets is not None:
+        if "presets" not in inspect.signature(mod.run).parameters:
+            raise InvalidArgument(f"hogkit bench {args.scenario} takes no --presets")
+        from hogkit.workloads.mf import PRESETS
+        names = tuple(x.strip() for x in args.presets.split(",") if x.strip())
+        unknown = [x for x in names if x not in PRESETS]
+        if not names or unknown:
+            raise InvalidArgument(f"--presets {args.presets!r}: pick from "
+                                  f"{', '.join(PRESETS)}")
+        kwargs["presets"] = names
     result = mod.run(quick=args.quick, **kwargs)
     print(mod.format_table(result))
     if args.json:

@@ -214,13 +214,17 @@ def register(arrays_cls, *, sample_kernel, gradient_kernel, sgd_kernel=None,
     overload(sample, inline="always")(sample_typer)
     overload(gradient, inline="always")(gradient_typer)
     overload(sgd, inline="always")(sgd_typer)
-    overload(lane)(lane_typer)
+    overload(lane, inline="always")(lane_typer)
     overload(lane_any, jit_options={"fastmath": FASTMATH, "nogil": True})(lane_any_typer)
 
 
 def _called(kernel):
-    """An overload body that calls the njit ``kernel`` (compiled under its own flags),
-    instead of inlining its source into the core."""
+    """An overload body that calls the njit ``kernel`` (compiled under its own flags,
+    unless the kernel is itself ``inline="always"``), instead of inlining its source
+    into the core. The overload is inlined, so the core calls ``kernel`` directly: a
+    call level passes every array of the workload, the parameters and the rule state,
+    and their reference counts cost ~1 ns a rating on mf's lane at 256 ratings a
+    step."""
     def call(wl, params, idx, nb, kind, rcfg, S1, skip):
         return kernel(wl, params, idx, nb, kind, rcfg, S1, skip)
     return call
