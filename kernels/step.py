@@ -484,10 +484,79 @@ def _run_steps(n, wl, rng, cursor, params, bufs, rule, dens, ctl, log, cfg, io, 
     return CHUNK
 
 
+def _run_lane_steps(n, wl, rng, cursor, params, bufs, rule, dens, ctl, log, cfg, io,
+                    pacer, prng):
+    """:func:`_run_steps` for a workload's own per-sample lane (``cfg[LANE]`` is
+    ``LANE_FUSED``): the same loop, line for line, with the lane kernel as its only
+    step. With the minibatch step and the generic lane beside it in one loop body,
+    mf's lane ran 7-10 % slower at 256-1024 ratings a step (issue 25). The start and
+    end of a step are written out here, not shared through inlined helpers: an
+    inlined helper taking the step's ``gap`` (assigned in branches) received its
+    initial value under numba 0.68, and the record lost every event (caught by
+    the record counts of ``tests/test_step.py`` and ``tests/test_lane.py``)."""
+    slots, rt, stop, pol, adm, grants = ctl
+    idx = bufs[4]
+    kind, rcfg, S1 = rule[0], rule[1], rule[2]
+    skip = cfg[SKIP] != 0
+    gh, lh, stats, ring = log
+    me, nb, local_h = cfg[ME], cfg[BATCH], cfg[LOCAL_H]
+    timing = cfg[TIMING] != 0
+    pacing = int(pacer[0]) != PACE_NONE
+    free = unbounded(pol)
+    kind_p, bound_p = pol[P_KIND], pol[P_A]
+    done = 0
+    io[IO_PAUSE_NS] = 0
+    while done < n:
+        io[IO_DONE] = done
+        if stop[0] != 0:
+            return STOPPED
+        k = slots[me, ITER]
+        if cfg[QUOTA] >= 0 and k >= cfg[QUOTA]:
+            return QUOTA_DONE
+        lag = clock_lag(slots, me)
+        if not free and not admitted_as_is(bound_p, adm[A_EXTRA], adm[A_RELEASED],
+                                           lead_given(slots, me, kind_p, lag)):
+            if not admit(slots, me, pol, adm, grants, lag):
+                ok, lag, waited = _spin_admit(slots, me, pol, adm, stop, SPIN_WAIT_NS)
+                rt[me, RT_WAIT] += waited
+                if not ok:
+                    return BLOCKED
+                proceed_released(adm)
+        slots[me, STEP] = k
+        t0 = monotonic_ns() if pacing else 0
+        sample(wl, rng, cursor, nb, idx)
+        others = others_updates(slots, me)
+        bad = lane(wl, params, idx, nb, kind, rcfg, S1, skip)
+        gap = _tick(slots, me, others) if local_h == 0 and bad < nb else -1
+        if bad > 0:
+            if not skip:
+                return NONFINITE
+            rt[me, RT_NONFINITE] += bad
+        if gap >= 0 and cfg[RECORD] != 0:
+            record_event(gh, lh, stats, ring, me, k, gap, lag, -1, cfg[STRIDE])
+        rt[me, RT_SAMPLES] += nb
+        long_pause = _pace(pacer, prng, rt, me, t0) if pacing else 0
+        done += 1
+        if local_h > 0 and (k + 1) % local_h == 0:
+            io[IO_DONE] = done
+            io[IO_PAUSE_NS] = long_pause
+            return MERGE
+        finish_iteration(slots, me, monotonic_ns() if timing else 0)
+        if long_pause > 0:
+            io[IO_PAUSE_NS] = long_pause
+            io[IO_DONE] = done
+            return PAUSE
+    io[IO_DONE] = done
+    return CHUNK
+
+
 #: the live worker's step loop, cached per workload type (hogkit's own workloads)
 run_steps = njit(cache=True, nogil=True, fastmath=FASTMATH)(_run_steps)
 #: the same loop compiled per process, for user workloads whose kernels may change
 run_steps_uncached = njit(nogil=True, fastmath=FASTMATH)(_run_steps)
+#: a workload's own per-sample lane's loop (``cfg[LANE] == LANE_FUSED``), cached and not
+run_lane_steps = njit(cache=True, nogil=True, fastmath=FASTMATH)(_run_lane_steps)
+run_lane_steps_uncached = njit(nogil=True, fastmath=FASTMATH)(_run_lane_steps)
 
 
 # --- the Python engine's halves --------------------------------------------------------

@@ -153,6 +153,24 @@ def test_bench_json_records_the_machine(tmp_path, capsys):
     assert env["numpy"] and env["hogkit"]
 
 
+@pytest.mark.parametrize("argv, words", [
+    (["bench", "lane", "--presets", "tiny"], "pick from"),
+    (["bench", "lane", "--presets", ","], "pick from"),
+    (["bench", "kernels", "--presets", "default"], "takes no --presets"),
+])
+def test_bench_presets_are_checked_before_anything_runs(argv, words, capsys):
+    """``--presets`` names mf presets, for the scenarios that take them; anything else
+    is refused with the choices before a benchmark starts."""
+    assert main(argv) == 2
+    assert words in capsys.readouterr().err
+
+
+def test_bench_presets_reach_the_scenario(capsys):
+    assert main(["bench", "lane", "--quick", "--presets", "default"]) == 0
+    out = capsys.readouterr().out                 # (--quick alone takes "hot")
+    assert "default" in out and "hot" not in out
+
+
 @pytest.mark.parametrize("density, config", [
     ("topk:0.5", {"fraction": 0.5, "how": "topk", "residual": True, "every": 1}),
     ("0.25", {"fraction": 0.25, "how": "topk", "residual": True, "every": 1}),

@@ -267,8 +267,11 @@ class CompiledStep:
             ctx.use_fused_scratch()
         self.io = np.zeros(_kl.NIO, np.int64)
         from hogkit.kernels.step import cacheable
-        self._run = (_ks.run_steps if cacheable(type(ctx.parts.arrays))
-                     else _ks.run_steps_uncached)
+        cached = cacheable(type(ctx.parts.arrays))
+        if cfg[_kl.LANE] == _kl.LANE_FUSED:  # the workload's own lane: its own loop
+            self._run = _ks.run_lane_steps if cached else _ks.run_lane_steps_uncached
+        else:
+            self._run = _ks.run_steps if cached else _ks.run_steps_uncached
 
     def run(self, n):
         """Run up to ``n`` steps; returns the core's code (``hogkit.kernels.step``)."""
