@@ -249,6 +249,35 @@ def test_the_readmes_torch_figures_come_from_the_committed_json():
     assert f"{pair('small')} (64 hidden, 1 / 2 processes) and {pair('medium')}" in text
 
 
+def test_inlined_lane_figures_in_results_come_from_the_committed_json():
+    """Issue 25's inlined-lane section: its tables are the committed JSON's, and the
+    figures its text compares with the run before come from both JSONs."""
+    import json
+    from pathlib import Path
+
+    from hogkit.benchmarks import peers
+    root = Path(__file__).resolve().parent.parent / "benchmarks"
+    new = json.loads((root / "peers_defaults_inlined.json").read_text())
+    old = json.loads((root / "peers_defaults.json").read_text())
+    text = " ".join((root / "RESULTS.md").read_text().split())
+    assert peers.format_markdown(new) in (root / "RESULTS.md").read_text()
+    a, b = (r["mf"]["default"]["contenders"] for r in (new, old))
+    rate = a["hogkit_sample_1"]["samples_per_s"] / b["hogkit_sample_1"]["samples_per_s"]
+    assert (f"now runs at {a['hogkit_sample_1']['samples_per_s'] / 1e6:.1f} M ratings/s, "
+            f"{rate:.2f}x the {b['hogkit_sample_1']['samples_per_s'] / 1e6:.1f} M") in text
+    assert (f"whose plain loop ran at {b['plain']['samples_per_s'] / 1e6:.1f} M/s "
+            f"({a['plain']['samples_per_s'] / 1e6:.1f} M/s in this run): the ratio is "
+            f"{new['ratios']['mf_default_sample1_over_plain']:.2f} "
+            f"({old['ratios']['mf_default_sample1_over_plain']:.2f} then)") in text
+    readme = " ".join((root.parent / "README.md").read_text().split())
+    assert (f"one worker's rate on the default preset: "
+            f"{new['ratios']['mf_default_sample1_over_plain']:.2f}x the plain loop's") in readme
+    t2 = a["hogkit_default_2"]["time_to_target"]
+    assert (f"reach the target in {t2:.3f} s, "
+            f"{t2 / a['libmf_2']['time_to_target']:.2f}x LIBMF's two threads' time and "
+            f"{new['ratios']['mf_default_plain_time_over_default2_time']:.2f}x sooner") in text
+
+
 def test_torch_lane_figures_in_results_come_from_the_committed_json():
     """The torch-lane section of RESULTS.md quotes benchmarks/peers_mlp_torch_lane.json
     (every rate, time and ratio it shows)."""
