@@ -171,7 +171,7 @@ class Optimizer(torch.optim.Optimizer):
             layout = tuple((type(r), r.slots) for r in rules)
             if (layout, ptrs) == self._layout:
                 self._pstep.rule.members = [(r, n) for r, (_, n) in
-                                           zip(rules, self._pstep.rule.members)]
+                                            zip(rules, self._pstep.rule.members)]
                 if self._lane is not None:
                     self._lane.set_rules(self._pstep.rule)
                 self._rules_now = rules
@@ -195,10 +195,10 @@ class Optimizer(torch.optim.Optimizer):
                   if self.density is not None else None)
         self._params = params
         self._pstep = PythonStep(None, None, rank=self.worker.rank, rule=rule,
-                                rule_state=state, density=self.density,
-                                density_state=dstate, reader=self.worker.reader,
-                                clocks=self.worker.clocks, params=params,
-                                nonfinite=self.nonfinite)
+                                 rule_state=state, density=self.density,
+                                 density_state=dstate, reader=self.worker.reader,
+                                 clocks=self.worker.clocks, params=params,
+                                 nonfinite=self.nonfinite)
         self._rules_now = rules
         self._layout = (tuple((type(r), r.slots) for r in rules),
                         tuple(p.data_ptr() for p in self._order))
@@ -266,7 +266,7 @@ class Optimizer(torch.optim.Optimizer):
     # --- torch.optim plumbing -------------------------------------------------------
     def load_state_dict(self, state_dict):
         super().load_state_dict(state_dict)
-        self._pstep = None             # re-derive the numpy views from the loaded tensors
+        self._pstep = None            # re-derive the numpy views from the loaded tensors
 
     def add_param_group(self, param_group):
         super().add_param_group(param_group)
