@@ -60,7 +60,8 @@ def _add_training_options(p):
     g.add_argument("--steps", type=_positive_int, default=None,
                    help="total iterations over all workers (default: the workload's)")
     g.add_argument("--seconds", type=_positive_float, default=None, help="wall-time budget")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the data, the initial model and the sampling")
     p.add_argument("--policy", default="async",
                    help=f"consistency policy: {spellings()} (default async)")
     p.add_argument("--rule", default=None, choices=RULES,
@@ -69,7 +70,8 @@ def _add_training_options(p):
                         "adagrad-rowwise)")
     p.add_argument("--lr", type=_positive_float, default=None,
                    help="learning rate (default: the workload's)")
-    p.add_argument("--momentum", type=float, default=0.0)
+    p.add_argument("--momentum", type=float, default=0.0,
+                   help="momentum of sgd, staleness-aware or gap-aware")
     p.add_argument("--density", default=None, metavar="DENSITY",
                    help="apply a part of each update, keep the rest as residual: a "
                         "fraction F (top-k), topk:F, random:F or every:K (every K-th "
@@ -123,12 +125,30 @@ def _option_value(text):
     return text
 
 
+class _Help(argparse.HelpFormatter):
+    """argparse's help with each option's default appended, where its help does not
+    say it already and the default is a value (not None or off)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        d = action.default
+        if (not action.option_strings or "default" in text or d is None or d is False
+                or d is argparse.SUPPRESS or d == []):
+            return text
+        return text + " (default: %(default)s)"
+
+
 def build_parser():
+    from hogkit import __version__
     parser = argparse.ArgumentParser(
-        prog="hogkit", description="Lock-free, staleness-aware training on one machine.")
+        prog="hogkit", description="Lock-free, staleness-aware training on one machine.",
+        formatter_class=_Help)
+    parser.add_argument("--version", action="version", version=f"hogkit {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for add in (_add_run, _add_sim, _add_bench, _add_doctor, _add_sweep, _add_report):
         add(sub)
+    for p in sub.choices.values():
+        p.formatter_class = _Help
     return parser
 
 
@@ -186,8 +206,9 @@ def _add_cluster_options(run):
 
 
 def _add_sim(sub):
-    sim = sub.add_parser("sim", help="simulate the run in virtual time (deterministic; "
-                                     "workers may far exceed the cores)")
+    sim = sub.add_parser("sim", aliases=["simulate"],
+                         help="simulate the run in virtual time (deterministic; "
+                              "workers may far exceed the cores)")
     _add_training_options(sim)
     sim.add_argument(
         "--delays", default="constant:1e-3",
@@ -586,7 +607,7 @@ def main(argv=None):
 
     args = build_parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
-    handler = {"run": _cmd_run, "sim": _cmd_sim, "bench": _cmd_bench,
+    handler = {"run": _cmd_run, "sim": _cmd_sim, "simulate": _cmd_sim, "bench": _cmd_bench,
                "report": _cmd_report, "doctor": _cmd_doctor,
                "sweep": _cmd_sweep}[args.command]
     # SIGINT and SIGTERM interrupt the whole command (building data, compiling,

@@ -153,6 +153,31 @@ def test_bench_json_records_the_machine(tmp_path, capsys):
     assert env["numpy"] and env["hogkit"]
 
 
+def test_version_and_the_simulate_alias(capsys):
+    from hogkit import __version__
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"hogkit {__version__}"
+    assert main(["simulate", "--workload", "mf", "-o", "preset=hot", "--workers", "3",
+                 "--steps", "60", "--no-progress"]) == 0
+    assert "simulated" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", ["run", "sim"])
+def test_help_shows_the_defaults(command, capsys):
+    """Every option with a value for a default says it in ``--help`` (once)."""
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for shown in ("worker processes (default: 2)",
+                  "the initial model and the sampling (default: 0)",
+                  "gap-aware (default: 0.0)"):
+        assert shown in text
+    assert "(default: None)" not in text and "(default: [])" not in text
+    assert "(default: mf, generated matrix factorisation) (default" not in text
+
+
 @pytest.mark.parametrize("argv, words", [
     (["bench", "lane", "--presets", "tiny"], "pick from"),
     (["bench", "lane", "--presets", ","], "pick from"),
