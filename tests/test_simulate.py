@@ -306,3 +306,21 @@ def test_hogkit_simulate_stays_the_function_after_the_module_is_imported():
     import hogkit
     from hogkit.engine.simulator import strip_wall  # noqa: F401 - importing the module must not shadow
     assert callable(hogkit.simulate) and hogkit.simulate.__name__ == "simulate"
+
+
+def test_lr_alone_is_plain_sgd_and_lr_with_a_rule_is_refused():
+    """``lr=`` alone is ``rule=SGD(lr)`` (as ``hogkit run --lr``): the same run, bit for
+    bit; with a rule too it is refused before anything runs, naming the fix."""
+    from hogkit import train
+    from hogkit.errors import InvalidArgument
+    from hogkit.rules.core import SGD
+    kw = dict(workload="mf", workers=4, steps=400, seed=3, workload_options={"preset": "hot"})
+    a = simulate(lr=0.07, **kw)
+    b = simulate(rule=SGD(0.07), **kw)
+    assert a.config["rule"] == b.config["rule"] == {"name": "SGD", "lr": 0.07, "momentum": 0.0}
+    assert a.checksum() == b.checksum()
+    for call in (simulate, train):
+        with pytest.raises(InvalidArgument, match=r"rule=SGD\(lr=0.1, momentum=0.9\)"):
+            call(lr=0.1, rule=SGD(0.05), **kw)
+    with pytest.raises(InvalidArgument, match="lr"):
+        simulate(lr=-1.0, **kw)

@@ -109,6 +109,19 @@ class RunPlan:
                 **extra}
 
 
+def rule_from_lr(rule, lr):
+    """``rule``, or plain SGD at ``lr`` when only ``lr`` is given (``train(lr=0.1)``,
+    as ``hogkit run --lr 0.1``); both given is refused, with the fix."""
+    if lr is None:
+        return rule
+    if rule is not None:
+        raise InvalidArgument(f"lr={lr!r} with rule={rule!r}: the rule carries its own "
+                              f"lr; give one of them (e.g. rule=SGD(lr={lr!r}, "
+                              f"momentum=0.9), or lr={lr!r} alone for plain SGD)")
+    from hogkit.rules.core import SGD
+    return SGD(lr=lr)
+
+
 def make_plan(workload="mf", *, workers=2, policy=None, rule=None, density=None,
               batch=None, steps=None, seconds=None, seed=0, nonfinite="raise",
               stragglers=None, eval_every="auto", shards=1, out=None,

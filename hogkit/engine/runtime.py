@@ -18,7 +18,7 @@ import warnings
 
 from hogkit.engine.live import LiveRun
 from hogkit.engine.mainguard import check_main_guard
-from hogkit.engine.plan import make_plan, resolve_workload
+from hogkit.engine.plan import make_plan, resolve_workload, rule_from_lr
 from hogkit.engine.run import Run
 from hogkit.engine.step import compiled_support, resolve_lane
 from hogkit.errors import EngineNotice, InvalidArgument
@@ -35,14 +35,15 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
           eval_every="auto", out=None, progress=None, wait_timeout=60.0, grace=2.0,
           workload_options=None, keep_params=True, shards=1, engine="auto",
           events="sampled", checkpoint_every="auto", resume=None, on_failure="stop",
-          max_restarts=3, lane="auto") -> Run:
+          max_restarts=3, lane="auto", lr=None) -> Run:
     """Train ``workload`` with ``workers`` processes sharing one parameter store.
 
     workload : ``"mf"``, ``"logreg"``, ``"mlp"``, ... (:mod:`hogkit.workloads`; its
         constructor takes ``workload_options``) or an object with
         ``build/setup/gradient/loss``. ``workers``: worker processes (≥ 1).
     policy : consistency policy, default ``Async()`` (Hogwild!). ``rule``: update rule,
-        default ``SGD(lr=workload.default_lr)``. ``density``: an optional ``Density``
+        default ``SGD(lr=workload.default_lr)``; ``lr`` alone: ``SGD(lr)`` (with
+        ``rule``: refused, the rule carries its lr). ``density``: an optional ``Density``
         filter on each update before the rule. ``batch``: samples per gradient,
         default ``workload.default_batch``. ``seed``: data, initial model, sampling.
     steps, seconds : stop after ``steps`` iterations in total (split evenly over the
@@ -90,6 +91,7 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
     Interrupted on SIGINT/SIGTERM; the workers are stopped and no segment is left.
     """
     check_main_guard("hogkit.train()")
+    rule = rule_from_lr(rule, lr)
     supervision = _supervision(wait_timeout, grace, on_failure, max_restarts)
     resumed = None if resume is None else load_state(resume)
     if resume is not None and out is None:

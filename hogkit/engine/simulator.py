@@ -65,7 +65,7 @@ from hogkit.kernels import clock as _kc
 from hogkit.kernels import layout as L
 from hogkit.kernels import sim as K
 from hogkit.engine.local_phase import LocalPhase
-from hogkit.engine.plan import eval_interval, make_plan
+from hogkit.engine.plan import eval_interval, make_plan, rule_from_lr
 from hogkit.state.reader import Reader, StalenessLog
 from hogkit.report import write_outputs
 from hogkit.engine.run import Run
@@ -128,12 +128,12 @@ class _Setup:
 def simulate(workload="mf", *, workers=2, policy=None, rule=None, density=None, batch=None,
              delays=None, stragglers=None, steps=None, seconds=None, seed=0,
              nonfinite="raise", eval_every="auto", evals=20, engine="auto", out=None,
-             workload_options=None, keep_params=True, shards=1) -> Run:
+             workload_options=None, keep_params=True, shards=1, lr=None) -> Run:
     """Simulate a Hogwild! run of ``workers`` virtual workers; returns a :class:`Run`.
 
     Arguments as :func:`hogkit.train`, with the same defaults (``workload``,
-    ``workers``, ``policy``, ``rule``, ``density``, ``batch`` (an int), ``steps`` =
-    total iterations split evenly over the workers, ``seed``, ``nonfinite``,
+    ``workers``, ``policy``, ``rule``, ``lr``, ``density``, ``batch`` (an int),
+    ``steps`` = total iterations split evenly over the workers, ``seed``, ``nonfinite``,
     ``stragglers``, ``out``, ``keep_params``, ``shards`` (1 only)), plus:
 
     delays : compute-time model: ``None`` (``Constant(1e-3)``), a string for
@@ -155,6 +155,7 @@ def simulate(workload="mf", *, workers=2, policy=None, rule=None, density=None, 
     and ``run.checksum()`` of the final parameters.
     """
     t_wall = time.perf_counter()
+    rule = rule_from_lr(rule, lr)
     plan = make_plan(workload, workers=workers, policy=policy, rule=rule, density=density,
                      batch=batch, steps=steps, seconds=seconds, seed=seed,
                      nonfinite=nonfinite, stragglers=stragglers, eval_every=eval_every,
