@@ -139,11 +139,11 @@ class _Help(argparse.HelpFormatter):
 
 
 def build_parser():
-    from hogkit import __version__
+    from importlib.metadata import version
     parser = argparse.ArgumentParser(
         prog="hogkit", description="Lock-free, staleness-aware training on one machine.",
         formatter_class=_Help)
-    parser.add_argument("--version", action="version", version=f"hogkit {__version__}")
+    parser.add_argument("--version", action="version", version=f"hogkit {version('hogkit')}")
     sub = parser.add_subparsers(dest="command", required=True)
     for add in (_add_run, _add_sim, _add_bench, _add_doctor, _add_sweep, _add_report):
         add(sub)
@@ -607,8 +607,8 @@ def main(argv=None):
 
     args = build_parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
-    handler = {"run": _cmd_run, "sim": _cmd_sim, "simulate": _cmd_sim, "bench": _cmd_bench,
-               "report": _cmd_report, "doctor": _cmd_doctor,
+    handler = {"run": _cmd_run, "sim": _cmd_sim, "simulate": _cmd_sim,
+               "bench": _cmd_bench, "report": _cmd_report, "doctor": _cmd_doctor,
                "sweep": _cmd_sweep}[args.command]
     # SIGINT and SIGTERM interrupt the whole command (building data, compiling,
     # writing results), not only while workers run: every path unwinds through the

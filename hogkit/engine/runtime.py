@@ -42,10 +42,9 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
         constructor takes ``workload_options``) or an object with
         ``build/setup/gradient/loss``. ``workers``: worker processes (≥ 1).
     policy : consistency policy, default ``Async()`` (Hogwild!). ``rule``: update rule,
-        default ``SGD(lr=workload.default_lr)``; ``lr`` alone: ``SGD(lr)`` (with
-        ``rule``: refused, the rule carries its lr). ``density``: an optional ``Density``
-        filter on each update before the rule. ``batch``: samples per gradient,
-        default ``workload.default_batch``. ``seed``: data, initial model, sampling.
+        default ``SGD(lr=workload.default_lr)``; ``lr`` alone: ``SGD(lr)``. ``density``:
+        a ``Density`` filter on each update before the rule. ``batch``: samples per
+        gradient, default ``workload.default_batch``. ``seed``: data, model, sampling.
     steps, seconds : stop after ``steps`` iterations in total (split evenly over the
         workers) and/or after ``seconds`` of wall time, whichever comes first.
     nonfinite : ``"raise"`` (the run stops with the worker's rank and step) or ``"skip"``
@@ -91,13 +90,12 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
     Interrupted on SIGINT/SIGTERM; the workers are stopped and no segment is left.
     """
     check_main_guard("hogkit.train()")
-    rule = rule_from_lr(rule, lr)
     supervision = _supervision(wait_timeout, grace, on_failure, max_restarts)
     resumed = None if resume is None else load_state(resume)
     if resume is not None and out is None:
         out = os.fspath(resume)
-    plan = make_plan(workload, workers=workers, policy=policy, rule=rule, density=density,
-                     batch=batch, steps=steps, seconds=seconds, seed=seed,
+    plan = make_plan(workload, workers=workers, policy=policy, rule=rule_from_lr(rule, lr),
+                     density=density, batch=batch, steps=steps, seconds=seconds, seed=seed,
                      nonfinite=nonfinite, stragglers=stragglers, eval_every=eval_every,
                      shards=shards, out=out, workload_options=workload_options,
                      keep_params=keep_params, events=events, spawn=True, lane=lane)
@@ -106,7 +104,7 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
                            batch=plan.batch, shards=plan.shards, policy=plan.policy,
                            stragglers=plan.stragglers)
     plan = _with_lane(plan, engine, batch_given=batch is not None,
-                      rule_given=rule is not None,
+                      rule_given=rule is not None or lr is not None,
                       by_name=workload if isinstance(workload, str) else None,
                       options=workload_options)
     live = _live_run(plan, engine, resume, resumed, checkpoint_every=checkpoint_every,
