@@ -454,6 +454,9 @@ class _TorchLane:
 
     def __init__(self, ctx, rule, rule_state, reader, params, keep_read):
         import torch
+
+        from hogkit.workloads.module import flat_grads
+        self._flat_grads = flat_grads            # bound once: take() runs every step
         names = ctx.names
         arrays = [params[n] for n in names]
         for name, a, t in zip(names, arrays, ctx.params):
@@ -487,8 +490,7 @@ class _TorchLane:
     def take(self, ps):
         """Hold the gradients of ``ps`` flat; False when one is missing, sparse, not
         contiguous or of another dtype (the step then takes the general path)."""
-        from hogkit.workloads.module import flat_grads
-        G = flat_grads(ps, self.torch_dtype)
+        G = self._flat_grads(ps, self.torch_dtype)
         if G is None:
             return False
         self.G, self.ps = G, ps
