@@ -81,6 +81,11 @@ MLP_LR = (0.05, 0.1, 0.2, 0.4, 0.8)
 #: rounds, and the lr (torch's example's SGD setting on this batch)
 MLP_RATE_STEPS, MLP_RATE_ROUNDS, MLP_RATE_LR = 8000, 6, 0.1
 MLP_TARGET = 0.05
+#: mf's rate rounds (``_mf_rates``): seconds per contender and round, and the rounds.
+#: The plain loop and one hogkit worker (SGD, per-sample lane, the sweep) alternate, so
+#: the machine's drift (the plain loop ranged 83-114 M ratings/s across invocations of
+#: one day) falls on both sides of each round's ratio
+MF_RATE_SECONDS, MF_RATE_ROUNDS = 3.0, 6
 MLP_EPOCHS = (2, 4, 8, 12, 16, 24, 32, 48)
 EPOCHS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24)
 #: a hogkit lr's curve stops after a run longer than this many times LIBMF's best time
@@ -271,6 +276,48 @@ def _mf_plain(wl, params, data, target, max_epochs, quick=False):
             "all_lr": runs}
 
 
+def _plain_rate(params, data, lr, seconds):
+    """Ratings a second of the plain loop, whole epochs back to back for ``seconds``
+    (from a fresh copy of the initial factors)."""
+    u, i, r = data["u"], data["i"], data["r"]
+    P, Q = params["P"].copy(), params["Q"].copy()
+    done, t0 = 0, time.perf_counter()
+    while True:
+        plain_mf_epoch(P, Q, u, i, r, lr)
+        done += len(r)
+        dt = time.perf_counter() - t0
+        if dt >= seconds:
+            return done / dt
+
+
+def _mf_rates(wl, params, data, c, seconds, rounds):
+    """Ratings a second of the plain loop and of one hogkit worker (``train``, SGD on
+    the per-sample lane in the sweep, record on, from its start barrier) over
+    ``seconds`` each, in ``rounds`` rounds whose order alternates (plain first in even
+    rounds); each at its best lr of the curves in ``c``. Returns the rounds and the
+    medians, with each round's hogkit / plain."""
+    from hogkit.engine.runtime import train
+    from hogkit.rules.core import SGD
+    h, plain_lr = c["hogkit_sample_1"], c["plain"]["lr"]
+    out = []
+    for k in range(rounds):
+        got = {"order": ["plain", "hogkit"] if k % 2 == 0 else ["hogkit", "plain"]}
+        for name in got["order"]:
+            if name == "plain":
+                got["plain"] = _plain_rate(params, data, plain_lr, seconds)
+            else:
+                run = train(wl, workers=1, seconds=seconds, rule=SGD(h["lr"]),
+                            lane="sample", batch=h["batch"], engine="compiled",
+                            eval_every=None, progress=False, keep_params=False)
+                got["hogkit"] = run.extra["samples"] / run.wall_s
+        got["ratio"] = got["hogkit"] / got["plain"]
+        out.append(got)
+    med = {k: statistics.median(g[k] for g in out) for k in ("plain", "hogkit", "ratio")}
+    return {"seconds": seconds, "plain_lr": plain_lr, "hogkit_lr": h["lr"],
+            "batch": h["batch"], "rounds": out, "median": med,
+            "ratio_range": [min(g["ratio"] for g in out), max(g["ratio"] for g in out)]}
+
+
 def _mf_libmf(lib, wl, data, target, threads, max_epochs, quick=False):
     X = np.stack([data["u"].astype(np.float32), data["i"].astype(np.float32), data["r"]],
                  axis=1)
@@ -390,6 +437,8 @@ def _mf(preset, quick):
                                                   n, rate_s, cap=cap)
     c["hogkit_python_1"] = _hogkit(wl, target, 1, "python", LR["hogkit_mf"][:1],
                                    min(max_epochs, 4), n, rate_s)
+    out["rates"] = _mf_rates(wl, params, data, c, 0.5 if quick else MF_RATE_SECONDS,
+                             1 if quick else MF_RATE_ROUNDS)
     return out
 
 
@@ -629,6 +678,8 @@ def _ratios(result):
         for lane in ("default", "sample", "compiled"):
             one, two = c[f"hogkit_{lane}_1"], c[f"hogkit_{lane}_2"]
             r[f"mf_{p}_{lane}1_over_plain"] = one["samples_per_s"] / plain
+            if lane == "sample" and "rates" in m:     # alternating rounds: the bar's figure
+                r[f"mf_{p}_rounds_sample1_over_plain"] = m["rates"]["median"]["ratio"]
             r[f"mf_{p}_{lane}2_over_{lane}1"] = two["samples_per_s"] / one["samples_per_s"]
             _time_ratio(r, f"mf_{p}_plain_time_over_{lane}2_time", c["plain"], two)
             for w in (1, 2):
@@ -673,6 +724,8 @@ def format_table(result) -> str:
         lines.append(f"mf preset {p}: {m['n_ratings']:,} ratings, target training MSE "
                      f"{m['target_mse']} (from {m['initial_mse']:.3f})")
         lines += _rows(m["contenders"])
+        if m.get("rates"):
+            lines.append("  " + _mf_rates_line(m["rates"]))
     lg = result.get("logreg")
     if lg:
         lines.append(f"logreg: {lg['n_samples']:,} samples, target log-loss "
@@ -715,6 +768,8 @@ def format_markdown(result) -> str:
             out.append(f"| {c['label']} | {c['lr']:g} | {c['samples_per_s'] / 1e6:.1f}"
                        f"{spread} | {f'{t:.3f} s' if t is not None else 'not reached'} |")
         out.append("")
+        if m.get("rates"):
+            out += [_mf_rates_line(m["rates"]), ""]
     keys = [k for k in result.get("ratios", {}) if k.startswith("mf_")]
     if keys:
         out.append("| ratio (same invocation) | value |")
@@ -725,6 +780,14 @@ def format_markdown(result) -> str:
             out.append("")
         out += _mlp_markdown(result["mlp"])
     return "\n".join(out)
+
+
+def _mf_rates_line(g):
+    med, (lo, hi) = g["median"], g["ratio_range"]
+    return (f"Rate rounds ({len(g['rounds'])} rounds of {g['seconds']:g} s each, order "
+            f"alternating, medians): plain loop {med['plain'] / 1e6:.1f} M ratings/s, "
+            f"hogkit SGD per-sample lane, 1 worker, {med['hogkit'] / 1e6:.1f} M/s; "
+            f"hogkit / plain {med['ratio']:.2f} (rounds {lo:.2f}–{hi:.2f}).")
 
 
 def _mlp_markdown(m):

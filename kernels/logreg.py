@@ -42,7 +42,7 @@ class LogRegArrays(NamedTuple):
     reg: float
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def logreg_sample(wl, rng, cursor, nb, idx):
     """The step core's sampler: a sweep of the samples from the worker's cursor
     (``mf.sweep_sample``; ``rng`` unused)."""
