@@ -269,13 +269,43 @@ def test_inlined_lane_figures_in_results_come_from_the_committed_json():
             f"({a['plain']['samples_per_s'] / 1e6:.1f} M/s in this run): the ratio is "
             f"{new['ratios']['mf_default_sample1_over_plain']:.2f} "
             f"({old['ratios']['mf_default_sample1_over_plain']:.2f} then)") in text
-    readme = " ".join((root.parent / "README.md").read_text().split())
-    assert (f"one worker's rate on the default preset: "
-            f"{new['ratios']['mf_default_sample1_over_plain']:.2f}x the plain loop's") in readme
     t2 = a["hogkit_default_2"]["time_to_target"]
     assert (f"reach the target in {t2:.3f} s, "
             f"{t2 / a['libmf_2']['time_to_target']:.2f}x LIBMF's two threads' time and "
             f"{new['ratios']['mf_default_plain_time_over_default2_time']:.2f}x sooner") in text
+
+
+def test_rate_rounds_figures_in_results_and_readme_come_from_the_committed_json():
+    """Issue 25's rate-rounds section and the README quote benchmarks/peers_rounds.json:
+    the tables are its rendering, and each bar's figure in the text is its value."""
+    import json
+    from pathlib import Path
+
+    from hogkit.benchmarks import peers
+    root = Path(__file__).resolve().parent.parent / "benchmarks"
+    r = json.loads((root / "peers_rounds.json").read_text())
+    results = (root / "RESULTS.md").read_text()
+    assert peers.format_markdown(r) in results
+    text = " ".join(results.split())
+    rr, d = r["ratios"], r["mf"]["default"]
+    lo, hi = d["rates"]["ratio_range"]
+    assert (f"large preset **{rr['mf_large_rounds_sample1_over_plain']:.2f}** in the rounds "
+            f"(met); default preset **{rr['mf_default_rounds_sample1_over_plain']:.2f}** "
+            f"(rounds {lo:.2f}–{hi:.2f}), not met") in text
+    assert rr["mf_default_rounds_sample1_over_plain"] < 0.9 <= rr["mf_large_rounds_sample1_over_plain"]
+    assert f"and this run {rr['mf_default_sample1_over_plain']:.2f}" in text
+    cd, cl = d["contenders"], r["mf"]["large"]["contenders"]
+    t2d, t2l = cd["hogkit_default_2"]["time_to_target"], cl["hogkit_default_2"]["time_to_target"]
+    assert (f"the defaults reach it in {t2d:.3f} s, "
+            f"{t2d / cd['libmf_2']['time_to_target']:.2f}x LIBMF's, and in {t2l:.3f} s on "
+            f"the large preset, {t2l / cl['libmf_2']['time_to_target']:.2f}x") in text
+    assert t2d < cd["plain"]["time_to_target"] and cl["plain"]["time_to_target"] is None
+    assert f"the defaults {rr['mf_large_default2_over_default1']:.2f} (met)" in text
+    readme = " ".join((root.parent / "README.md").read_text().split())
+    assert (f"one worker's rate on the default preset: "
+            f"{rr['mf_default_rounds_sample1_over_plain']:.2f}x the plain loop's ratings/s "
+            f"in alternating rate rounds, {rr['mf_large_rounds_sample1_over_plain']:.2f}x on "
+            f"the large one") in readme
 
 
 def test_torch_lane_figures_in_results_come_from_the_committed_json():
