@@ -14,6 +14,11 @@ What bounds the fused engine: not the event loop (~0.5 µs per update at 64 work
 but the gradient's random reads of the CSR rows (12 MB, beyond L2): about 25-40 ns
 per nonzero, so a batch of 64 samples (~1500 nonzeros) costs ~15 µs whatever the
 engine; the loop reaches ≥ 200k updates/s at batch ≤ 16.
+
+``ssp``: issue 26's configuration, ``hogkit sim --workload logreg --workers 64 --policy
+ssp:3 --batch 16`` (200,000 updates, the default step times and evaluation points),
+the fused engine's ``engine_updates_per_s`` after a first run that loads the kernels,
+median over rounds, with evaluation points and without (``eval_every=None``).
 """
 
 from __future__ import annotations
@@ -35,6 +40,19 @@ def _rate(wl, batch, steps, engine, rounds):
     return statistics.median(rates), rates, run
 
 
+def _ssp(steps, rounds):
+    from hogkit.policy import SSP
+    out = {}
+    for label, every in (("evals", "auto"), ("no_evals", None)):
+        simulate("logreg", workers=64, policy=SSP(3), batch=16, steps=steps // 10,
+                 eval_every=every, keep_params=False)
+        rates = [simulate("logreg", workers=64, policy=SSP(3), batch=16, steps=steps,
+                          eval_every=every, keep_params=False).extra["engine_updates_per_s"]
+                 for _ in range(rounds)]
+        out[label] = {"updates_per_s": statistics.median(rates), "all": rates}
+    return {"workers": 64, "policy": "ssp:3", "batch": 16, "steps": steps, **out}
+
+
 def run(quick=False, rounds=None, batches=BATCHES) -> dict:
     rounds = rounds or (1 if quick else 3)
     wl = workloads.get("logreg")
@@ -52,6 +70,7 @@ def run(quick=False, rounds=None, batches=BATCHES) -> dict:
             "mean_gap": frun.staleness["update_gap"]["mean"]}
         result["ratios"][f"fused_over_python_b{b}"] = f / p if p else 0.0
         result["ratios"][f"fused_1e6_updates_s_b{b}"] = 1e6 / f if f else 0.0
+    result["ssp"] = _ssp(20_000 if quick else 200_000, rounds)
     return result
 
 
@@ -66,4 +85,35 @@ def format_table(result) -> str:
                      f"{result['ratios'][f'fused_over_python_b{b}']:>9.1f}"
                      f"{result['ratios'][f'fused_1e6_updates_s_b{b}']:>13.2f}"
                      f"{r['mean_gap']:>10.1f}")
+    if "ssp" in result:
+        s = result["ssp"]
+        lines.append(f"ssp:3, 64 workers, batch 16, {s['steps']:,} updates: fused engine "
+                     f"{s['evals']['updates_per_s']:,.0f} upd/s with evaluation points, "
+                     f"{s['no_evals']['updates_per_s']:,.0f} without")
     return "\n".join(lines)
+
+
+def format_markdown(result, before=None) -> str:
+    """The fused engine's rates as RESULTS.md shows them; with ``before`` (the same
+    scenario's JSON at an earlier commit) a column of its rates and the ratio."""
+    head = "| configuration | fused engine upd/s |"
+    rule = "|---|---|"
+    if before:
+        head += " before | after / before |"
+        rule += "---|---|"
+    rows = [head, rule]
+
+    def row(label, now, then):
+        line = f"| {label} | {now:,.0f} |"
+        if before:
+            line += f" {then:,.0f} | {now / then:.2f}x |"
+        rows.append(line)
+    for b, r in result["by_batch"].items():
+        then = before["by_batch"][b]["fused_updates_per_s"] if before else None
+        row(f"Async, lognormal step times, batch {b}", r["fused_updates_per_s"], then)
+    if "ssp" in result:
+        for key, label in (("evals", "with evaluation points"),
+                           ("no_evals", "without evaluation points")):
+            then = before["ssp"][key]["updates_per_s"] if before else None
+            row(f"SSP(3), batch 16, {label}", result["ssp"][key]["updates_per_s"], then)
+    return "\n".join(rows)

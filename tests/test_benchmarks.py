@@ -321,3 +321,22 @@ def test_torch_lane_figures_in_results_come_from_the_committed_json():
                 f"{v['time_to_target']:.3f} s |") in text
     for key in ("mlp_hogkit1_over_torch1_rate", "mlp_hogkit2_over_torch2_rate"):
         assert f"{r['ratios'][key]:.2f}x" in text
+
+
+def test_simulator_speed_section_comes_from_the_committed_json():
+    """Issue 26's simulator section: its table renders the two committed JSONs, and the
+    bar's figures in the text are theirs."""
+    import json
+    from pathlib import Path
+
+    from hogkit.benchmarks import simulate
+    root = Path(__file__).resolve().parent.parent / "benchmarks"
+    r = json.loads((root / "simulate_issue26.json").read_text())
+    o = json.loads((root / "simulate_issue26_before.json").read_text())
+    results = (root / "RESULTS.md").read_text()
+    assert simulate.format_markdown(r, o) in results
+    now, then = r["ssp"]["evals"]["updates_per_s"], o["ssp"]["evals"]["updates_per_s"]
+    text = " ".join(results.split())
+    assert (f"{now:,.0f} with the default evaluation points ({now / then:.2f}x before), "
+            f"{r['ssp']['no_evals']['updates_per_s']:,.0f} without") in text
+    assert now < 300_000 <= r["ssp"]["no_evals"]["updates_per_s"]    # "at the line"
