@@ -196,9 +196,9 @@ def logreg_loss(w, indptr, indices, values, y):
     total = 0.0
     right = 0
     for s in range(indptr.shape[0] - 1):
-        m = 0.0
-        for j in range(indptr[s], indptr[s + 1]):
-            m += float(w[indices[j]]) * float(values[j])
+        m = 0.0      # in order (no fastmath), indexed unsigned: no negative-index fix-ups
+        for j in range(np.uint64(indptr[s]), np.uint64(indptr[s + 1])):
+            m += float(w[np.uint64(indices[j])]) * float(values[j])
         ys = float(y[s])
         total += max(m, 0.0) + math.log1p(math.exp(-abs(m))) - ys * m
         if (m > 0.0) == (ys > 0.5):
@@ -211,8 +211,8 @@ def csr_matvec(indptr, indices, values, w, out):
     """out[s] = sum_j values[j] * w[indices[j]] over row s (float64 accumulation)."""
     for s in range(indptr.shape[0] - 1):
         m = 0.0
-        for j in range(indptr[s], indptr[s + 1]):
-            m += float(w[indices[j]]) * float(values[j])
+        for j in range(np.uint64(indptr[s]), np.uint64(indptr[s + 1])):
+            m += float(w[np.uint64(indices[j])]) * float(values[j])
         out[s] = m
 
 
