@@ -36,7 +36,7 @@ from numba import njit
 
 from ._intrinsics import prefetch_row, sqrt
 from .dense import momentum_flat, sgd_flat
-from .sparse import momentum_rows, sgd_rows
+from .sparse import big, momentum_rows, sgd_rows
 
 _AHEAD = 16              # constant DC-ASGD rows prefetch this many batch entries ahead
 _AHEAD2 = 8              # ... and the kernels with a state table (2-3 rows per entry)
@@ -68,17 +68,6 @@ def staleness_aware_momentum_flat(w, m, g, lr, mu, tau):
 def staleness_aware_momentum_rows(W, M, rows, G, lr, mu, tau, n=-1):
     """Lazy sparse-row twin of ``staleness_aware_momentum_flat``."""
     momentum_rows(W, M, rows, G, lr, mu, 1.0 / max(tau, 1), n)
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _keep_start(S, W, r, code):
-    """At the first occurrence of a repeated row (``code = 2s``), save its start value
-    into ``S[s]``: later occurrences measure their gap from it, so a row's own earlier
-    step in this batch never counts as staleness. ``code < 0``: not repeated."""
-    if code >= 0:
-        s = code >> 1
-        for j in range(W.shape[1]):
-            S[s, j] = W[r, j]
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -171,17 +160,20 @@ def dc_rows(W, rows, G, B, lr, lam, n=-1):
     c = W.dtype.type(lam)
     n = rows.shape[0] if n < 0 else n
     d = W.shape[1]
-    for i in range(min(_AHEAD, n)):
+    pf = big(W)
+    for i in range(min(_AHEAD, n) if pf else 0):
         prefetch_row(W, rows[i])
     code, ns = _repeats(rows, n)
     S = np.empty((ns, d), W.dtype)
     for i in range(n):
-        if i + _AHEAD < n:
+        if pf and i + _AHEAD < n:
             prefetch_row(W, rows[i + _AHEAD])
         r = rows[i]
         k = code[i]
         if k < 0 or (k & 1) == 0:             # W[r] still holds its start value
-            _keep_start(S, W, r, k)
+            if k >= 0:                        # (kept for its repeats; written out:
+                for j in range(d):            # a helper passed the arrays per row)
+                    S[k >> 1, j] = W[r, j]
             for j in range(d):
                 gi = G[i, j]
                 wi = W[r, j]
@@ -217,7 +209,11 @@ def dc_adaptive_flat(w, ms, g, w_bak, lr, lam0, m, eps):
 
 @njit(cache=True, nogil=True, inline="always")
 def _prefetch_state(W, A, B, with_b, r):
-    """Prefetch row ``r`` of the parameter and of the state it updates with it."""
+    """Prefetch row ``r`` of the parameter and of the state it updates with it, when the
+    parameter outgrows the cache (``sparse.big``; a table that fits is read from cache
+    anyway, and the prefetches cost more than they save)."""
+    if not big(W):
+        return
     prefetch_row(W, r)
     prefetch_row(A, r)
     if with_b:
@@ -235,21 +231,6 @@ def _one_pass_start(W, A, B, with_b, rows, n):
     return code, np.empty((ns, W.shape[1]), W.dtype)
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _next_row(W, A, B, with_b, rows, code, S, i, n):
-    """Row ``i`` of a one-pass delayed kernel: prefetch ahead, and ``(r, code, fresh)``
-    with ``fresh`` when ``W[r]`` still holds its start value (then saved into ``S``
-    if the row repeats later)."""
-    if i + _AHEAD2 < n:
-        _prefetch_state(W, A, B, with_b, rows[i + _AHEAD2])
-    r = rows[i]
-    c = code[i]
-    fresh = c < 0 or (c & 1) == 0
-    if fresh:
-        _keep_start(S, W, r, c)
-    return r, c, fresh
-
-
 @njit(cache=True, nogil=True, error_model="numpy")
 def dc_adaptive_rows(W, MS, rows, G, B, lr, lam0, m, eps, n=-1):
     """Sparse-row adaptive DC-ASGD (``MS`` moves on touched rows only)."""
@@ -261,8 +242,16 @@ def dc_adaptive_rows(W, MS, rows, G, B, lr, lam0, m, eps, n=-1):
     n = rows.shape[0] if n < 0 else n
     d = W.shape[1]
     code, S = _one_pass_start(W, MS, MS, False, rows, n)
-    for i in range(n):
-        r, k, fresh = _next_row(W, MS, MS, False, rows, code, S, i, n)
+    pf = big(W)
+    for i in range(n):                        # as gap_aware_rows: no per-row helper
+        if pf and i + _AHEAD2 < n:
+            _prefetch_state(W, MS, MS, False, rows[i + _AHEAD2])
+        r = rows[i]
+        k = code[i]
+        fresh = k < 0 or (k & 1) == 0
+        if k >= 0 and fresh:
+            for j in range(d):
+                S[k >> 1, j] = W[r, j]
         if fresh:
             for j in range(d):
                 gi = G[i, j]
@@ -344,8 +333,18 @@ def gap_aware_rows(W, M, V, rows, G, R, lr, mu, gamma, lr_max, k, n=-1):
     d = W.shape[1]
     mom = mu != 0.0
     code, S = _one_pass_start(W, V, M, mom, rows, n)
+    pf = big(W)
     for i in range(n):
-        r, c, fresh = _next_row(W, V, M, mom, rows, code, S, i, n)
+        # written out, not a helper taking the arrays: an inlined call still counts
+        # references on every array it is passed, ~60 ns a row (20x the arithmetic)
+        if pf and i + _AHEAD2 < n:
+            _prefetch_state(W, V, M, mom, rows[i + _AHEAD2])
+        r = rows[i]
+        c = code[i]
+        fresh = c < 0 or (c & 1) == 0
+        if c >= 0 and fresh:                  # first of a repeated row: keep its start
+            for j in range(d):
+                S[c >> 1, j] = W[r, j]
         if fresh:                             # W[r] still holds its start value
             if mom:
                 for j in range(d):
