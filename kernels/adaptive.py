@@ -50,7 +50,7 @@ kernels, and re-exported by ``kernels.rule`` (which imports this module).
 from numba import njit
 
 from ._intrinsics import prefetch_row, sqrt
-from .sparse import big
+from .sparse import prefetched
 
 #: the step core's arithmetic flags (see ``step.py``): reassociation only
 FASTMATH = {"reassoc"}
@@ -103,7 +103,7 @@ def _rows(W, S, rows, G, lr, decay, fresh, eps, gscale, n):
     T = W.dtype.type
     a, dc, fr, e, gs = T(lr), T(decay), T(fresh), T(eps), T(gscale)
     b = rows.shape[0] if n < 0 else n
-    pf = big(W)                       # tables that fit the cache: no prefetch
+    pf = prefetched(W)                       # tables that fit the cache: no prefetch
     for i in range(min(_AHEAD, b) if pf else 0):
         prefetch_row(W, rows[i])
         prefetch_row(S, rows[i])

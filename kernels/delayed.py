@@ -36,7 +36,7 @@ from numba import njit
 
 from ._intrinsics import prefetch_row, sqrt
 from .dense import momentum_flat, sgd_flat
-from .sparse import big, momentum_rows, sgd_rows
+from .sparse import prefetched, momentum_rows, sgd_rows
 
 _AHEAD = 16              # constant DC-ASGD rows prefetch this many batch entries ahead
 _AHEAD2 = 8              # ... and the kernels with a state table (2-3 rows per entry)
@@ -160,7 +160,7 @@ def dc_rows(W, rows, G, B, lr, lam, n=-1):
     c = W.dtype.type(lam)
     n = rows.shape[0] if n < 0 else n
     d = W.shape[1]
-    pf = big(W)
+    pf = prefetched(W)
     for i in range(min(_AHEAD, n) if pf else 0):
         prefetch_row(W, rows[i])
     code, ns = _repeats(rows, n)
@@ -209,10 +209,9 @@ def dc_adaptive_flat(w, ms, g, w_bak, lr, lam0, m, eps):
 
 @njit(cache=True, nogil=True, inline="always")
 def _prefetch_state(W, A, B, with_b, r):
-    """Prefetch row ``r`` of the parameter and of the state it updates with it, when the
-    parameter outgrows the cache (``sparse.big``; a table that fits is read from cache
-    anyway, and the prefetches cost more than they save)."""
-    if not big(W):
+    """Prefetch row ``r`` of the parameter and of the state it updates with it, where
+    ``sparse.prefetched`` says the parameter wants it."""
+    if not prefetched(W):
         return
     prefetch_row(W, r)
     prefetch_row(A, r)
@@ -242,7 +241,7 @@ def dc_adaptive_rows(W, MS, rows, G, B, lr, lam0, m, eps, n=-1):
     n = rows.shape[0] if n < 0 else n
     d = W.shape[1]
     code, S = _one_pass_start(W, MS, MS, False, rows, n)
-    pf = big(W)
+    pf = prefetched(W)
     for i in range(n):                        # as gap_aware_rows: no per-row helper
         if pf and i + _AHEAD2 < n:
             _prefetch_state(W, MS, MS, False, rows[i + _AHEAD2])
@@ -333,7 +332,7 @@ def gap_aware_rows(W, M, V, rows, G, R, lr, mu, gamma, lr_max, k, n=-1):
     d = W.shape[1]
     mom = mu != 0.0
     code, S = _one_pass_start(W, V, M, mom, rows, n)
-    pf = big(W)
+    pf = prefetched(W)
     for i in range(n):
         # written out, not a helper taking the arrays: an inlined call still counts
         # references on every array it is passed, ~60 ns a row (20x the arithmetic)

@@ -7,12 +7,11 @@ batch order, exactly as ``np.subtract.at(W, rows, lr * G)`` does.
 Nothing here checks anything: numba does no bounds checking, so a row outside
 ``[0, n)`` writes outside the table. ``hogkit.rules.core`` checks every argument first.
 
-Each kernel prefetches rows ahead of use (``_intrinsics.prefetch_row``) when the table
-outgrows ``PREFETCH_BYTES`` (about one core's L2): 16 batch entries for the stateless
-update (measured 80 vs 108 µs per 4096 rows of a 1e6 x 64 float32 table against 8
-ahead), 8 for momentum, whose extra state rows make a longer distance slower. A table
-that fits is read from cache anyway, and there a prefetch cost more than it saved
-(~1.5 ns a row). A one-column table (logreg's weights, ``(n, 1)``) takes a loop of its
+Each kernel prefetches rows ahead of use (``_intrinsics.prefetch_row``; see
+:func:`prefetched` for when): 16 batch entries for the stateless update (measured 80 vs
+108 µs per 4096 rows of a 1e6 x 64 float32 table against 8 ahead), 8 for momentum,
+whose extra state rows make a longer distance slower. A small table of narrow rows is
+read from cache anyway, and there a prefetch cost more than it saved (~1.5 ns a row). A one-column table (logreg's weights, ``(n, 1)``) takes a loop of its
 own: the column loop's set-up cost ~1.3 ns a row, four times the update itself.
 
 The scalars are cast to the table's dtype once per call (``W.dtype.type(lr)``), so a
@@ -33,9 +32,14 @@ PREFETCH_BYTES = 2 << 20
 
 
 @njit(cache=True, nogil=True, inline="always")
-def big(W):
-    """True when the 2-D table ``W`` outgrows :data:`PREFETCH_BYTES`."""
-    return W.shape[0] * W.shape[1] * W.itemsize > PREFETCH_BYTES
+def prefetched(W):
+    """Whether the row kernels prefetch the 2-D table ``W`` ahead of use: when it
+    outgrows :data:`PREFETCH_BYTES`, or its rows span a cache line or more (then a
+    prefetch into L1 pays even from L2: mf's 32-float rows). A small table of narrow
+    rows (logreg's ``(n, 1)`` weights) is read from cache anyway, and there the
+    prefetch cost more than the update."""
+    return (W.shape[1] * W.itemsize >= 64
+            or W.shape[0] * W.shape[1] * W.itemsize > PREFETCH_BYTES)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -47,7 +51,7 @@ def sgd_rows(W, rows, G, lr, n=-1):
     a = W.dtype.type(lr)
     b = rows.shape[0] if n < 0 else n
     d = W.shape[1]
-    pf = big(W)
+    pf = prefetched(W)
     if d == 1:
         for i in range(b):
             if pf and i + 16 < b:
@@ -85,7 +89,7 @@ def momentum_rows(W, M, rows, G, lr, mu, gscale=1.0, n=-1):
     s = W.dtype.type(gscale)
     b = rows.shape[0] if n < 0 else n
     d = W.shape[1]
-    pf = big(W)
+    pf = prefetched(W)
     if d == 1:
         for i in range(b):
             if pf and i + 8 < b:
