@@ -26,7 +26,7 @@ from hogkit.policy import spellings
 EXIT_OK, EXIT_WORKER_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 BENCH_SCENARIOS = ("kernels", "peers", "lane", "scaling", "instrumentation", "policies",
-                   "simulate", "own_loop", "p3", "soak", "ray")
+                   "simulate", "rules", "own_loop", "p3", "soak", "ray")
 
 
 def _positive_int(text):

@@ -113,7 +113,8 @@ def test_soak_verdict_flags_growth_and_unanswered_kills():
 
 
 # peers --quick: every contender (LIBMF when it can be built) at one lr on small data
-QUICK = ["kernels", "lane", "scaling", "instrumentation", "policies", "simulate", "peers"]
+QUICK = ["kernels", "lane", "scaling", "instrumentation", "policies", "simulate", "rules",
+         "peers"]
 
 
 @pytest.mark.slow
@@ -340,3 +341,26 @@ def test_simulator_speed_section_comes_from_the_committed_json():
     assert (f"{now:,.0f} with the default evaluation points ({now / then:.2f}x before), "
             f"{r['ssp']['no_evals']['updates_per_s']:,.0f} without") in text
     assert now < 300_000 <= r["ssp"]["no_evals"]["updates_per_s"]    # "at the line"
+
+
+def test_rules_section_comes_from_the_committed_json():
+    """Issue 26's live-rules section: its table renders the two committed JSONs, and
+    each ratio its text quotes is theirs."""
+    import json
+    from pathlib import Path
+
+    from hogkit.benchmarks import rules
+    root = Path(__file__).resolve().parent.parent / "benchmarks"
+    r = json.loads((root / "rules.json").read_text())
+    o = json.loads((root / "rules_before.json").read_text())
+    results = (root / "RESULTS.md").read_text()
+    assert rules.format_markdown(r, o) in results
+    text = " ".join(results.split())
+    now = {n: r["by_workload"][n]["over_sgd"] for n in ("mf", "logreg")}
+    then = {n: o["by_workload"][n]["over_sgd"] for n in ("mf", "logreg")}
+    assert (f"logreg Gap-Aware {now['logreg']['gap_aware']:.2f}x and adaptive DC-ASGD "
+            f"{now['logreg']['dc_adaptive']:.2f}x ({then['logreg']['gap_aware']:.2f} and "
+            f"{then['logreg']['dc_adaptive']:.2f} before); mf {now['mf']['gap_aware']:.2f}x "
+            f"and {now['mf']['dc_adaptive']:.2f}x ({then['mf']['gap_aware']:.2f} and "
+            f"{then['mf']['dc_adaptive']:.2f} before)") in text
+    assert max(now[n][k] for n in now for k in ("gap_aware", "dc_adaptive")) < 0.7  # not met
