@@ -36,7 +36,7 @@ from numba import njit
 
 from ._intrinsics import prefetch_row, sqrt
 from .dense import momentum_flat, sgd_flat
-from .sparse import prefetched, momentum_rows, sgd_rows
+from .sparse import momentum_rows, prefetched, sgd_rows
 
 _AHEAD = 16              # constant DC-ASGD rows prefetch this many batch entries ahead
 _AHEAD2 = 8              # ... and the kernels with a state table (2-3 rows per entry)

@@ -11,8 +11,9 @@ Each kernel prefetches rows ahead of use (``_intrinsics.prefetch_row``; see
 :func:`prefetched` for when): 16 batch entries for the stateless update (measured 80 vs
 108 µs per 4096 rows of a 1e6 x 64 float32 table against 8 ahead), 8 for momentum,
 whose extra state rows make a longer distance slower. A small table of narrow rows is
-read from cache anyway, and there a prefetch cost more than it saved (~1.5 ns a row). A one-column table (logreg's weights, ``(n, 1)``) takes a loop of its
-own: the column loop's set-up cost ~1.3 ns a row, four times the update itself.
+read from cache anyway, and there a prefetch cost more than it saved (~1.5 ns a row).
+A one-column table (logreg's weights, ``(n, 1)``) takes a loop of its own: the column
+loop's set-up cost ~1.3 ns a row, four times the update itself.
 
 The scalars are cast to the table's dtype once per call (``W.dtype.type(lr)``), so a
 float32 table is updated with float32 arithmetic throughout (no float64 temporaries).
