@@ -209,10 +209,8 @@ def dc_adaptive_flat(w, ms, g, w_bak, lr, lam0, m, eps):
 
 @njit(cache=True, nogil=True, inline="always")
 def _prefetch_state(W, A, B, with_b, r):
-    """Prefetch row ``r`` of the parameter and of the state it updates with it, where
-    ``sparse.prefetched`` says the parameter wants it."""
-    if not prefetched(W):
-        return
+    """Prefetch row ``r`` of the parameter and of the state it updates with it (the
+    callers ask ``sparse.prefetched`` once per call)."""
     prefetch_row(W, r)
     prefetch_row(A, r)
     if with_b:
@@ -224,7 +222,7 @@ def _one_pass_start(W, A, B, with_b, rows, n):
     """The start of a one-pass delayed kernel: prefetch the first rows, find the
     repeated rows (``code``, see :func:`_repeats`) and make room for their start
     values (``S``)."""
-    for i in range(min(_AHEAD2, n)):
+    for i in range(min(_AHEAD2, n) if prefetched(W) else 0):
         _prefetch_state(W, A, B, with_b, rows[i])
     code, ns = _repeats(rows, n)
     return code, np.empty((ns, W.shape[1]), W.dtype)
