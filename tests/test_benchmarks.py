@@ -364,3 +364,20 @@ def test_rules_section_comes_from_the_committed_json():
             f"and {now['mf']['dc_adaptive']:.2f}x ({then['mf']['gap_aware']:.2f} and "
             f"{then['mf']['dc_adaptive']:.2f} before)") in text
     assert max(now[n][k] for n in now for k in ("gap_aware", "dc_adaptive")) < 0.7  # not met
+
+
+def test_final_engine_peer_rerun_is_quoted_from_its_json():
+    import json
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent / "benchmarks"
+    r = json.loads((root / "peers_rounds_final.json").read_text())
+    d = r["mf"]["default"]
+    c, rr = d["contenders"], r["ratios"]
+    lo, hi = d["rates"]["ratio_range"]
+    t2 = c["hogkit_default_2"]["time_to_target"]
+    text = " ".join((root / "RESULTS.md").read_text().split())
+    assert (f"**{rr['mf_default_rounds_sample1_over_plain']:.2f}** (rounds {lo:.2f}–{hi:.2f}); "
+            f"the defaults with 2 workers reach MSE 0.012 in {t2:.3f} s, "
+            f"{t2 / c['libmf_2']['time_to_target']:.2f}x LIBMF's two threads' time, and the "
+            f"plain loop's time over theirs is "
+            f"{rr['mf_default_plain_time_over_default2_time']:.2f}") in text
