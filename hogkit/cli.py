@@ -441,10 +441,18 @@ def _local_run(args, wl, out, knobs):
     make_plan(wl, out=out, **knobs)
     return functools.partial(       # by name: the workload's lane defaults apply
         train, args.workload, workload_options=parse_options(args.option), out=out,
-        progress=False if args.no_progress else None, keep_params=False,
+        progress=_progress(args), keep_params=False,
         engine=args.engine, events=args.events,
         checkpoint_every=args.checkpoint_every or "auto", resume=args.resume,
         on_failure=args.on_failure, max_restarts=args.max_restarts, lane=args.lane, **knobs)
+
+
+def _progress(args):
+    """A line per stage into a log, stage lines and a bar on a terminal (``hogkit.engine.
+    progress``); nothing with ``--no-progress``."""
+    if args.no_progress:
+        return False
+    return None if sys.stderr.isatty() else "lines"
 
 
 def _cluster_run(args, wl, out, knobs):

@@ -218,7 +218,7 @@ def block_sample(off, sched, cursor, nb, idx):
     n = off[off.shape[0] - 1]
     if prev != cur:                     # its last ratings were applied last step
         release(sched, prev)            # (prev == cur: re-claimed, the words are cur's)
-    prev = 0
+    prev = np.int64(0)                  # (a literal 0 made claim compile twice)
     if cur != 0 and not (_holds(off, sched, cur, pos) and pos < off[cur]):
         release(sched, cur)             # used up, or not ours (a resumed cursor)
         cur = 0

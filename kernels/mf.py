@@ -365,6 +365,14 @@ def _lane_runs(wl, P, Q, SP, SQ, idx, nb, kind, a, decay, fresh, eps, lim, skip)
     time). With ``wl.prefetch`` > 0 a span also prefetches the rows of the rating that
     many places ahead in storage, past the run's end while inside the data (the next
     batch goes on from there). Returns the ratings left out by the guard."""
+    if kind == _SGD:
+        return _sgd_runs(wl, P, Q, idx, nb, a, lim, skip)
+    return _adaptive_runs(wl, P, Q, SP, SQ, idx, nb, a, decay, fresh, eps, lim, skip)
+
+
+@njit(cache=True, nogil=True, fastmath=_FM_LANE, inline="always")
+def _sgd_runs(wl, P, Q, idx, nb, a, lim, skip):
+    """:func:`_lane_runs` for SGD: only SGD's spans are compiled where it is inlined."""
     n = wl.r.shape[0]
     T = P.dtype.type
     reg = T(wl.reg)
@@ -375,15 +383,35 @@ def _lane_runs(wl, P, Q, SP, SQ, idx, nb, kind, a, decay, fresh, eps, lim, skip)
     while b < nb:
         m = _run_length(idx, b, nb)
         t0 = idx[b]
-        if kind == _SGD and pf_end > 0 and reg == 0:
+        if pf_end > 0 and reg == 0:
             got = _sgd_span_pf_plain(P, Q, u, i, r, t0, m, ahead, pf_end, a, reg, lim, skip)
-        elif kind == _SGD and pf_end > 0:
-            got = _sgd_span_pf(P, Q, u, i, r, t0, m, ahead, pf_end, a, reg, lim, skip)
-        elif kind == _SGD and reg == 0:
-            got = _sgd_span_plain(P, Q, u, i, r, t0, m, ahead, pf_end, a, reg, lim, skip)
-        elif kind == _SGD:
-            got = _sgd_span(P, Q, u, i, r, t0, m, ahead, pf_end, a, reg, lim, skip)
         elif pf_end > 0:
+            got = _sgd_span_pf(P, Q, u, i, r, t0, m, ahead, pf_end, a, reg, lim, skip)
+        elif reg == 0:
+            got = _sgd_span_plain(P, Q, u, i, r, t0, m, ahead, pf_end, a, reg, lim, skip)
+        else:
+            got = _sgd_span(P, Q, u, i, r, t0, m, ahead, pf_end, a, reg, lim, skip)
+        bad += got
+        if got > 0 and not skip:
+            return bad
+        b += m
+    return bad
+
+
+@njit(cache=True, nogil=True, fastmath=_FM_LANE, inline="always")
+def _adaptive_runs(wl, P, Q, SP, SQ, idx, nb, a, decay, fresh, eps, lim, skip):
+    """:func:`_lane_runs` for AdaGrad and RMSProp (only their spans compiled)."""
+    n = wl.r.shape[0]
+    T = P.dtype.type
+    reg = T(wl.reg)
+    pf_end = n if wl.prefetch > 0 else 0
+    u, i, r, ahead = wl.u, wl.i, wl.r, wl.prefetch
+    bad = 0
+    b = 0
+    while b < nb:
+        m = _run_length(idx, b, nb)
+        t0 = idx[b]
+        if pf_end > 0:
             got = _adaptive_span_pf(P, Q, SP, SQ, u, i, r, t0, m, ahead, pf_end, a, reg,
                                     decay, fresh, eps, lim, skip)
         else:
@@ -394,6 +422,28 @@ def _lane_runs(wl, P, Q, SP, SQ, idx, nb, kind, a, decay, fresh, eps, lim, skip)
             return bad
         b += m
     return bad
+
+
+@njit(cache=True, nogil=True, fastmath=_FM_LANE, inline="always")
+def mf_lane_sgd(wl, params, idx, nb, kind, rcfg, S1, skip):
+    """:func:`mf_lane` for SGD alone (``kind`` 0), registered for that kind: a run on
+    SGD compiles none of the adaptive rules' kernels (a cold start's seconds)."""
+    P = params[0]
+    T = P.dtype.type
+    lim = T((LANE_LIMIT32 if P.itemsize == 4 else LANE_LIMIT64) / max(rcfg[0], 1.0))
+    return _sgd_runs(wl, P, params[1], idx, nb, T(rcfg[0]), lim, skip)
+
+
+@njit(cache=True, nogil=True, fastmath=_FM_LANE, inline="always")
+def mf_lane_adaptive(wl, params, idx, nb, kind, rcfg, S1, skip):
+    """:func:`mf_lane` for AdaGrad and RMSProp alone (none of SGD's spans compiled)."""
+    P = params[0]
+    T = P.dtype.type
+    lim = T((LANE_LIMIT32 if P.itemsize == 4 else LANE_LIMIT64) / max(rcfg[0], 1.0))
+    decay = T(1.0) if kind != _RMSPROP else T(rcfg[_GAMMA])
+    fresh = T(1.0) if kind != _RMSPROP else T(1.0) - decay
+    return _adaptive_runs(wl, P, params[1], S1[0], S1[1], idx, nb, T(rcfg[0]), decay,
+                          fresh, T(rcfg[_EPS]), lim, skip)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -584,5 +634,6 @@ def mf_predict(U, V, u, i, out):
 
 
 _step.register(MFArrays, sample_kernel=mf_sample, gradient_kernel=mf_gradient,
-               sgd_kernel=mf_sgd, lane_kernel=mf_lane,
-               lane_kinds=(_SGD, _ADAGRAD, _RMSPROP), cache=True)
+               sgd_kernel=mf_sgd, cache=True,
+               lane_kernel={_SGD: mf_lane_sgd, _ADAGRAD: mf_lane_adaptive,
+                            _RMSPROP: mf_lane_adaptive})

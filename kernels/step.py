@@ -80,6 +80,8 @@ hogkit. Races: the gradient reads and the rule writes shared parameters with no 
 (Hogwild!); clocks and log rows have one writer each.
 """
 
+from typing import NamedTuple
+
 import numpy as np
 from numba import njit
 from numba.extending import overload
@@ -91,7 +93,7 @@ from .clock import (A_EXTRA, A_RELEASED, ITER, P_A, P_KIND, STEP, UPD, admit,
 from .density import NONE, filter_rows, hold_rows
 from .guard import all_finite, finite_prefix
 from .layout import (BATCH, BLOCKED, CHUNK, FUSED, IO_DONE, IO_PAUSE_NS, KEEP_READ, LANE,
-                     LANE_FUSED, LOCAL_H, MERGE, ME, NONFINITE, PACE_NONE, PAUSE, QUOTA,
+                     LOCAL_H, MERGE, ME, NONFINITE, PACE_NONE, PAUSE, QUOTA,
                      QUOTA_DONE,
                      RECORD, RT_COMPUTE, RT_HELD, RT_NONFINITE, RT_PAUSED, RT_SAMPLES,
                      RT_WAIT, SKIP, STEP0, STOPPED, STRIDE, TIMING)
@@ -126,7 +128,8 @@ def sgd(wl, params, idx, nb, lr, G, R, RD, cnt, scratch):  # pragma: no cover
 
 def lane(wl, params, idx, nb, kind, rcfg, S1, skip):  # pragma: no cover
     """The workload's per-sample lane kernel (see the docstring)."""
-    return _LANES[type(wl)][0](wl, params, idx, nb, kind, rcfg, S1, skip)
+    k = kind[0] if isinstance(kind, tuple) else kind
+    return _LANES[type(wl)][0][int(k)](wl, params, idx, nb, int(k), rcfg, S1, skip)
 
 
 def lane_any(wl, params, idx, nb, keep, G, R, RD, cnt, GF, kind, rcfg, S1, S2, K,
@@ -172,8 +175,9 @@ def register(arrays_cls, *, sample_kernel, gradient_kernel, sgd_kernel=None,
     per class, ``inline="always"``) and compiled there under the core's arithmetic flags
     :data:`FASTMATH`; compile the kernels themselves with the same flags so that the
     Python path (which calls them directly) computes the same numbers. An optional
-    ``lane_kernel`` (the per-sample lane, for the rule kinds ``lane_kinds``) is called,
-    not inlined. ``cache=True``
+    ``lane_kernel`` (the per-sample lane, for the rule kinds ``lane_kinds``; or a dict
+    ``{kind: kernel}``, each kernel then compiled only into the loops that run its kind:
+    see :func:`kind_tag`) is called, not inlined. ``cache=True``
     lets the core cache its code for this type on disk: only for kernels whose source
     changes only together with hogkit's (hogkit's own workloads)."""
     if arrays_cls in _SAMPLERS:
@@ -186,14 +190,19 @@ def register(arrays_cls, *, sample_kernel, gradient_kernel, sgd_kernel=None,
     _GRADIENTS[arrays_cls] = gradient_kernel
     if sgd_kernel is not None:
         _SGDS[arrays_cls] = sgd_kernel
+    if isinstance(lane_kernel, dict):         # one kernel per rule kind
+        per_kind = {int(k): v for k, v in lane_kernel.items()}
+        lane_kinds = tuple(per_kind)
+    else:
+        per_kind = {int(k): lane_kernel for k in lane_kinds}
     if lane_kernel is not None:
-        _LANES[arrays_cls] = (lane_kernel, tuple(int(k) for k in lane_kinds))
+        _LANES[arrays_cls] = (per_kind, tuple(int(k) for k in lane_kinds))
     if cache:
         _CACHEABLE.add(arrays_cls)
     s_py = getattr(sample_kernel, "py_func", sample_kernel)
     g_py = getattr(gradient_kernel, "py_func", gradient_kernel)
     f_py = getattr(sgd_kernel, "py_func", sgd_kernel) if sgd_kernel is not None else _no_sgd
-    l_call = _called(lane_kernel) if lane_kernel is not None else _no_lane
+    single = None if isinstance(lane_kernel, dict) else lane_kernel
 
     def sample_typer(wl, rng, cursor, nb, idx):
         return s_py if getattr(wl, "instance_class", None) is arrays_cls else None
@@ -205,7 +214,15 @@ def register(arrays_cls, *, sample_kernel, gradient_kernel, sgd_kernel=None,
         return f_py if getattr(wl, "instance_class", None) is arrays_cls else None
 
     def lane_typer(wl, params, idx, nb, kind, rcfg, S1, skip):
-        return l_call if getattr(wl, "instance_class", None) is arrays_cls else None
+        if getattr(wl, "instance_class", None) is not arrays_cls:
+            return None
+        tag = getattr(kind, "instance_class", None)
+        if tag in _TAG_KIND:                  # the kind known when compiling: its kernel
+            kernel = per_kind.get(_TAG_KIND[tag])
+            return _called(kernel, tagged=True) if kernel is not None else _no_lane
+        if single is not None:
+            return _called(single)
+        return None                           # per-kind kernels need a kind tag
 
     def lane_any_typer(wl, params, idx, nb, keep, G, R, RD, cnt, GF, kind, rcfg, S1, S2, K,
                        skip):
@@ -218,16 +235,43 @@ def register(arrays_cls, *, sample_kernel, gradient_kernel, sgd_kernel=None,
     overload(lane_any, jit_options={"fastmath": FASTMATH, "nogil": True})(lane_any_typer)
 
 
-def _called(kernel):
+def _called(kernel, tagged=False):
     """An overload body that calls the njit ``kernel`` (compiled under its own flags,
     unless the kernel is itself ``inline="always"``), instead of inlining its source
     into the core. The overload is inlined, so the core calls ``kernel`` directly: a
     call level passes every array of the workload, the parameters and the rule state,
     and their reference counts cost ~1 ns a rating on mf's lane at 256 ratings a
-    step."""
+    step. ``tagged``: the core passes the kind as a :func:`kind_tag`; the kernel gets
+    its number, as always."""
+    if tagged:
+        def call(wl, params, idx, nb, kind, rcfg, S1, skip):
+            return kernel(wl, params, idx, nb, kind[0], rcfg, S1, skip)
+        return call
+
     def call(wl, params, idx, nb, kind, rcfg, S1, skip):
         return kernel(wl, params, idx, nb, kind, rcfg, S1, skip)
     return call
+
+
+def _kind_tag_class(kind):
+    cls = NamedTuple(f"KindTag{kind}", [("kind", int)])
+    cls.__module__ = __name__
+    globals()[cls.__name__] = cls         # importable by name: numba's cache pickles it
+    return cls
+
+
+#: one NamedTuple class per rule kind (``kernels.rule``'s numbers): numba types a tuple
+#: by its class, so a loop given ``kind_tag(k)`` is compiled for kind ``k`` alone
+_KIND_TAGS = tuple(_kind_tag_class(k) for k in range(16))
+_TAG_KIND = {cls: k for k, cls in enumerate(_KIND_TAGS)}
+
+
+def kind_tag(kind):
+    """Rule kind ``kind`` in a form whose numba *type* names it: a workload's
+    per-sample loop (:data:`run_lane_steps`) given it compiles only the lane kernel
+    registered for that kind (a first run on mf compiled all six of its span kernels,
+    ~2 s of its cold start, for the one it ran). ``kind_tag(k)[0] == k``."""
+    return _KIND_TAGS[int(kind)](int(kind))
 
 
 def registered(arrays_cls):
@@ -353,10 +397,10 @@ def _tick(slots, me, others):
 @njit(cache=True, nogil=True, inline="always", fastmath=FASTMATH)
 def _lane(lane_kind, wl, params, idx, nb, keep, G, R, RD, cnt, GF, kind, rcfg, S1, S2, K,
           skip):
-    """One step of the per-sample lane: the workload's own kernel (``LANE_FUSED``) or
-    :func:`lane_any`; returns the samples left out as non-finite."""
-    if lane_kind == LANE_FUSED:
-        return lane(wl, params, idx, nb, kind, rcfg, S1, skip)
+    """One step of the generic per-sample lane (:func:`lane_any`); returns the samples
+    left out as non-finite. (A workload's own lane, ``LANE_FUSED``, runs in
+    :data:`run_lane_steps`; compiled here too, it cost the first run its kernels'
+    compile time again.)"""
     return lane_any(wl, params, idx, nb, keep, G, R, RD, cnt, GF, kind, rcfg, S1, S2, K,
                     skip)
 

@@ -177,3 +177,27 @@ def test_warm_runs_the_engines_step_without_touching_what_it_is_given(name, engi
     for now, was in zip((params, data), before):
         for k in was:
             np.testing.assert_array_equal(now[k], was[k])
+
+
+def test_warm_compiles_the_loop_the_workers_run_with_the_types_they_pass():
+    """A cold first run compiled the core twice (~25 s of ~60): the parent warmed the
+    minibatch loop while the workers ran the per-sample lane's own loop, and a rule
+    unpickled in a worker carried a writeable ``cfg`` (a different numba type from the
+    parent's read-only one). The parent must compile exactly what a worker calls."""
+    import pickle
+    import numba
+    from hogkit import workloads
+    from hogkit.engine.worker_loop import warm
+    from hogkit.kernels import step as ks
+    from hogkit.rules.core import AdaGrad
+    rule = AdaGrad(0.2, rowwise=True)
+    cfg = rule.cfg()
+    shipped = pickle.loads(pickle.dumps(rule)).cfg()   # what a spawned worker holds
+    assert not shipped.flags.writeable
+    assert numba.typeof(shipped) == numba.typeof(cfg)
+    wl = workloads.get("mf", preset="hot")
+    params, data = wl.build(0)
+    before = set(ks.run_lane_steps.overloads)
+    warm(wl, rule, None, params, data, 0, 256, "compiled", lane="sample")
+    assert ks.run_lane_steps.overloads, "the per-sample lane's own loop was not warmed"
+    assert len(set(ks.run_lane_steps.overloads) - before) <= 1

@@ -28,6 +28,7 @@ import numpy as np
 
 from hogkit.engine.plan import EVENTS_FILE_PER_S, eval_interval
 from hogkit.engine.preflight import preflight
+from hogkit.engine.progress import Progress
 from hogkit.engine.run import Run
 from hogkit.engine.supervisor import Supervisor, parent_signals, signals_deferred
 from hogkit.engine.worker_loop import WorkerSpec, control_specs, warm
@@ -94,9 +95,11 @@ class LiveRun:
         self.sampler = _EventSampler(getattr(plan, "events", "sampled"))
 
     def run(self, progress) -> Run:
-        """Preflight, share, spawn, supervise, collect; ``progress``: a tqdm bar (None:
-        when stderr is a terminal). Every store is released on every exit path."""
+        """Preflight, share, spawn, supervise, collect; ``progress``: what it shows while
+        it goes (:mod:`hogkit.engine.progress`). Every store is released on every exit
+        path."""
         p = self.plan
+        self.progress = progress if isinstance(progress, Progress) else Progress(progress)
         preflight(p.workers)
         sweep_dead_segments()
         with contextlib.ExitStack() as stack:
@@ -118,7 +121,10 @@ class LiveRun:
             if self.resume_dir is not None:
                 start["worker_state"] = len(self.restored)
             self._event(start)
-            wall = self._supervise(errdir, progress)
+            wall = self._supervise(errdir, self.progress)
+            if p.out is not None:
+                self.progress.stage(f"training done; evaluating and writing the results "
+                                    f"to {p.out}")
             return self._collect(initial_loss, wall)
 
     def _share(self, stack) -> float:
@@ -126,11 +132,19 @@ class LiveRun:
         memory; returns the initial loss."""
         p = self.plan
         wl = p.workload
+        self.progress.stage(f"building the {getattr(wl, 'name', type(wl).__name__)} workload's parameters and data")
         params0, data0 = wl.build(p.seed)
         if self.resume_dir is not None:          # checked before anything is written
             load_into(params0, os.path.join(self.resume_dir, CHECKPOINT),
                       what="the workload's parameters")
-        warm(wl, p.rule, p.density, params0, data0, p.seed, p.worker_batch(), self.engine)
+        from hogkit.engine.step import lane_lr_scale
+        self.progress.stage(f"compiling the {self.engine} engine's kernels (the first run "
+                            f"on a machine compiles them, 10-20 s; later runs load them "
+                            f"from numba's cache)")
+        t = time.monotonic()
+        warm(wl, p.rule, p.density, params0, data0, p.seed, p.worker_batch(), self.engine,
+             lane=p.lane, lane_lr_scale=lane_lr_scale(p))
+        self.progress.stage(f"kernels ready ({time.monotonic() - t:.1f} s)")
         initial_loss = float(wl.loss(params0, data0))
         self.pstore = stack.enter_context(ParamStore.create(params0, tag="params"))
         self.dstore = stack.enter_context(ParamStore.create(data0, tag="data"))
@@ -184,7 +198,8 @@ class LiveRun:
         sup = Supervisor(p.workers, self.grace,
                           restarts=self.max_restarts if self.on_failure == "restart" else 0)
         cursors = np.zeros(self.log.workers, dtype=np.int64)
-        bar = _progress_bar(progress, p.steps, p.seconds)
+        progress.stage(f"starting {p.workers} worker process"
+                       f"{'es' if p.workers != 1 else ''}")
         rt = self.control["rt"]
         t0_ns = rt[:, _kl.RT_T0]
         every, _ = eval_interval(p, live=True)
@@ -210,6 +225,9 @@ class LiveRun:
                             if not t0_ns.all():
                                 continue          # still starting up: nothing to time
                             started = t0_ns.min() * 1e-9
+                            progress.stage("training" + (f" for {p.seconds:g} s"
+                                                         if p.seconds is not None else ""))
+                            progress.training(p.steps, p.seconds)
                             next_eval = started + every
                             next_ckpt = started + (self.checkpoint_every or math.inf)
                         if (p.seconds is not None and not stop_sent
@@ -223,11 +241,9 @@ class LiveRun:
                             self._checkpoint(now - started, "fuzzy")
                             next_ckpt = time.monotonic() + self.checkpoint_every
                         cursors = self._drain(cursors)
-                        if bar is not None:
-                            bar.n = (round(min(now - started, p.seconds), 1)
-                                     if p.steps is None and p.seconds is not None
-                                     else int(clocks.iterations.sum()))
-                            bar.refresh()
+                        progress.update(round(min(now - started, p.seconds), 1)
+                                        if p.steps is None and p.seconds is not None
+                                        else int(clocks.iterations.sum()))
                 except WorkerFailed as failure:
                     with signals_deferred():
                         sup.shutdown(clocks)
@@ -239,8 +255,7 @@ class LiveRun:
                 wall = (rt[:, _kl.RT_T1].max() - t0_ns.min()) * 1e-9
         finally:
             with signals_deferred():
-                if bar is not None:
-                    bar.close()
+                progress.close()
                 sup.shutdown(clocks)
         self._drain(cursors)
         return float(wall)
@@ -408,19 +423,6 @@ class _EventSampler:
         if path is not None and os.path.exists(path):
             out["file_bytes"] = os.path.getsize(path)
         return out
-
-
-def _progress_bar(progress, steps, seconds):
-    if progress is False:
-        return None
-    try:
-        from tqdm import tqdm
-    except ImportError:  # pragma: no cover
-        return None
-    total = steps if steps is not None else seconds
-    unit = "s" if steps is None and seconds is not None else "it"
-    return tqdm(total=total, unit=unit, disable=None if progress is None else not progress,
-                dynamic_ncols=True, leave=False)
 
 
 def _per_worker(clocks, log, control, workers):

@@ -268,7 +268,9 @@ class CompiledStep:
         self.io = np.zeros(_kl.NIO, np.int64)
         from hogkit.kernels.step import cacheable
         cached = cacheable(type(ctx.parts.arrays))
-        if cfg[_kl.LANE] == _kl.LANE_FUSED:  # the workload's own lane: its own loop
+        if cfg[_kl.LANE] == _kl.LANE_FUSED:  # the workload's own lane: its own loop,
+            # compiled for this rule kind alone (its kind as a type: kernels.step.kind_tag)
+            self.rule = (_ks.kind_tag(self.rule[0]),) + self.rule[1:]
             self._run = _ks.run_lane_steps if cached else _ks.run_lane_steps_uncached
         else:
             self._run = _ks.run_steps if cached else _ks.run_steps_uncached

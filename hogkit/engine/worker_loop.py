@@ -361,7 +361,8 @@ def private_control():
     return views, clocks, log
 
 
-def warm(workload, rule, density, params, data, seed, batch, engine="python") -> None:
+def warm(workload, rule, density, params, data, seed, batch, engine="python", *,
+         lane="batch", lane_lr_scale=1.0) -> None:
     """Run the engine's step on private copies (parameters, rule and density state,
     clocks, log), so every kernel a worker calls is compiled: in the parent, before
     spawning, numba compiles and caches the machine code; in a worker, before the start
@@ -371,7 +372,9 @@ def warm(workload, rule, density, params, data, seed, batch, engine="python") ->
 
     The Python engine runs one step on its lean lane and one on the general path (an
     adaptive-batch weight), the compiled engine two steps of the core; both then use
-    the Reader and clock kernels the loops call around the step.
+    the Reader and clock kernels the loops call around the step. ``lane`` must be the
+    workers' lane: it picks which compiled loop there is to compile (a workload's own
+    per-sample lane has its own, ``kernels.step.run_lane_steps``).
     """
     from hogkit.engine.step import CompiledStep, PythonStep
     views, clocks, log = private_control()
@@ -385,7 +388,8 @@ def warm(workload, rule, density, params, data, seed, batch, engine="python") ->
         core = CompiledStep(ctx, rank=0, batch=batch, rule=rule, rule_state=rule_state,
                             density=density, density_state=dstate, slots=clocks.slots,
                             rt=views["rt"], stop=clocks.stop, log=log.arrays(), rng=rng,
-                            quota=2, nonfinite="skip")
+                            quota=2, nonfinite="skip", lane=lane,
+                            lane_lr_scale=lane_lr_scale)
         core.run(2)
     elif engine == "python":
         step = PythonStep(workload, ctx, rank=0, rule=rule, rule_state=rule_state,

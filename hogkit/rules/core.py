@@ -201,6 +201,13 @@ class _Kernel:
             object.__setattr__(self, "_cfg", c)
         return c
 
+    def __getstate__(self):
+        """Pickled without the cached ``cfg()``: an unpickled array is writeable, and a
+        writeable ``cfg`` in a spawned worker is another type to numba (read-only is part
+        of an array's type), so each worker compiled its core afresh, ~9 s of a cold run,
+        instead of loading what the parent warmed. Rebuilt read-only on first use."""
+        return {k: v for k, v in self.__dict__.items() if k != "_cfg"}
+
     def _build_cfg(self):
         c = np.zeros(_rule.NCFG)
         c[_rule.LR] = self.lr
