@@ -15,6 +15,7 @@ import argparse
 import functools
 import json
 import os
+import re
 import sys
 import time
 
@@ -26,7 +27,7 @@ from hogkit.policy import spellings
 EXIT_OK, EXIT_WORKER_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 BENCH_SCENARIOS = ("kernels", "peers", "lane", "scaling", "instrumentation", "policies",
-                   "simulate", "rules", "own_loop", "p3", "soak", "ray")
+                   "simulate", "rules", "own_loop", "p3", "soak", "ray", "coldstart")
 
 
 def _positive_int(text):
@@ -59,7 +60,8 @@ def _add_training_options(p):
     g = p.add_mutually_exclusive_group()
     g.add_argument("--steps", type=_positive_int, default=None,
                    help="total iterations over all workers (default: the workload's)")
-    g.add_argument("--seconds", type=_positive_float, default=None, help="wall-time budget")
+    g.add_argument("--seconds", type=_positive_float, default=None, help="wall-time budget in seconds (default: none; "
+                   "without --steps either, the workload's steps)")
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the data, the initial model and the sampling")
     p.add_argument("--policy", default="async",
@@ -75,22 +77,23 @@ def _add_training_options(p):
     p.add_argument("--density", default=None, metavar="DENSITY",
                    help="apply a part of each update, keep the rest as residual: a "
                         "fraction F (top-k), topk:F, random:F or every:K (every K-th "
-                        "step), with :dropped appended for no residual")
+                        "step), with :dropped appended for no residual (default: whole updates)")
     p.add_argument("--batch", default=None,
                    help="samples per worker per step (an int), or shares of a global batch "
                         "B: fixed[:B] (even) | adaptive[:B[:last|ema|narx]] (LB-BSP) | "
-                        "epoch[:B] (DBS)")
+                        "epoch[:B] (DBS) (default: the workload's)")
     p.add_argument("--straggler", action="append", default=[], metavar="RANK:FACTOR",
                    help="slow worker RANK down by FACTOR; RANK:load:AMP:PERIOD for a "
                         "time-varying slowdown, RANK:pauses:PROB:SECONDS for random "
-                        "pauses (repeatable)")
+                        "pauses (repeatable; default: none)")
     p.add_argument("--nonfinite", default="raise", choices=("raise", "skip"))
     p.add_argument("--shards", type=_positive_int, default=1,
                    help="per-shard staleness: count a sparse update's gap only over "
                         "others' updates to the same row ranges (default 1: global)")
     p.add_argument("--out", default=None,
                    help="results folder (default: a fresh runs/<timestamp>)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no stage lines and no progress bar")
 
 
 def _workload_names():
@@ -125,7 +128,7 @@ def _option_value(text):
     return text
 
 
-class _Help(argparse.HelpFormatter):
+class _Help(argparse.RawDescriptionHelpFormatter):
     """argparse's help with each option's default appended, where its help does not
     say it already and the default is a value (not None or off)."""
 
@@ -220,10 +223,14 @@ def _add_sim(sub):
 
 
 def _add_bench(sub):
-    bench = sub.add_parser("bench", help="run benchmark scenarios")
-    bench.add_argument("scenario", nargs="?", default="kernels", choices=BENCH_SCENARIOS)
+    bench = sub.add_parser("bench", help="run benchmark scenarios",
+                           epilog="scenarios:\n" + "\n".join(
+                               f"  {n:<16}{t}" for n, t in _scenario_lines().items())
+                           + "\nResults and their commands: benchmarks/RESULTS.md")
+    bench.add_argument("scenario", nargs="?", default="kernels", choices=BENCH_SCENARIOS,
+                       help="which scenario (listed below)")
     bench.add_argument("--quick", action="store_true", help="small sizes, a few rounds")
-    bench.add_argument("--json", default=None, metavar="FILE", help="write raw figures here")
+    bench.add_argument("--json", default=None, metavar="FILE", help="write raw figures here (default: not written)")
     bench.add_argument("--workload", default=None, choices=_workload_names(),
                        help="the workload, for scenarios that take one (ray)")
     bench.add_argument("--only", default=None, metavar="SECTIONS",
@@ -232,6 +239,26 @@ def _add_bench(sub):
     bench.add_argument("--presets", default=None, metavar="NAMES",
                        help="comma-separated mf presets, for scenarios that take them "
                             "(peers, lane; default: default,large)")
+
+
+def _scenario_lines() -> dict:
+    """Each bench scenario's one-line description: its module docstring's first
+    sentence, read from the source (importing a scenario may import torch)."""
+    from importlib.util import find_spec
+    spec = find_spec("hogkit.benchmarks")
+    where = list(spec.submodule_search_locations or ()) if spec else []
+    out = {}
+    for name in BENCH_SCENARIOS:
+        text = ""
+        for d in where:
+            path = os.path.join(d, f"{name}.py")
+            if os.path.exists(path):
+                with open(path) as f:
+                    m = re.search(r'"""(.*?)(?:\.\s|""")', f.read(), re.S)
+                text = " ".join(m.group(1).split()) if m else ""
+                break
+        out[name] = re.sub(rf"^Scenario ``{name}``: ", "", text).replace("``", "")
+    return out
 
 
 def _add_doctor(sub):
@@ -291,6 +318,20 @@ def _fmt_stats(s):
     return f"mean {s['mean']:.2f}  {ps}  max {s['max']}  (n={s['count']})"
 
 
+def _fmt_per_worker(values, most=8):
+    """A per-worker list in one line: every value up to ``most`` workers, past that the
+    mean and the extremes with their ranks."""
+    if not values:
+        return "-"
+    if len(values) <= most:
+        return ", ".join(f"{v:.3f}" for v in values)
+    lo = min(range(len(values)), key=values.__getitem__)
+    hi = max(range(len(values)), key=values.__getitem__)
+    mean = sum(values) / len(values)
+    return (f"mean {mean:.3f}, min {values[lo]:.3f} (worker {lo}), max {values[hi]:.3f} "
+            f"(worker {hi}) over {len(values)} workers")
+
+
 def _fmt_rule(rule):
     """``AdaGrad lr 0.2 (rowwise, initial_accumulator_value 1)``: the name, the lr, and
     the settings that are on (a rule not stored as a dict: its text)."""
@@ -323,9 +364,13 @@ def print_summary(summary, out=None):
           file=out)
     st = summary["staleness"]
     print(f"  update gap   {_fmt_stats(st['update_gap'])}", file=out)
+    print("               (updates by other workers between a step's read and its write)",
+          file=out)
     print(f"  clock lag    {_fmt_stats(st['clock_lag'])}", file=out)
-    wf = ", ".join(f"{w:.3f}" for w in summary.get("wait_fraction", []))
-    print(f"  wait frac.   {wf}", file=out)
+    print("               (iterations the reading worker was ahead of the slowest one)",
+          file=out)
+    print(f"  wait frac.   {_fmt_per_worker(summary.get('wait_fraction', []))}  (share of "
+          f"its time a worker waited on the policy)", file=out)
     cross = summary.get("cross_node")
     if cross:
         print(f"  across nodes update gap {_fmt_stats(cross['update_gap'])}; "
@@ -601,6 +646,32 @@ def _cmd_report(args):
     return EXIT_OK
 
 
+#: a policy's Python spelling in a message, and its --policy form
+_POLICY_WORDS = {"Async()": "--policy async", "BSP()": "--policy bsp"}
+
+
+def cli_words(message: str, flags) -> str:
+    """A library message in the command line's words: ``name='value'`` (or a number)
+    where ``--name`` is one of ``flags`` becomes ``--name value``, and a policy's
+    constructor its ``--policy`` spelling ("use Async()" → "use --policy async")."""
+    def flag(m):
+        name, value = m.group(1), m.group(2) or m.group(3)
+        opt = "--" + name.replace("_", "-")
+        return f"{opt} {value}" if opt in flags else m.group(0)
+    message = re.sub(r"\b([a-z_]+)=(?:'([^']*)'|(-?[0-9][0-9.e+-]*))", flag, message)
+    for py, cli in _POLICY_WORDS.items():
+        message = message.replace(py, cli)
+    return re.sub(r"\bSSP\((\d+)\)", r"--policy ssp:\1", message)
+
+
+def _flags(args) -> set:
+    """The option strings of ``args.command``'s parser."""
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    cmd = sub.choices.get(args.command)
+    return {o for a in (cmd._actions if cmd else ()) for o in a.option_strings}
+
+
 def _raise_interrupted(signum, frame):
     from hogkit.errors import Interrupted
     raise Interrupted(signum)
@@ -636,7 +707,7 @@ def main(argv=None):
         print(f"hogkit {args.command}: {e or 'interrupted'}", file=sys.stderr)
         return EXIT_INTERRUPTED
     except HogkitError as e:
-        print(f"hogkit {args.command}: {e}", file=sys.stderr)
+        print(f"hogkit {args.command}: {cli_words(str(e), _flags(args))}", file=sys.stderr)
         return EXIT_USAGE
     finally:
         for s, h in old.items():

@@ -17,6 +17,10 @@ import platform
 import sys
 import time
 
+import numpy as np
+
+from hogkit.kernels.staleness import width_at
+
 
 class EventLog:
     """Append-only JSONL file; ``write(records)`` appends and flushes."""
@@ -145,6 +149,42 @@ def write_loss_csv(run, path) -> None:
             f.write(f"{p['t']:.4f},{p['updates']},{p['loss']!r}\n")
 
 
+def hist_steps(hist: dict):
+    """``(edges, counts)`` of a summary's staleness histogram (``{bin's lowest value:
+    reads}``, keys as ints or strings) on its own log-linear bins (one per value below
+    128, then 64 per power of two: ``kernels.staleness``), every bin from 0 to the last
+    non-empty one, empty ones 0: what ``matplotlib``'s ``stairs`` draws."""
+    lows = sorted(int(k) for k in hist)
+    if not lows:
+        return np.array([0.0, 1.0]), np.array([0.0])
+    edges = [0]
+    while edges[-1] <= lows[-1]:
+        edges.append(edges[-1] + width_at(edges[-1]))
+    counts = np.zeros(len(edges) - 1)
+    index = {e: n for n, e in enumerate(edges[:-1])}
+    for k, v in hist.items():
+        counts[index[int(k)]] += v
+    return np.asarray(edges, dtype=float), counts
+
+
+def _staleness_panel(ax, s, label):
+    """One staleness histogram: reads per bin on the bins' real edges, both axes log
+    (x symmetric-log: 0 is a bin of its own), the share at 0 and the tail in the title."""
+    edges, counts = hist_steps(s.get("histogram") or {})
+    n = max(int(s.get("count", counts.sum())), 1)
+    at0 = counts[0] / n if len(counts) else 0.0
+    ax.stairs(counts, edges, fill=True, baseline=0.5, alpha=0.8)
+    ax.set_ylim(0.5, max(counts.max(), 1) * 3)
+    ax.set_xscale("symlog", linthresh=1, linscale=0.5)
+    ax.set_yscale("log")
+    ax.set_xlim(0, max(edges[-1], 2))
+    ax.set_title(f"{label}\n{n:,} reads: {at0:.1%} at 0, mean {s.get('mean', 0):.3g}, "
+                 f"p99 {s.get('p99', 0)}, max {s.get('max', 0)}", fontsize=9)
+    ax.set_xlabel("value (bins: one per value below 128, then 64 per doubling)")
+    ax.set_ylabel("reads per bin")
+    ax.grid(True, alpha=0.3)
+
+
 def plot_run(summary: dict, out_dir) -> list:
     """Draw ``loss.png`` and ``staleness.png`` from a summary dict; returns the paths.
 
@@ -176,17 +216,11 @@ def plot_run(summary: dict, out_dir) -> list:
         paths.append(p)
     st = summary.get("staleness", {})
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for ax, key, label in ((axes[0], "update_gap", "update gap τ (updates by others)"),
-                           (axes[1], "clock_lag", "clock lag (iterations ahead of slowest)")):
-        hist = (st.get(key) or {}).get("histogram") or {}
-        xs = sorted(int(k) for k in hist)
-        ax.bar(xs, [hist[str(x)] if str(x) in hist else hist[x] for x in xs], width=0.9)
-        s = st.get(key) or {}
-        ax.set_title(f"{label}\nmean {s.get('mean', 0):.2f}, p99 {s.get('p99', 0)}, "
-                     f"max {s.get('max', 0)}", fontsize=9)
-        ax.set_xlabel("value")
-        ax.set_ylabel("reads")
-        ax.set_yscale("log")
+    for ax, key, label in ((axes[0], "update_gap", "update gap: updates by other workers "
+                                                   "between a read and its write"),
+                           (axes[1], "clock_lag", "clock lag: iterations ahead of the "
+                                                  "slowest worker at a read")):
+        _staleness_panel(ax, st.get(key) or {}, label)
     fig.tight_layout()
     p = os.path.join(out_dir, "staleness.png")
     fig.savefig(p, dpi=110)

@@ -55,6 +55,13 @@ def bin_low(i):
     return (SUB + j) << (e - 6)
 
 
+def width_at(low):
+    """How many values the bin whose lowest value is ``low`` holds (not the overflow
+    bin): 1 below ``EXACT``, else ``2**(e - 6)`` for ``2**e <= low < 2**(e + 1)``."""
+    low = int(low)
+    return 1 if low < EXACT else 1 << (low.bit_length() - 7)
+
+
 def bin_width(i):
     """How many values bin ``i`` holds (the last, overflow, bin: from its low up)."""
     return 1 if i < EXACT else 1 << (7 + (i - EXACT) // SUB - 6)

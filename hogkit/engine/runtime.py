@@ -193,8 +193,8 @@ def choose_engine(engine, wl, *, rule, density, batch, shards=1, policy=None,
     if why is None:
         return "compiled"
     if engine == "compiled":
-        raise InvalidArgument(f"engine='compiled' cannot run {why}; use engine='auto' or "
-                              f"'python'")
+        raise InvalidArgument(f"engine='compiled' cannot run this: {why}; use "
+                              f"engine='auto' or engine='python'")
     if not getattr(wl, "needs_torch", False):     # torch workloads: Python is expected
         warnings.warn(f"hogkit: the Python step runs this: {why}", EngineNotice,
                       stacklevel=3)

@@ -169,8 +169,8 @@ def simulate(workload="mf", *, workers=2, policy=None, rule=None, density=None, 
     every, every_updates = eval_interval(plan, live=False, evals=evals)
     why = fused_supported(plan.workload, plan.rule, plan.policy, plan.density, plan.batch)
     if engine == "fused" and why is not None:
-        raise InvalidArgument(f"engine='fused' cannot run {why}; use engine='python' or "
-                              f"'auto'")
+        raise InvalidArgument(f"engine='fused' cannot run this: {why}; use "
+                              f"engine='python' or engine='auto'")
     use_fused = engine == "fused" or (engine == "auto" and why is None)
     config = plan.config(stragglers={}, delays=times.config(), environment=_environment())
 

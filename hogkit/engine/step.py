@@ -111,7 +111,7 @@ def resolve_lane(lane, workload, *, rule, density, batch, shards=1, engine="comp
     why = lane_support(workload, rule=rule, density=density, batch=batch, shards=shards,
                        engine=engine)
     if lane == "sample" and why is not None:
-        raise InvalidArgument(f"lane='sample' cannot run {why}; use lane='batch' (the "
+        raise InvalidArgument(f"lane='sample' cannot run this: {why}; use lane='batch' (the "
                               f"exact minibatch step) or drop that setting")
     if lane == "auto" and (why is not None
                            or getattr(workload, "default_lane", "batch") != "sample"):
