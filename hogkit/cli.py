@@ -90,6 +90,13 @@ def _add_training_options(p):
     p.add_argument("--shards", type=_positive_int, default=1,
                    help="per-shard staleness: count a sparse update's gap only over "
                         "others' updates to the same row ranges (default 1: global)")
+    p.add_argument("--data", default=None, metavar="FILE",
+                   help="train on your data: mf reads `user item rating` lines (LIBMF's "
+                        "format, 0-based ids; or a CSV with a header), logreg an "
+                        "svmlight/libsvm file (default: generated data)")
+    p.add_argument("--test-fraction", type=float, default=None, metavar="F",
+                   help="hold out this share of --data for test metrics in the summary "
+                        "(default: none)")
     p.add_argument("--out", default=None,
                    help="results folder (default: a fresh runs/<timestamp>)")
     p.add_argument("--no-progress", action="store_true",
@@ -148,7 +155,8 @@ def build_parser():
         formatter_class=_Help)
     parser.add_argument("--version", action="version", version=f"hogkit {version('hogkit')}")
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_run, _add_sim, _add_bench, _add_doctor, _add_sweep, _add_report):
+    for add in (_add_run, _add_sim, _add_bench, _add_doctor, _add_sweep, _add_report,
+                _add_predict):
         add(sub)
     for p in sub.choices.values():
         p.formatter_class = _Help
@@ -299,6 +307,15 @@ def _add_report(sub):
     rep.add_argument("folder")
 
 
+def _add_predict(sub):
+    pr = sub.add_parser("predict", help="predict with a trained model: a `run --data` "
+                                        "results folder and a file in its data's format")
+    pr.add_argument("folder", help="results folder of `hogkit run --data ...`")
+    pr.add_argument("file", help="mf: `user item [rating]` lines; logreg: svmlight")
+    pr.add_argument("--out", default=None, metavar="FILE",
+                    help="write the predictions here, one per line (default: stdout)")
+
+
 def _default_out():
     stamp = time.strftime("%Y%m%d-%H%M%S")
     path = os.path.join("runs", stamp)
@@ -388,7 +405,7 @@ def _knobs(args):
     (each string form read by its one parser in :mod:`hogkit.parse`)."""
     from hogkit import workloads
 
-    wl = workloads.get(args.workload, **parse_options(args.option))
+    wl = workloads.get(args.workload, **_workload_options(args))
     steps, seconds = args.steps, args.seconds
     if steps is None and seconds is None:
         steps = _default_steps(wl, args)
@@ -416,6 +433,9 @@ def _default_steps(wl, args):
     auto, the workload's default lane, no ``--batch``; ``sim`` runs whole batch steps),
     as many steps as keep the samples the same."""
     steps = wl.default_steps
+    n = getattr(wl, "n_ratings", None) or getattr(wl, "n_samples", None)
+    if getattr(wl, "data", None) is not None and n:      # a data file: passes over it
+        steps = max(args.workers, -(-DATA_PASSES * n // wl.default_batch))
     lane = getattr(args, "lane", "batch")
     if getattr(args, "backend", "local") == "ray":      # a cluster runs whole steps
         lane = "batch"
@@ -428,6 +448,30 @@ def _default_steps(wl, args):
 
 
 COMMAND_FILE = "command.json"
+#: where a --data run's trained parameters go in its results folder (Workload.export)
+PARAMS_DIR = "params"
+#: passes over a data file that a run without --steps/--seconds makes (LIBMF's default
+#: iterations)
+DATA_PASSES = 20
+
+
+def _workload_options(args) -> dict:
+    """``-o`` settings, with ``--data``/``--test-fraction`` (the workload's ``data`` and
+    ``test_fraction``)."""
+    options = parse_options(args.option)
+    for flag, key in (("data", "data"), ("test_fraction", "test_fraction")):
+        value = getattr(args, flag, None)
+        if value is None:
+            continue
+        if key in options:
+            raise InvalidArgument(f"--{flag.replace('_', '-')} and -o {key}= both given; "
+                                  f"keep one")
+        if args.workload not in ("mf", "logreg"):
+            raise InvalidArgument(f"--{flag.replace('_', '-')} is read by --workload mf "
+                                  f"(a ratings file) or logreg (svmlight), not "
+                                  f"{args.workload}")
+        options[key] = value
+    return options
 
 
 def _resumed_args(args):
@@ -471,6 +515,10 @@ def _cmd_run(args):
         write_json(os.path.join(out, COMMAND_FILE), {"argv": args.argv})
     run = start()
     print_summary(run.summary())
+    if run.params is not None and args.data is not None:       # a model to use
+        paths = wl.export(run.params, os.path.join(out, PARAMS_DIR))
+        print(f"model: {', '.join(os.path.relpath(p, out) for p in paths)} (`hogkit "
+              f"predict {out} FILE` uses it)")
     print(f"results: {out}")
     return EXIT_OK
 
@@ -485,8 +533,8 @@ def _local_run(args, wl, out, knobs):
                               "--backend ray")
     make_plan(wl, out=out, **knobs)
     return functools.partial(       # by name: the workload's lane defaults apply
-        train, args.workload, workload_options=parse_options(args.option), out=out,
-        progress=_progress(args), keep_params=False,
+        train, args.workload, workload_options=_workload_options(args), out=out,
+        progress=_progress(args), keep_params=args.data is not None,
         engine=args.engine, events=args.events,
         checkpoint_every=args.checkpoint_every or "auto", resume=args.resume,
         on_failure=args.on_failure, max_restarts=args.max_restarts, lane=args.lane, **knobs)
@@ -672,6 +720,40 @@ def _flags(args) -> set:
     return {o for a in (cmd._actions if cmd else ()) for o in a.option_strings}
 
 
+def _cmd_predict(args):
+    import numpy as np
+
+    from hogkit import workloads
+    from hogkit.state.checkpoint import read
+    path = os.path.join(args.folder, "summary.json")
+    if not os.path.exists(path):
+        raise InvalidArgument(f"{path} not found; give a folder written by `hogkit run "
+                              f"--data FILE --out DIR`")
+    with open(path) as f:
+        name = json.load(f)["config"]["workload"]
+    cls = type(workloads.get(name)) if name in ("mf", "logreg") else None
+    if cls is None:
+        raise InvalidArgument(f"hogkit predict reads mf and logreg runs; {args.folder} "
+                              f"holds a {name} run")
+    pdir = os.path.join(args.folder, PARAMS_DIR)
+    if os.path.isdir(pdir):
+        params = {f[:-4]: np.load(os.path.join(pdir, f)) for f in sorted(os.listdir(pdir))
+                  if f.endswith(".npy")}
+    else:
+        params = read(os.path.join(args.folder, "checkpoint.npz"))[0]
+    pred, metrics = cls.predict_file(params, args.file)
+    text = "".join(f"{v:.6g}\n" for v in pred)
+    if args.out is None:
+        sys.stdout.write(text)
+    else:
+        with open(args.out, "w") as f:
+            f.write(text)
+    shown = "  ".join(f"{k} {v:.6g}" for k, v in metrics.items())
+    print(f"hogkit predict: {len(pred)} lines" + (f", {shown}" if shown else "")
+          + (f" -> {args.out}" if args.out else ""), file=sys.stderr)
+    return EXIT_OK
+
+
 def _raise_interrupted(signum, frame):
     from hogkit.errors import Interrupted
     raise Interrupted(signum)
@@ -688,7 +770,7 @@ def main(argv=None):
     args.argv = list(sys.argv[1:] if argv is None else argv)
     handler = {"run": _cmd_run, "sim": _cmd_sim, "simulate": _cmd_sim,
                "bench": _cmd_bench, "report": _cmd_report, "doctor": _cmd_doctor,
-               "sweep": _cmd_sweep}[args.command]
+               "sweep": _cmd_sweep, "predict": _cmd_predict}[args.command]
     # SIGINT and SIGTERM interrupt the whole command (building data, compiling,
     # writing results), not only while workers run: every path unwinds through the
     # context managers that release shared memory. SIGINT too, because a command

@@ -47,6 +47,7 @@ same numbers. ``mf`` and ``logreg`` are built this way; ``examples/`` has a user
 
 from __future__ import annotations
 
+import os
 from typing import Mapping, NamedTuple
 
 import numpy as np
@@ -104,6 +105,17 @@ class Workload:
     def metrics(self, params, data) -> dict:
         """``{"loss": loss(params, data)}``; subclasses add more."""
         return {"loss": self.loss(params, data)}
+
+    def export(self, params, folder) -> list:
+        """Write trained ``params`` into ``folder`` for use outside hogkit: one
+        ``NAME.npy`` each (``numpy.load`` reads it); returns the paths written."""
+        os.makedirs(folder, exist_ok=True)
+        paths = []
+        for name, a in params.items():
+            path = os.path.join(folder, f"{name}.npy")
+            np.save(path, np.asarray(a))
+            paths.append(path)
+        return paths
 
     def default_lane_rule(self):
         """The update rule a run on the per-sample lane takes when none is given (None:

@@ -29,6 +29,8 @@ the L2 term; ``metrics`` adds ``accuracy``.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from hogkit.errors import InvalidArgument
@@ -37,6 +39,21 @@ from hogkit.validation import check_array, check_choice, check_float, check_indi
 from hogkit.workloads.base import (CompiledParts, KernelCtx, Workload, check_bool,
                                    check_dtype, check_keys, check_param, check_seed,
                                    sample_from, zipf_probabilities)
+from hogkit.workloads.files import read_svmlight, split
+
+
+#: the generated data's features when ``n_features`` is not given
+N_FEATURES = 20_000
+
+
+def _rows(f, rows, prefix):
+    """The CSR rows ``rows`` of an svmlight file's samples, named with ``prefix``."""
+    lens = np.diff(f.indptr)[rows]
+    indptr = np.zeros(len(rows) + 1, np.int64)
+    np.cumsum(lens, out=indptr[1:])
+    take = np.arange(indptr[-1]) + np.repeat(f.indptr[rows] - indptr[:-1], lens)
+    return {f"{prefix}indptr": indptr, f"{prefix}indices": f.indices[take],
+            f"{prefix}values": f.values[take], f"{prefix}y": f.y[rows]}
 
 
 class SparseLogReg(Workload):
@@ -53,13 +70,17 @@ class SparseLogReg(Workload):
     _fields = ("n_samples", "n_features", "min_nnz", "max_nnz", "zipf", "values",
                "normalize", "margin_scale", "reg", "init_scale", "dtype")
 
-    def __init__(self, *, n_samples=50_000, n_features=20_000, min_nnz=10, max_nnz=50,
+    def __init__(self, *, n_samples=50_000, n_features=None, min_nnz=10, max_nnz=50,
                  zipf=1.1, values="binary", normalize=False, margin_scale=4.0, reg=0.0,
-                 init_scale=0.0, dtype="float32"):
-        self.n_samples = check_int("n_samples", n_samples, min_value=1,
-                                   max_value=2**31 - 1)
-        self.n_features = check_int("n_features", n_features, min_value=1,
-                                    max_value=2**31 - 1)
+                 init_scale=0.0, dtype="float32", data=None, test_fraction=0.0):
+        sizes = self._read(data, test_fraction, n_features)
+        self.n_samples = check_int("n_samples", sizes.get("n_samples", n_samples),
+                                   min_value=1, max_value=2**31 - 1)
+        self.n_features = check_int("n_features", sizes.get("n_features", n_features
+                                                            or N_FEATURES),
+                                    min_value=1, max_value=2**31 - 1)
+        if self.data is not None:       # generation settings: inside the file's features
+            min_nnz, max_nnz = min(min_nnz, self.n_features), min(max_nnz, self.n_features)
         self.min_nnz = check_int("min_nnz", min_nnz, min_value=1, max_value=self.n_features,
                                  fix="a sample cannot hold more features than exist")
         self.max_nnz = check_int("max_nnz", max_nnz, min_value=self.min_nnz,
@@ -75,13 +96,57 @@ class SparseLogReg(Workload):
         self.init_scale = check_float("init_scale", init_scale, min_value=0.0)
         self.dtype = check_dtype(dtype)
 
+    def _read(self, data, test_fraction, n_features) -> dict:
+        """An svmlight file (``data``: ``hogkit.workloads.files``), read once here in
+        the parent: the sizes it sets (features: at least its largest index; samples:
+        all but the ``test_fraction`` ``build``'s seed holds out for the test metrics).
+        The arrays are kept for ``build`` (not pickled)."""
+        self.data, self._file = None, None
+        self.test_fraction = check_float("test_fraction", test_fraction, min_value=0.0,
+                                         max_value=1.0, exclude_max=True,
+                                         fix="0.1 holds out a tenth of the samples")
+        if data is None:
+            if self.test_fraction:
+                raise InvalidArgument("test_fraction holds out part of a data file; give "
+                                      "data= (--data FILE) too, or drop it")
+            return {}
+        self.data = os.fspath(data)
+        self._file = f = read_svmlight(self.data)
+        n = len(f.y)
+        n_test = min(int(round(n * self.test_fraction)), n - 1)
+        return {"n_samples": n - n_test, "n_features": max(f.n_features, n_features or 1)}
+
+    def __getstate__(self):
+        """Pickled without a data file's arrays (workers read shared memory)."""
+        return {k: v for k, v in self.__dict__.items() if k != "_file"}
+
+    def config(self):
+        out = super().config()
+        if self.data is not None:       # a generated run's config stays what it was
+            out.update(data=self.data, test_fraction=self.test_fraction)
+        return out
+
+    def _file_data(self, seed):
+        """The file's samples less those ``seed`` holds out (``test_*``: the same CSR
+        arrays and labels, read only by :meth:`metrics`)."""
+        f = self._file if self._file is not None else read_svmlight(self.data)
+        train, test = split(len(f.y), self.test_fraction, seed)
+        data = _rows(f, train, "")
+        if len(test):
+            data.update(_rows(f, test, "test_"))
+        return data
+
     # --- parent -------------------------------------------------------------------
     def build(self, seed):
         """``({"w"}, {"indptr", "indices", "values", "y"})``; data and initial weights
-        from independent streams of ``seed``."""
+        from independent streams of ``seed``; with a data file its samples (and the
+        held-out ``test_*`` arrays)."""
         seed = check_seed(seed)
         rng, init_rng = (np.random.default_rng(s)
                          for s in np.random.SeedSequence(seed).spawn(2))
+        if self.data is not None:
+            w = (init_rng.standard_normal(self.n_features) * self.init_scale).astype(self.dtype)
+            return {"w": w}, self._file_data(seed)
         n, d = self.n_samples, self.n_features
         p_feat = zipf_probabilities(d, self.zipf, rng)
         drawn = rng.integers(self.min_nnz, self.max_nnz + 1, n)
@@ -124,7 +189,31 @@ class SparseLogReg(Workload):
         total, right = logreg_loss(params["w"], data["indptr"], data["indices"],
                                    data["values"], data["y"])
         n = len(data["y"])
-        return {"loss": float(total / n), "accuracy": right / n}
+        out = {"loss": float(total / n), "accuracy": right / n}
+        if "test_y" in data:            # the samples a data file's split held out
+            total, right = logreg_loss(params["w"], data["test_indptr"],
+                                       data["test_indices"], data["test_values"],
+                                       data["test_y"])
+            m = len(data["test_y"])
+            out.update(test_loss=float(total / m), test_accuracy=right / m)
+        return out
+
+    @staticmethod
+    def predict_file(params, path) -> tuple:
+        """``(probabilities, metrics)`` for the svmlight lines of ``path`` (``hogkit
+        predict``): ``sigma(w·x)`` per line, and the file's ``loss`` (mean log-loss) and
+        ``accuracy`` against its labels. Features past the model's count are refused."""
+        w = params["w"]
+        f = read_svmlight(path)
+        if f.n_features > len(w):
+            raise InvalidArgument(f"{path} has feature index {f.n_features}, the model "
+                                  f"{len(w)} features; predict with the features it was "
+                                  f"trained on")
+        m = np.empty(len(f.y), np.float64)
+        csr_matvec(f.indptr, f.indices, f.values, np.asarray(w, np.float64), m)
+        total, right = logreg_loss(w, f.indptr, f.indices, f.values, f.y)
+        n = len(f.y)
+        return 1.0 / (1.0 + np.exp(-m)), {"loss": float(total / n), "accuracy": right / n}
 
     # --- worker -------------------------------------------------------------------
     def compiled(self, params, data):

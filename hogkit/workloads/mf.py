@@ -45,6 +45,7 @@ simulator keep SGD at ``default_lr``.
 
 from __future__ import annotations
 
+import os
 import weakref
 
 import numpy as np
@@ -57,6 +58,7 @@ from hogkit.validation import check_array, check_choice, check_float, check_int,
 from hogkit.workloads.base import (CompiledParts, KernelCtx, Workload, check_dtype,
                                    check_keys, check_param, check_seed, sample_from,
                                    zipf_probabilities)
+from hogkit.workloads.files import read_ratings, split
 
 PRESETS = {
     # 2 x 5000 x 32 float32 factors (1.3 MB), 500k ratings (6 MB). Sequential SGD at
@@ -136,12 +138,13 @@ class MatrixFactorization(Workload):
     def __init__(self, preset="default", *, n_rows=None, n_cols=None, rank=None,
                  k_true=None, n_ratings=None, zipf=None, noise=0.1, reg=0.0,
                  init_scale=0.1, dtype="float32", order="sweep", blocks=None,
-                 prefetch=None):
+                 prefetch=None, data=None, test_fraction=0.0):
         self.preset = check_choice("preset", preset, tuple(PRESETS))
         base = dict(zipf=1.1)
         base.update(PRESETS[preset])
         given = dict(n_rows=n_rows, n_cols=n_cols, rank=rank, k_true=k_true,
                      n_ratings=n_ratings, zipf=zipf)
+        given.update(self._read(data, test_fraction, n_rows, n_cols, n_ratings))
         s = {k: (v if v is not None else base[k]) for k, v in given.items()}
         self.n_rows = check_int("n_rows", s["n_rows"], min_value=1, max_value=_INT32_MAX)
         self.n_cols = check_int("n_cols", s["n_cols"], min_value=1, max_value=_INT32_MAX)
@@ -152,7 +155,8 @@ class MatrixFactorization(Workload):
                                 fix=f"the true rank must lie in [1, min(n_rows, n_cols)={small}]")
         cells = self.n_rows * self.n_cols
         self.n_ratings = check_int(
-            "n_ratings", s["n_ratings"], min_value=1, max_value=max(1, cells // 2),
+            "n_ratings", s["n_ratings"], min_value=1,
+            max_value=cells if self.data is not None else max(1, cells // 2),
             fix=f"ratings are distinct cells; at most half of the {self.n_rows} x "
                 f"{self.n_cols} cells may be observed")
         self.zipf = check_float("zipf", s["zipf"], min_value=0.0, max_value=10.0,
@@ -169,6 +173,35 @@ class MatrixFactorization(Workload):
             fix="ratings ahead whose rows the per-sample lane prefetches: 0 never, "
                 f"None (the default) {PREFETCH_AHEAD} when the factors outgrow the L2 "
                 f"cache")
+
+    def _read(self, data, test_fraction, n_rows, n_cols, n_ratings) -> dict:
+        """A ratings file (``data``: ``hogkit.workloads.files``), read once here in the
+        parent: the sizes it sets (rows and columns at least its largest ids + 1; the
+        training ratings: all but ``test_fraction`` of them, held out by ``build``'s
+        seed for the test metrics). The arrays are kept for ``build`` (not pickled)."""
+        self.data, self._file = None, None
+        self.test_fraction = check_float("test_fraction", test_fraction, min_value=0.0,
+                                         max_value=1.0, exclude_max=True,
+                                         fix="0.1 holds out a tenth of the ratings")
+        if data is None:
+            if self.test_fraction:
+                raise InvalidArgument("test_fraction holds out part of a data file; give "
+                                      "data= (--data FILE) too, or drop it")
+            return {}
+        if n_ratings is not None:
+            raise InvalidArgument("n_ratings is the generated data's size; a data file "
+                                  "sets its own: drop n_ratings")
+        self.data = os.fspath(data)
+        self._file = f = read_ratings(self.data)
+        rows = max(f.n_rows, n_rows or 0)
+        cols = max(f.n_cols, n_cols or 0)
+        n_test = min(int(round(len(f.r) * self.test_fraction)), len(f.r) - 1)
+        return dict(n_rows=rows, n_cols=cols, n_ratings=len(f.r) - n_test)
+
+    def __getstate__(self):
+        """Pickled without a data file's arrays (a worker gets the data from shared
+        memory, not from the workload object)."""
+        return {k: v for k, v in self.__dict__.items() if k != "_file"}
 
     def _check_order(self, order, blocks):
         """``(order, grid side or None)``; see the module docstring."""
@@ -200,13 +233,17 @@ class MatrixFactorization(Workload):
         out = super().config()
         if self.order != "sweep":       # a sweep's config stays what it always was
             out.update(order=self.order, blocks=self.blocks)
+        if self.data is not None:       # as does a generated one's
+            out.update(data=self.data, test_fraction=self.test_fraction)
         return out
 
     def __repr__(self):
         text = super().__repr__()
-        if self.order == "sweep":
-            return text
-        return f"{text[:-1]}, order={self.order!r}, blocks={self.blocks!r})"
+        if self.order != "sweep":
+            text = f"{text[:-1]}, order={self.order!r}, blocks={self.blocks!r})"
+        if self.data is not None:
+            text = f"{text[:-1]}, data={self.data!r}, test_fraction={self.test_fraction!r})"
+        return text
 
     # --- parent -------------------------------------------------------------------
     def build(self, seed):
@@ -217,6 +254,8 @@ class MatrixFactorization(Workload):
         seed = check_seed(seed)
         data_rng, init_rng = (np.random.default_rng(s)
                               for s in np.random.SeedSequence(seed).spawn(2))
+        if self.data is not None:
+            return self._params(init_rng), self._file_data(seed)
         u, i = self._cells(data_rng)
         k = self.k_true
         U = data_rng.standard_normal((self.n_rows, k)) * k ** -0.25
@@ -225,20 +264,36 @@ class MatrixFactorization(Workload):
         mf_predict(U, V, u, i, r)
         r += self.noise * data_rng.standard_normal(len(r))
         data = {"u": u, "i": i, "r": r.astype(np.float32)}
-        dt = np.dtype(self.dtype)
-        params = {
-            "P": (init_rng.standard_normal((self.n_rows, self.rank)) * self.init_scale).astype(dt),
-            "Q": (init_rng.standard_normal((self.n_cols, self.rank)) * self.init_scale).astype(dt),
-        }
+        params = self._params(init_rng)
         if self.order == "blocks":
             data = self._blocked(data)
         return params, data
+
+    def _params(self, init_rng):
+        dt = np.dtype(self.dtype)
+        return {
+            "P": (init_rng.standard_normal((self.n_rows, self.rank)) * self.init_scale).astype(dt),
+            "Q": (init_rng.standard_normal((self.n_cols, self.rank)) * self.init_scale).astype(dt),
+        }
+
+    def _file_data(self, seed):
+        """The data file's ratings in file order (the workers' sweeps start at random
+        places in it), less the test ratings ``seed`` holds out (``test_u``, ``test_i``,
+        ``test_r``, read only by :meth:`metrics`)."""
+        f = self._file if self._file is not None else read_ratings(self.data)
+        train, test = split(len(f.r), self.test_fraction, seed)
+        data = {"u": f.u[train], "i": f.i[train], "r": f.r[train]}
+        if self.order == "blocks":
+            data = self._blocked(data)
+        if len(test):
+            data.update(test_u=f.u[test], test_i=f.i[test], test_r=f.r[test])
+        return data
 
     def _blocked(self, data):
         """``data`` grouped by block, with the block offsets and a fresh scheduler."""
         perm, off = _kb.block_layout(data["u"], data["i"], self.n_rows, self.n_cols,
                                      self.blocks)
-        out = {k: v[perm] for k, v in data.items()}
+        out = {k: data[k][perm] for k in ("u", "i", "r")}
         out["blk_off"] = off
         out["blk_sched"] = _kb.new_sched(self.blocks)
         return out
@@ -273,6 +328,11 @@ class MatrixFactorization(Workload):
         and took the sweep's ratings) and the fewest and most passes of a block."""
         mse = self.loss(params, data)
         out = {"loss": mse, "mse": mse, "rmse": float(np.sqrt(mse))}
+        if "test_r" in data:            # the ratings a data file's split held out
+            P, Q = params["P"], params["Q"]
+            t = float(mf_sse(P, Q, data["test_u"], data["test_i"], data["test_r"])
+                      / len(data["test_r"]))
+            out.update(test_mse=t, test_rmse=float(np.sqrt(t)))
         if self.order == "blocks" and "blk_sched" in data:
             sched, off = data["blk_sched"], data["blk_off"]
             done = _kb.passes(sched).ravel()[np.diff(off) > 0]
@@ -280,6 +340,36 @@ class MatrixFactorization(Workload):
                        block_fallbacks=int(sched[_kb.FALLBACKS]),
                        block_passes_min=int(done.min()), block_passes_max=int(done.max()))
         return out
+
+    def export(self, params, folder) -> list:
+        """``P.npy``, ``Q.npy`` and ``model.txt``, LIBMF's text model (``mf_save_model``
+        of LIBMF 0.9.2/2.x: ``f 0``, ``m``, ``n``, ``k``, ``b``, then ``p<u> T <k values>``
+        and ``q<i> T ...`` per row; ``b`` 0, the prediction for an id outside the model)."""
+        paths = super().export(params, folder)
+        P, Q = params["P"], params["Q"]
+        path = os.path.join(folder, "model.txt")
+        with open(path, "w") as f:
+            f.write(f"f 0\nm {P.shape[0]}\nn {Q.shape[0]}\nk {P.shape[1]}\nb 0\n")
+            for prefix, A in (("p", P), ("q", Q)):
+                for row, vals in enumerate(A):
+                    f.write(f"{prefix}{row} T " + " ".join(f"{v:.9g}" for v in vals)
+                            + " \n")
+        return paths + [path]
+
+    @staticmethod
+    def predict_file(params, path) -> tuple:
+        """``(predictions, metrics)`` for the ``user item [rating]`` lines of ``path``
+        (``hogkit predict``): ``P[u]·Q[i]`` per line; with ratings, their ``mse`` and
+        ``rmse``. An id outside the model is refused with its line."""
+        P, Q = params["P"], params["Q"]
+        f = read_ratings(path, need_rating=False, shape=(P.shape[0], Q.shape[0]))
+        out = np.empty(len(f.u), np.float64)
+        mf_predict(P, Q, f.u, f.i, out)
+        metrics = {}
+        if f.r is not None:
+            mse = float(np.mean((out - f.r) ** 2))
+            metrics = {"mse": mse, "rmse": float(np.sqrt(mse))}
+        return out, metrics
 
     # --- worker -------------------------------------------------------------------
     def compiled(self, params, data):
