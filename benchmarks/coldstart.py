@@ -52,7 +52,7 @@ def stages(stderr: str) -> dict:
 def _once(cache_dir, seconds) -> dict:
     env = dict(os.environ, NUMBA_CACHE_DIR=cache_dir)
     with tempfile.TemporaryDirectory(prefix="hogkit-coldstart-") as out:
-        argv = [sys.executable, "-c", "from hogkit.cli import console; console()",
+        argv = [sys.executable, "-m", "hogkit.cli",
                 *COMMAND[:-1], str(seconds), "--out", os.path.join(out, "run")]
         t0 = time.monotonic()
         proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
@@ -100,4 +100,20 @@ def format_table(result) -> str:
             f"{r['first_line_s']:.1f} s, compiling {r['compile_s']:.1f} s",
             f"  warm (cache filled)       {r['warm_s']:6.1f} s",
             f"  cold / warm               {r['cold_over_warm']:6.2f}"]
+    return "\n".join(rows)
+
+
+def format_markdown(result, before=None) -> str:
+    """The RESULTS.md table: cold and warm medians (and ``before``'s, the same scenario
+    run against an earlier commit), the first line's arrival and the compile stage."""
+    def cell(r, key, fmt="{:.1f} s"):
+        v = r["ratios"].get(key) if r else None
+        return "-" if v is None or v != v else fmt.format(v)
+    rows = ["| | after | before |", "|---|---|---|"]
+    for label, key in (("cold: empty numba cache", "cold_s"), ("warm: cache filled", "warm_s"),
+                       ("cold / warm", "cold_over_warm"),
+                       ("first line on stderr (cold)", "first_line_s"),
+                       ("compiling stage (cold)", "compile_s")):
+        fmt = "{:.2f}" if key == "cold_over_warm" else "{:.1f} s"
+        rows.append(f"| {label} | {cell(result, key, fmt)} | {cell(before, key, fmt)} |")
     return "\n".join(rows)

@@ -756,15 +756,14 @@ def _cmd_predict(args):
 
 def _raise_interrupted(signum, frame):
     from hogkit.errors import Interrupted
-    raise Interrupted(signum)
+    raise Interrupted.request(signum)
 
 
 def main(argv=None):
     import signal
     import threading
 
-    from hogkit.errors import (EnvironmentProblem, HogkitError, Interrupted,
-                               NonFiniteGradient, WorkerFailed)
+    from hogkit.errors import Interrupted
 
     args = build_parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
@@ -778,22 +777,37 @@ def main(argv=None):
     # KeyboardInterrupt), and an explicit `kill -INT` must not be honoured only
     # while workers happen to be running.
     old = {}
+    Interrupted.clear()
     if threading.current_thread() is threading.main_thread():
         old = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        return handler(args)
-    except (WorkerFailed, NonFiniteGradient, EnvironmentProblem) as e:
-        print(f"hogkit {args.command}: {e}", file=sys.stderr)
-        return EXIT_WORKER_FAILED
+        rc = handler(args)
+        Interrupted.check()               # one swallowed where it was raised (numba)
+        return rc
+    except Exception as e:                # what a swallowed interrupt broke, reported as it
+        if Interrupted.pending() is None:
+            return _failed(args, e)
+        print(f"hogkit {args.command}: {Interrupted(Interrupted.pending())}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except (Interrupted, KeyboardInterrupt) as e:
         print(f"hogkit {args.command}: {e or 'interrupted'}", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except HogkitError as e:
-        print(f"hogkit {args.command}: {cli_words(str(e), _flags(args))}", file=sys.stderr)
-        return EXIT_USAGE
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+
+
+def _failed(args, e):
+    """The exit code and one line for a command's exception (re-raised when it is not
+    hogkit's: a bug's traceback)."""
+    from hogkit.errors import EnvironmentProblem, HogkitError, NonFiniteGradient, WorkerFailed
+    if isinstance(e, (WorkerFailed, NonFiniteGradient, EnvironmentProblem)):
+        print(f"hogkit {args.command}: {e}", file=sys.stderr)
+        return EXIT_WORKER_FAILED
+    if isinstance(e, HogkitError):
+        print(f"hogkit {args.command}: {cli_words(str(e), _flags(args))}", file=sys.stderr)
+        return EXIT_USAGE
+    raise e
 
 
 def console(argv=None):

@@ -21,8 +21,8 @@ import os
 from typing import Optional
 
 from hogkit.engine.preflight import (FATAL, OK, SHM_DIR, WARN, Finding, files_needed,
-                                     open_files, preflight, processes, shared_memory,
-                                     start_method)
+                                     open_files, platform, preflight, processes,
+                                     shared_memory, start_method)
 
 __all__ = ["Finding", "run_checks", "preflight", "format_findings", "planned_bytes", "SHM_DIR",
            "OK", "WARN", "FATAL", "shared_memory", "open_files", "processes", "cores",
@@ -128,7 +128,7 @@ def smoke(seconds: float = 1.0) -> Finding:
 def run_checks(workers: int = 2, needed_bytes: Optional[int] = None,
                with_smoke: bool = True) -> list:
     """Every check, in order; ``with_smoke`` adds the one-second smoke run."""
-    out = [shared_memory(needed_bytes), open_files(workers), processes(workers),
+    out = [platform(), shared_memory(needed_bytes), open_files(workers), processes(workers),
            cores(workers), thread_variables(), start_method(), torch_build(),
            numba_cache()]
     if with_smoke and not any(f.status == FATAL for f in out):

@@ -125,3 +125,29 @@ class Interrupted(KeyboardInterrupt):
         self.signum = signum
         super().__init__(f"interrupted by {_signal.Signals(signum).name}; workers stopped "
                          f"and shared memory released")
+
+    #: signals a handler raised this for, in arrival order: a raise inside a C callback
+    #: (numba compiling, llvmlite's object cache) is swallowed there, so whoever raised
+    #: it also records it, and :func:`Interrupted.check` raises it again where Python can
+    _requested: list = []
+
+    @classmethod
+    def request(cls, signum) -> "Interrupted":
+        """Record ``signum`` and return the exception to raise for it."""
+        cls._requested.append(signum)
+        return cls(signum)
+
+    @classmethod
+    def check(cls) -> None:
+        """Raise the recorded interruption, if any (after a stage that runs C code)."""
+        if cls._requested:
+            raise cls(cls._requested[-1])
+
+    @classmethod
+    def pending(cls):
+        """The last recorded signal, or None."""
+        return cls._requested[-1] if cls._requested else None
+
+    @classmethod
+    def clear(cls) -> None:
+        cls._requested.clear()

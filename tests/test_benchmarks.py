@@ -381,3 +381,32 @@ def test_final_engine_peer_rerun_is_quoted_from_its_json():
             f"{t2 / c['libmf_2']['time_to_target']:.2f}x LIBMF's two threads' time, and the "
             f"plain loop's time over theirs is "
             f"{rr['mf_default_plain_time_over_default2_time']:.2f}") in text
+
+
+def test_coldstart_section_and_readme_come_from_the_committed_json():
+    """Issue 28's cold start figures: the RESULTS table renders the two committed JSONs
+    and the README quotes the after run's cold, compile and warm medians."""
+    import json
+    from pathlib import Path
+
+    from hogkit.benchmarks import coldstart
+    root = Path(__file__).resolve().parent.parent
+    r = json.loads((root / "benchmarks" / "coldstart.json").read_text())
+    o = json.loads((root / "benchmarks" / "coldstart_before.json").read_text())
+    assert coldstart.format_markdown(r, o) in (root / "benchmarks" / "RESULTS.md").read_text()
+    readme = " ".join((root / "README.md").read_text().split())
+    q = r["ratios"]
+    assert (f"a first `hogkit run --seconds 2` took {q['cold_s']:.1f} s "
+            f"({q['compile_s']:.1f} s of it compiling), later ones {q['warm_s']:.1f} s") in readme
+
+
+def test_coldstart_reads_the_stage_lines():
+    from hogkit.benchmarks.coldstart import stages
+    err = ("hogkit run: mf with 2 workers, results in x\n"
+           "[  0.0 s] building the mf workload's parameters and data\n"
+           "[  0.9 s] compiling the compiled engine's kernels (...)\n"
+           "[ 13.0 s] kernels ready (12.1 s)\n[ 13.1 s] starting 2 worker processes\n"
+           "[ 13.9 s] training for 2 s\n[ 16.0 s] training done; evaluating\n")
+    assert stages(err) == {"first_stage_s": 0.0, "compile_s": 12.1,
+                           "training_starts_s": 13.9}
+    assert stages("no stage lines\n") == {}

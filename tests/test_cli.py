@@ -239,3 +239,43 @@ def test_cluster_flags_are_checked_before_anything_starts(tmp_path, argv, words,
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and words in err[0], err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_run_says_each_stage_on_stderr_when_it_is_not_a_terminal(tmp_path, capsys):
+    """Into a log (stderr not a terminal) a run prints one line per stage, in order,
+    each with its time; --no-progress silences them."""
+    import re
+    out = tmp_path / "r"
+    assert main(["run", "--workload", "logreg", "--steps", "2000", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    stages = [m.group(1) for m in re.finditer(r"^\[\s*[0-9.]+ s\] (\w+)", err, re.M)]
+    assert stages == ["building", "compiling", "kernels", "starting", "training",
+                      "training"], err
+    assert main(["run", "--workload", "logreg", "--steps", "2000", "--no-progress",
+                 "--out", str(tmp_path / "q")]) == 0
+    assert "[" not in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.process
+def test_a_cold_first_run_says_what_it_prepares_before_it_compiles(tmp_path):
+    """Issue 28: a first run (an empty numba cache) sat silent for ~40-60 s. Its first
+    lines now say what it is doing before numba starts compiling (stopped there: the
+    compile itself is what ``hogkit bench coldstart`` times)."""
+    import os
+    import signal
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hogkit.cli", "run",
+         "--seconds", "1", "--out", str(tmp_path / "r")],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = [proc.stderr.readline() for _ in range(3)]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    assert "Traceback" not in err and "interrupted by SIGTERM" in err, err
+    assert lines[0].startswith("hogkit run: mf with 2 workers"), lines
+    assert "building the mf workload" in lines[1], lines
+    assert "compiling" in lines[2] and "numba's cache" in lines[2], lines
+    assert proc.returncode in (130, 143)    # interrupted while compiling: no traceback

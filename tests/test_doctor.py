@@ -26,7 +26,7 @@ def _hogkit(args, *, nofile=None, env=None, cwd=None):
 def test_every_check_says_one_line_and_passes_here():
     findings = doctor.run_checks(workers=2, with_smoke=False)
     names = [f.check for f in findings]
-    assert names == ["shared memory", "open files", "processes", "cores", "threads",
+    assert names == ["platform", "shared memory", "open files", "processes", "cores", "threads",
                      "start method", "torch", "numba cache"]
     assert all(f.status in (doctor.OK, doctor.WARN) for f in findings), findings
     text = doctor.format_findings(findings)
@@ -57,7 +57,7 @@ def test_the_planned_size_counts_parameters_data_and_every_workers_state():
 def test_doctor_prints_the_planned_size_of_a_workload():
     r = _hogkit(["doctor", "--no-smoke", "--workload", "mf", "-o", "preset=hot"])
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "the run needs" in r.stdout.splitlines()[0]
+    assert "the run needs" in next(x for x in r.stdout.splitlines() if "shared memory" in x)
     r = _hogkit(["doctor", "--no-smoke", "-o", "preset=hot"])
     assert r.returncode == 2 and "needs --workload" in r.stderr
 
@@ -143,3 +143,20 @@ def test_doctor_flags_a_16_mib_dev_shm():
     assert r.returncode == 1, r.stdout + r.stderr
     line = next(x for x in r.stdout.splitlines() if "shared memory" in x)
     assert line.startswith("fatal") and "the run needs" in line
+
+
+def test_a_live_run_off_linux_is_refused_in_one_line(monkeypatch):
+    """macOS has no /dev/shm, posix_fallocate nor PR_SET_PDEATHSIG: the run must say
+    so up front (it died on os.posix_fallocate with an AttributeError)."""
+    import sys
+
+    import pytest
+
+    from hogkit.engine import preflight as pf
+    from hogkit.errors import EnvironmentProblem
+    assert pf.platform("linux").status == pf.OK
+    assert pf.platform("darwin").status == pf.FATAL
+    monkeypatch.setattr(sys, "platform", "darwin")
+    with pytest.raises(EnvironmentProblem, match="live runs need Linux") as e:
+        pf.preflight(2)
+    assert "hogkit sim" in str(e.value) and "\n" not in str(e.value)

@@ -32,7 +32,7 @@ from hogkit.engine.progress import Progress
 from hogkit.engine.run import Run
 from hogkit.engine.supervisor import Supervisor, parent_signals, signals_deferred
 from hogkit.engine.worker_loop import WorkerSpec, control_specs, warm
-from hogkit.errors import WorkerFailed
+from hogkit.errors import Interrupted, WorkerFailed
 from hogkit.kernels import layout as _kl
 from hogkit.report import EventLog, environment, write_outputs
 from hogkit.state import worker_state
@@ -144,6 +144,7 @@ class LiveRun:
         t = time.monotonic()
         warm(wl, p.rule, p.density, params0, data0, p.seed, p.worker_batch(), self.engine,
              lane=p.lane, lane_lr_scale=lane_lr_scale(p))
+        Interrupted.check()     # a signal whose raise numba's compile swallowed
         self.progress.stage(f"kernels ready ({time.monotonic() - t:.1f} s)")
         initial_loss = float(wl.loss(params0, data0))
         self.pstore = stack.enter_context(ParamStore.create(params0, tag="params"))

@@ -13,13 +13,14 @@ from __future__ import annotations
 import os
 import resource
 import shutil
+import sys
 from dataclasses import dataclass
 from typing import Optional
 
 from hogkit.errors import EnvironmentProblem
 from hogkit.state.store import SHM_DIR
 
-__all__ = ["Finding", "preflight", "shared_memory", "open_files", "processes",
+__all__ = ["Finding", "preflight", "platform", "shared_memory", "open_files", "processes",
            "start_method", "files_needed", "SHM_DIR", "OK", "WARN", "FATAL"]
 
 #: below this /dev/shm is flagged as small (Docker's default is 64 MiB)
@@ -104,10 +105,27 @@ def start_method() -> Finding:
     return Finding("start method", OK, "spawn available (hogkit never forks)")
 
 
+def platform(name=None) -> Finding:
+    """Live runs need Linux: shared memory in /dev/shm, ``os.posix_fallocate`` to
+    reserve it, ``PR_SET_PDEATHSIG`` so that no worker outlives its parent."""
+    name = sys.platform if name is None else name
+    if name.startswith("linux"):
+        return Finding("platform", OK, name)
+    return Finding("platform", FATAL, f"{name}: live runs need Linux (/dev/shm, "
+                   f"posix_fallocate, PR_SET_PDEATHSIG)",
+                   "run in a Linux machine, VM or container; `hogkit sim` (the simulator, "
+                   "no shared memory) and the numba kernels run here")
+
+
 def preflight(workers: int) -> None:
     """The cheap fatal checks for a live run of ``workers`` workers (shared memory is
     checked again, with the real sizes, when each store is created); raises
-    :class:`EnvironmentProblem` naming every problem and its fix."""
+    :class:`EnvironmentProblem` naming every problem and its fix. Not Linux: that one
+    line alone (the other checks would only repeat it)."""
+    where = platform()
+    if where.status == FATAL:
+        raise EnvironmentProblem(f"this machine cannot run it: {where.detail} (fix: "
+                                 f"{where.fix})")
     bad = [f for f in (shared_memory(), open_files(workers), processes(workers),
                        start_method()) if f.status == FATAL]
     if bad:
