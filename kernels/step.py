@@ -44,8 +44,11 @@ whose class is registered here with two njit kernels (:func:`register`):
   left out, nothing of it written; returns how many were left out (with ``skip``
   False it stops at the first). It is called, not inlined: it compiles under its own
   flags (the workload's choice; hogkit's add FMA contraction) and its call is paid
-  once per ``nb`` samples. Without one, the core's generic lane (:func:`lane_any`)
-  runs the workload's ``gradient`` one sample at a time through the rule.
+  once per ``nb`` samples. Registered as ``{kind: kernel}``, each kernel serves its
+  kinds, and the workload's lane loop (:data:`run_lane_steps`, given the kind as a
+  type: :func:`kind_tag`) compiles only the one its rule runs. Without one, the core's
+  generic lane (:func:`lane_any`) runs the workload's ``gradient`` one sample at a time
+  through the rule.
 
 The stubs :func:`sample` and :func:`gradient` dispatch on the arrays' class through
 numba's ``overload`` (one per registered class, with the kernel's own fastmath flags),

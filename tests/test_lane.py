@@ -390,3 +390,24 @@ def test_mf_prefetch_follows_the_tables_size_against_the_l2_cache():
     assert workloads.get("mf", preset="hot", prefetch=0).prefetch_ahead(big) == 0
     with pytest.raises(InvalidArgument, match="prefetch"):
         workloads.get("mf", preset="hot", prefetch=-1)
+
+
+def test_the_rule_kind_reaches_the_lane_loop_as_a_type():
+    """``kind_tag``: one numba type per rule kind (so the lane loop compiles only the
+    lane kernel its rule runs), importable by name (numba's cache pickles it), and its
+    number is the kind; mf registers a kernel for each kind it runs."""
+    import pickle
+
+    import numba
+
+    from hogkit.kernels import step as ks
+    from hogkit.kernels.mf import MFArrays, mf_lane_adaptive, mf_lane_sgd
+    from hogkit.kernels.rule import ADAGRAD, RMSPROP, SGD
+    tags = [ks.kind_tag(k) for k in (SGD, ADAGRAD, RMSPROP)]
+    assert [t[0] for t in tags] == [SGD, ADAGRAD, RMSPROP]
+    assert len({numba.typeof(t) for t in tags}) == 3
+    assert pickle.loads(pickle.dumps(type(tags[1]))) is type(tags[1])
+    per_kind = ks._LANES[MFArrays][0]
+    assert per_kind == {SGD: mf_lane_sgd, ADAGRAD: mf_lane_adaptive,
+                        RMSPROP: mf_lane_adaptive}
+    assert ks.lane_kinds(MFArrays) == (SGD, ADAGRAD, RMSPROP)
