@@ -4,9 +4,12 @@
     hogkit sim     the same run in virtual time, with any number of virtual workers
     hogkit bench   benchmark scenarios (kernels, scaling, instrumentation)
     hogkit report  re-draw plots and print the summary of a results folder
+    hogkit predict predict with a `run --data` model
+    hogkit doctor / sweep   check this machine / run a grid of runs
 
 Exit codes: 0 done, 1 training failed (a worker died or raised, or a non-finite
-gradient under nonfinite="raise"), 2 bad usage, 130 interrupted (SIGINT/SIGTERM).
+gradient under nonfinite="raise") or the machine cannot run it, 2 bad usage, 130
+interrupted by SIGINT, 143 by SIGTERM.
 """
 
 from __future__ import annotations
@@ -25,6 +28,13 @@ from hogkit.parse import (RULES, parse_batch, parse_density, parse_policy, parse
 from hogkit.policy import spellings
 
 EXIT_OK, EXIT_WORKER_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+#: SIGTERM's exit status (128 + 15, the shell's convention, as SIGINT's 130 is 128 + 2)
+EXIT_TERMINATED = 143
+
+
+def _exit_for(signum) -> int:
+    """128 + the signal that interrupted the command: 130 for SIGINT, 143 for SIGTERM."""
+    return 128 + int(signum) if signum else EXIT_INTERRUPTED
 
 BENCH_SCENARIOS = ("kernels", "peers", "lane", "scaling", "instrumentation", "policies",
                    "simulate", "rules", "own_loop", "p3", "soak", "ray", "coldstart")
@@ -180,6 +190,8 @@ def _add_run(sub):
                      help="go on with the run in DIR from its checkpoint (its command "
                           "line is reused; --steps/--seconds, if given, set the whole "
                           "run's budget)")
+    run.add_argument("--overwrite", action="store_true",
+                     help="replace the run already in --out (default: refuse it)")
     run.add_argument("--engine", default="auto", choices=("auto", "compiled", "python"),
                      help="step engine: auto (compiled where the knobs allow, else Python "
                           "with a notice), compiled (an error where it cannot run), python")
@@ -500,6 +512,8 @@ def _cmd_run(args):
         args = _resumed_args(args)
     wl, knobs = _knobs(args)
     out = args.out or _default_out()
+    if args.resume is None:
+        _check_out_free(out, args.overwrite)
     if args.backend == "ray":
         start = _cluster_run(args, wl, out, knobs)
         where = f"{args.nodes} nodes x {args.workers} workers on Ray"
@@ -521,6 +535,30 @@ def _cmd_run(args):
               f"predict {out} FILE` uses it)")
     print(f"results: {out}")
     return EXIT_OK
+
+
+#: what a results folder of a run holds (Run outputs, the checkpoint, the command)
+RUN_FILES = ("summary.json", "events.jsonl", "loss.csv", "checkpoint.npz",
+             "worker_state.npz", "loss.png", "staleness.png", "command.json")
+
+
+def _check_out_free(out, overwrite):
+    """``--out`` may not hold a run already (its summary, events and checkpoint would be
+    overwritten and a second run appended to its events): refused, unless
+    ``--overwrite``, which removes that run's files first."""
+    held = [f for f in RUN_FILES if os.path.exists(os.path.join(out, f))]
+    if os.path.isdir(os.path.join(out, PARAMS_DIR)):
+        held.append(PARAMS_DIR + "/")
+    if not held:
+        return
+    if not overwrite:
+        raise InvalidArgument(f"--out {out} already holds a run ({', '.join(held[:3])}"
+                              f"{', ...' if len(held) > 3 else ''}); use --resume {out} to "
+                              f"go on with it, --overwrite to replace it, or another --out")
+    import shutil
+    for f in held:
+        path = os.path.join(out, f.rstrip("/"))
+        shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
 
 
 def _local_run(args, wl, out, knobs):
@@ -788,10 +826,10 @@ def main(argv=None):
         if Interrupted.pending() is None:
             return _failed(args, e)
         print(f"hogkit {args.command}: {Interrupted(Interrupted.pending())}", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return _exit_for(Interrupted.pending())
     except (Interrupted, KeyboardInterrupt) as e:
         print(f"hogkit {args.command}: {e or 'interrupted'}", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return _exit_for(getattr(e, "signum", signal.SIGINT))
     finally:
         for s, h in old.items():
             signal.signal(s, h)
@@ -813,10 +851,10 @@ def _failed(args, e):
 def console(argv=None):
     """The ``hogkit`` command: :func:`main`, and once a run is interrupted (everything
     stopped and released by then), a second Ctrl-C while the interpreter exits does
-    not turn exit status 130 into death by signal."""
+    not turn exit status 130 (143) into death by signal."""
     import signal
     rc = main(argv)
-    if rc == EXIT_INTERRUPTED:
+    if rc in (EXIT_INTERRUPTED, EXIT_TERMINATED):
         for s in (signal.SIGINT, signal.SIGTERM):
             signal.signal(s, signal.SIG_IGN)
     return rc

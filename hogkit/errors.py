@@ -77,7 +77,7 @@ class WorkerFailed(HogkitError):
     """
 
     def __init__(self, rank, *, step=None, exitcode=None, signal=None, traceback="",
-                 reason=""):
+                 reason="", budget=None):
         self.rank = rank
         self.step = step
         self.exitcode = exitcode
@@ -89,6 +89,8 @@ class WorkerFailed(HogkitError):
         msg = f"worker {rank} {what}"
         if step is not None:
             msg += f" (at step {step})"
+        if budget:              # --on-failure restart: every restart was spent
+            msg += f"; restart budget ({budget}) used up"
         if traceback:
             msg += f"\n--- worker {rank} traceback ---\n{traceback.rstrip()}"
         super().__init__(msg)
@@ -151,3 +153,30 @@ class Interrupted(KeyboardInterrupt):
     @classmethod
     def clear(cls) -> None:
         cls._requested.clear()
+
+
+def exit_on_interrupt() -> None:
+    """Make an uncaught :class:`Interrupted` end a script as ``hogkit run`` ends: its one
+    line on stderr and exit status 128 + the signal (130 SIGINT, 143 SIGTERM). Python
+    exits 130 only for the exact ``KeyboardInterrupt`` class; a subclass left a
+    traceback and status 1. Installed (once, chaining ``sys.excepthook``) by every live
+    run; the run has stopped its workers and released its memory before it raises."""
+    import os
+    import sys
+    prev = sys.excepthook
+    if getattr(prev, "hogkit_interrupt_hook", False):
+        return
+
+    def hook(tp, value, tb):
+        if isinstance(value, Interrupted):
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except Exception:  # pragma: no cover - a closed stream
+                    pass
+            print(f"{value}", file=sys.stderr, flush=True)
+            os._exit(128 + int(value.signum))
+        prev(tp, value, tb)
+
+    hook.hogkit_interrupt_hook = True
+    sys.excepthook = hook

@@ -125,6 +125,24 @@ def check_ids_below(name, ids, n, *, what, of):
         raise InvalidArgument(f"{name} holds {what} {bad}, outside [0, {n}) for {of}")
 
 
+def check_all_finite(arrays, what, fix):
+    """Every floating array of the mapping ``arrays`` holds only finite values, else an
+    :class:`InvalidArgument` naming the array, the first bad index and value, and
+    ``fix``. ``what``: "the data", "the initial parameters", "the checkpoint"."""
+    for name, a in arrays.items():
+        a = np.asarray(a)
+        if a.dtype.kind not in "fc" or a.size == 0:
+            continue
+        ok = np.isfinite(a)
+        if ok.all():
+            continue
+        flat = int(np.argmin(ok.ravel()))
+        where = np.unravel_index(flat, a.shape) if a.ndim > 1 else (flat,)
+        idx = ", ".join(str(int(i)) for i in where)
+        raise InvalidArgument(f"{what}: {name}[{idx}] is {a.ravel()[flat]} "
+                              f"({int(a.size - ok.sum())} non-finite of {a.size}); {fix}")
+
+
 def check_grads(grads):
     """``grads`` is a sequence of :class:`~hogkit.rules.grads.Grad`; returns it."""
     from hogkit.rules.grads import Grad

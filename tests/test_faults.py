@@ -171,7 +171,7 @@ def test_signal_to_the_parent_shuts_down_in_order(tmp_path, sig):
     proc, workers = _start_cli(tmp_path)
     os.kill(proc.pid, sig)
     out, err = proc.communicate(timeout=30)
-    assert proc.returncode == 130, err.decode()
+    assert proc.returncode == 128 + sig, err.decode()     # 130 SIGINT, 143 SIGTERM
     assert "interrupted" in err.decode()
     assert _gone(workers)
     assert _segments_of(proc.pid) == []
@@ -222,6 +222,7 @@ def test_restarts_run_out_and_then_the_run_stops(tmp_path):
         train(Faulty(hot(), rank=1, step=50, fault="sigkill"), workers=2, steps=100_000,
               progress=False, eval_every=None, on_failure="restart", max_restarts=1)
     assert info.value.rank == 1 and info.value.signal == "SIGKILL"
+    assert "restart budget (1) used up" in str(info.value)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
@@ -247,3 +248,73 @@ def test_an_exception_already_leaving_wins_over_a_held_signal():
             with signals_deferred():
                 os.kill(os.getpid(), signal.SIGINT)
                 time.sleep(0.01)
+
+
+_SCRIPT = """
+import hogkit
+if __name__ == "__main__":
+    hogkit.train("mf", workers=2, seconds=60, progress=False, out={out!r})
+    print("not reached")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_script_that_does_not_catch_the_interrupt_ends_like_hogkit_run(tmp_path, sig):
+    """A user's script stopped by a signal: one line, status 128 + signal, no traceback
+    (``Interrupted`` is a KeyboardInterrupt subclass, which Python itself ended with a
+    traceback and status 1), the workers gone and no segment left."""
+    script = tmp_path / "train.py"
+    script.write_text(_SCRIPT.format(out=str(tmp_path / "out")))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 60
+    workers = []
+    while time.monotonic() < deadline and proc.poll() is None:
+        workers = [pid for pid, cmd in children(proc.pid) if "spawn_main" in cmd
+                   and "resource_tracker" not in cmd]
+        if len(workers) == 2 and len(_segments_of(proc.pid)) == 4:
+            break
+        time.sleep(0.1)
+    assert len(workers) == 2, proc.stderr.read().decode() if proc.poll() is not None else ""
+    time.sleep(0.5)
+    os.kill(proc.pid, sig)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + sig, err.decode()
+    assert "Traceback" not in err.decode() and "interrupted by" in err.decode()
+    assert b"not reached" not in out
+    assert _gone(workers)
+    assert _segments_of(proc.pid) == []
+
+
+class _NaNData(type(workloads.get("mf", preset="hot"))):
+    """mf (hot preset) whose data or initial factors hold one NaN/inf."""
+
+    def __init__(self, where, **kw):
+        super().__init__("hot", **kw)
+        self.where = where
+
+    def build(self, seed):
+        params, data = super().build(seed)
+        if self.where == "data":
+            data["r"][3] = np.nan
+        else:
+            params["Q"][2, 1] = np.inf
+        return params, data
+
+
+@pytest.mark.parametrize("where, words", [
+    ("data", "the data: r[3] is nan (1 non-finite of"),
+    ("params", "the initial parameters: Q[2, 1] is inf"),
+])
+def test_non_finite_data_or_weights_are_refused_before_anything_starts(where, words):
+    """Issue 27, item 5: NaN in the data or inf in the initial weights was blamed on
+    the learning rate after the workers started. Now: refused in the parent, naming the
+    array and the first bad index, before a kernel compiles or a segment exists."""
+    from hogkit.errors import InvalidArgument
+    before = {n for n in os.listdir("/dev/shm") if n.startswith(f"hogkit_{os.getpid()}_")}
+    with pytest.raises(InvalidArgument) as e:
+        train(_NaNData(where), workers=2, steps=100, progress=False)
+    assert words in str(e.value) and "learning rate" not in str(e.value)
+    assert {n for n in os.listdir("/dev/shm")
+            if n.startswith(f"hogkit_{os.getpid()}_")} == before

@@ -32,7 +32,7 @@ from hogkit.engine.progress import Progress
 from hogkit.engine.run import Run
 from hogkit.engine.supervisor import Supervisor, parent_signals, signals_deferred
 from hogkit.engine.worker_loop import WorkerSpec, control_specs, warm
-from hogkit.errors import Interrupted, WorkerFailed
+from hogkit.errors import InvalidArgument, Interrupted, WorkerFailed, exit_on_interrupt
 from hogkit.kernels import layout as _kl
 from hogkit.report import EventLog, environment, write_outputs
 from hogkit.state import worker_state
@@ -41,6 +41,7 @@ from hogkit.state.clocks import Clocks
 from hogkit.state.reader import StalenessLog
 from hogkit.state.resume import CARRIED_STATS, CHECKPOINT, RunState, pack_hist, unpack_hist
 from hogkit.state.store import ParamStore, sweep_dead_segments
+from hogkit.validation import check_all_finite
 from hogkit.workloads.base import metrics_of
 
 __all__ = ["LiveRun"]
@@ -101,12 +102,14 @@ class LiveRun:
         p = self.plan
         self.progress = progress if isinstance(progress, Progress) else Progress(progress)
         preflight(p.workers)
+        exit_on_interrupt()     # a script that does not catch it ends 130/143, one line
         sweep_dead_segments()
         with contextlib.ExitStack() as stack:
             initial_loss = self._share(stack)
             self.curve = [{"t": 0.0, "updates": 0, "loss": initial_loss}]
             if p.out is not None:
                 os.makedirs(p.out, exist_ok=True)
+                stack.enter_context(out_lock(p.out))
                 self.events = EventLog(os.path.join(p.out, "events.jsonl"))
                 stack.callback(self.events.close)
             errdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="hogkit-err-"))
@@ -134,9 +137,15 @@ class LiveRun:
         wl = p.workload
         self.progress.stage(f"building the {getattr(wl, 'name', type(wl).__name__)} workload's parameters and data")
         params0, data0 = wl.build(p.seed)
+        check_all_finite(data0, "the data", "clean or drop those values before training "
+                         "(nothing was spawned)")
         if self.resume_dir is not None:          # checked before anything is written
             load_into(params0, os.path.join(self.resume_dir, CHECKPOINT),
                       what="the workload's parameters")
+        check_all_finite(params0, "the checkpoint's parameters" if self.resume_dir
+                         else "the initial parameters",
+                         "resume from an earlier run folder or start afresh"
+                         if self.resume_dir else "fix the workload's build() (its init)")
         from hogkit.engine.step import lane_lr_scale
         self.progress.stage(f"compiling the {self.engine} engine's kernels (the first run "
                             f"on a machine compiles them, 10-20 s; later runs load them "
@@ -387,6 +396,31 @@ class LiveRun:
             run.extra["events"] = self.sampler.summary(os.path.join(p.out, "events.jsonl"))
             write_outputs(run, p.out)
         return run
+
+
+#: the lock file a run holds in its results folder while it writes there
+LOCK_FILE = ".hogkit.lock"
+
+
+@contextlib.contextmanager
+def out_lock(out):
+    """Hold ``out``'s lock file for the run (``flock``, released by the kernel if the
+    process dies): a second run into the same folder is refused, naming the first's
+    pid, instead of both writing interleaved events and overwriting each other."""
+    import fcntl
+    fd = os.open(os.path.join(out, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            raise InvalidArgument(f"another run (pid {holder}) is writing to {out}; wait "
+                                  f"for it to finish, or give another out folder") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield
+    finally:
+        os.close(fd)
 
 
 class _EventSampler:

@@ -102,7 +102,7 @@ class Supervisor:
     def __init__(self, workers, grace, restarts=0):
         self.workers = workers
         self.grace = grace
-        self.restarts_left = restarts
+        self.restarts_left = self.budget = restarts
         self.procs = []
         self.blobs = []
         self.finished = set()
@@ -194,6 +194,8 @@ class Supervisor:
                                           f"take that long")
 
     def failure(self, r, clocks, step=None, reason=""):
+        """The run's :class:`WorkerFailed` for rank ``r`` (its traceback, exit code or
+        signal; the restart budget named when restarts ran out)."""
         p = self.procs[r]
         clocks.state[r] = FAILED
         tb = ""
@@ -205,7 +207,9 @@ class Supervisor:
         if not reason and p.exitcode == 0:
             reason = "exited before finishing its steps"
         return WorkerFailed(r, step=step, exitcode=p.exitcode,
-                            signal=signal_name(p.exitcode), traceback=tb, reason=reason)
+                            signal=signal_name(p.exitcode), traceback=tb, reason=reason,
+                            budget=self.budget if self.budget and self.restarts_left <
+                            self.budget else None)
 
     @property
     def done(self):

@@ -106,8 +106,9 @@ class Partitioned(_Wrapper):
 
 
 def poisoned_mf(every=50, **options):
-    """``mf`` whose every ``every``-th rating is NaN: non-finite gradients that come
-    from the data, on the compiled engine (it keeps mf's compiled parts)."""
+    """``mf`` whose every ``every``-th rating turns NaN in the workers (after the
+    parent's up-front check): non-finite gradients that come from the data, on the
+    compiled engine (it keeps mf's compiled parts)."""
     return PoisonedRatings(every=every, **options)
 
 
@@ -118,7 +119,8 @@ class PoisonedRatings(MatrixFactorization):
         super().__init__(**options)
         self.every = every
 
-    def build(self, seed):
-        params, data = super().build(seed)
+    def setup(self, params, data, **kw):
+        # in the worker, on the shared data: the parent refuses non-finite data before
+        # anything starts, so NaN that reaches a worker is what the step's guard meets
         data["r"][::self.every] = float("nan")
-        return params, data
+        return super().setup(params, data, **kw)
