@@ -23,8 +23,10 @@ from typing import NamedTuple
 import numpy as np
 
 from hogkit.errors import InvalidArgument
+from hogkit.validation import check_float
 
-__all__ = ["Ratings", "Samples", "read_ratings", "read_svmlight", "split"]
+__all__ = ["Ratings", "Samples", "read_ratings", "read_svmlight", "split", "held_out",
+           "check_fraction"]
 
 _INT32_MAX = 2**31 - 1
 
@@ -228,12 +230,28 @@ def read_svmlight(path, *, n_features=None) -> Samples:
                    X.data.astype(np.float32), (y > 0).astype(np.float32), int(X.shape[1]))
 
 
+def check_fraction(test_fraction, data):
+    """A workload's ``test_fraction``, checked: in [0, 1), and only with a ``data``
+    file (it holds out part of one)."""
+    f = check_float("test_fraction", test_fraction, min_value=0.0, max_value=1.0,
+                    exclude_max=True, fix="0.1 holds out a tenth of the data")
+    if data is None and f:
+        raise InvalidArgument("test_fraction holds out part of a data file; give data= "
+                              "(--data FILE) too, or drop it")
+    return f
+
+
+def held_out(n, fraction) -> int:
+    """How many of ``n`` items :func:`split` holds out (at least one stays)."""
+    return min(int(round(n * fraction)), n - 1)
+
+
 def split(n, fraction, seed):
     """``(train, test)`` index arrays of ``n`` items: a ``fraction`` of them held out,
     drawn with ``seed`` (at least one item stays in training)."""
     if not 0.0 <= fraction < 1.0:
         raise InvalidArgument(f"test_fraction={fraction} must lie in [0, 1); e.g. 0.1 "
                               f"holds out a tenth of the data for the test metrics")
-    k = min(int(round(n * fraction)), n - 1)
+    k = held_out(n, fraction)
     order = np.random.default_rng(np.random.SeedSequence([seed, 0x7E57])).permutation(n)
     return np.sort(order[k:]), np.sort(order[:k])

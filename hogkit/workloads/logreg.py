@@ -39,7 +39,7 @@ from hogkit.validation import check_array, check_choice, check_float, check_indi
 from hogkit.workloads.base import (CompiledParts, KernelCtx, Workload, check_bool,
                                    check_dtype, check_keys, check_param, check_seed,
                                    sample_from, zipf_probabilities)
-from hogkit.workloads.files import read_svmlight, split
+from hogkit.workloads.files import check_fraction, held_out, read_svmlight, split
 
 
 #: the generated data's features when ``n_features`` is not given
@@ -102,18 +102,13 @@ class SparseLogReg(Workload):
         all but the ``test_fraction`` ``build``'s seed holds out for the test metrics).
         The arrays are kept for ``build`` (not pickled)."""
         self.data, self._file = None, None
-        self.test_fraction = check_float("test_fraction", test_fraction, min_value=0.0,
-                                         max_value=1.0, exclude_max=True,
-                                         fix="0.1 holds out a tenth of the samples")
+        self.test_fraction = check_fraction(test_fraction, data)
         if data is None:
-            if self.test_fraction:
-                raise InvalidArgument("test_fraction holds out part of a data file; give "
-                                      "data= (--data FILE) too, or drop it")
             return {}
         self.data = os.fspath(data)
         self._file = f = read_svmlight(self.data)
         n = len(f.y)
-        n_test = min(int(round(n * self.test_fraction)), n - 1)
+        n_test = held_out(n, self.test_fraction)
         return {"n_samples": n - n_test, "n_features": max(f.n_features, n_features or 1)}
 
     def __getstate__(self):

@@ -58,7 +58,7 @@ from hogkit.validation import check_array, check_choice, check_float, check_int,
 from hogkit.workloads.base import (CompiledParts, KernelCtx, Workload, check_dtype,
                                    check_keys, check_param, check_seed, sample_from,
                                    zipf_probabilities)
-from hogkit.workloads.files import read_ratings, split
+from hogkit.workloads.files import check_fraction, held_out, read_ratings, split
 
 PRESETS = {
     # 2 x 5000 x 32 float32 factors (1.3 MB), 500k ratings (6 MB). Sequential SGD at
@@ -180,13 +180,8 @@ class MatrixFactorization(Workload):
         training ratings: all but ``test_fraction`` of them, held out by ``build``'s
         seed for the test metrics). The arrays are kept for ``build`` (not pickled)."""
         self.data, self._file = None, None
-        self.test_fraction = check_float("test_fraction", test_fraction, min_value=0.0,
-                                         max_value=1.0, exclude_max=True,
-                                         fix="0.1 holds out a tenth of the ratings")
+        self.test_fraction = check_fraction(test_fraction, data)
         if data is None:
-            if self.test_fraction:
-                raise InvalidArgument("test_fraction holds out part of a data file; give "
-                                      "data= (--data FILE) too, or drop it")
             return {}
         if n_ratings is not None:
             raise InvalidArgument("n_ratings is the generated data's size; a data file "
@@ -195,7 +190,7 @@ class MatrixFactorization(Workload):
         self._file = f = read_ratings(self.data)
         rows = max(f.n_rows, n_rows or 0)
         cols = max(f.n_cols, n_cols or 0)
-        n_test = min(int(round(len(f.r) * self.test_fraction)), len(f.r) - 1)
+        n_test = held_out(len(f.r), self.test_fraction)
         return dict(n_rows=rows, n_cols=cols, n_ratings=len(f.r) - n_test)
 
     def __getstate__(self):
