@@ -70,8 +70,9 @@ def _add_training_options(p):
     g = p.add_mutually_exclusive_group()
     g.add_argument("--steps", type=_positive_int, default=None,
                    help="total iterations over all workers (default: the workload's)")
-    g.add_argument("--seconds", type=_positive_float, default=None, help="wall-time budget in seconds (default: none; "
-                   "without --steps either, the workload's steps)")
+    g.add_argument("--seconds", type=_positive_float, default=None,
+                   help="wall-time budget in seconds (default: none; without --steps "
+                        "either, the workload's steps)")
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the data, the initial model and the sampling")
     p.add_argument("--policy", default="async",
@@ -250,7 +251,8 @@ def _add_bench(sub):
     bench.add_argument("scenario", nargs="?", default="kernels", choices=BENCH_SCENARIOS,
                        help="which scenario (listed below)")
     bench.add_argument("--quick", action="store_true", help="small sizes, a few rounds")
-    bench.add_argument("--json", default=None, metavar="FILE", help="write raw figures here (default: not written)")
+    bench.add_argument("--json", default=None, metavar="FILE",
+                       help="write raw figures here (default: not written)")
     bench.add_argument("--workload", default=None, choices=_workload_names(),
                        help="the workload, for scenarios that take one (ray)")
     bench.add_argument("--only", default=None, metavar="SECTIONS",

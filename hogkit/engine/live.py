@@ -135,7 +135,8 @@ class LiveRun:
         memory; returns the initial loss."""
         p = self.plan
         wl = p.workload
-        self.progress.stage(f"building the {getattr(wl, 'name', type(wl).__name__)} workload's parameters and data")
+        name = getattr(wl, "name", type(wl).__name__)
+        self.progress.stage(f"building the {name} workload's parameters and data")
         params0, data0 = wl.build(p.seed)
         check_all_finite(data0, "the data", "clean or drop those values before training "
                          "(nothing was spawned)")
