@@ -302,11 +302,7 @@ def test_rate_rounds_figures_in_results_and_readme_come_from_the_committed_json(
             f"the large preset, {t2l / cl['libmf_2']['time_to_target']:.2f}x") in text
     assert t2d < cd["plain"]["time_to_target"] and cl["plain"]["time_to_target"] is None
     assert f"the defaults {rr['mf_large_default2_over_default1']:.2f} (met)" in text
-    readme = " ".join((root.parent / "README.md").read_text().split())
-    assert (f"one worker's rate on the default preset: "
-            f"{rr['mf_default_rounds_sample1_over_plain']:.2f}x the plain loop's ratings/s "
-            f"in alternating rate rounds, {rr['mf_large_rounds_sample1_over_plain']:.2f}x on "
-            f"the large one") in readme
+
 
 
 def test_torch_lane_figures_in_results_come_from_the_committed_json():
@@ -410,3 +406,37 @@ def test_coldstart_reads_the_stage_lines():
     assert stages(err) == {"first_stage_s": 0.0, "compile_s": 12.1,
                            "training_starts_s": 13.9}
     assert stages("no stage lines\n") == {}
+
+
+def test_session38_peer_runs_are_quoted_from_their_json():
+    """The rerun of both presets on the final engine and the default-only run beside
+    it: the section's table renders the JSON, its bar figures are the JSONs', and the
+    README's one-worker figures are these runs'."""
+    import json
+    from pathlib import Path
+
+    from hogkit.benchmarks import peers
+    root = Path(__file__).resolve().parent.parent / "benchmarks"
+    r = json.loads((root / "peers_session38.json").read_text())
+    o = json.loads((root / "peers_session38_default.json").read_text())
+    results = (root / "RESULTS.md").read_text()
+    assert peers.format_markdown(r) in results
+    text = " ".join(results.split())
+    rr, ro = r["ratios"], o["ratios"]
+    d, cl = r["mf"]["default"], r["mf"]["large"]["contenders"]
+    lo, hi = d["rates"]["ratio_range"]
+    t2l = cl["hogkit_default_2"]["time_to_target"]
+    assert (f"**{rr['mf_default_rounds_sample1_over_plain']:.2f}** on the default preset "
+            f"(rounds {lo:.2f}–{hi:.2f}), not met") in text
+    assert f"in {t2l:.3f} s on the large preset, " in text
+    assert f"{t2l / cl['libmf_2']['time_to_target']:.2f}x; before the plain loop" in text
+    assert f"against 1 on the large preset {rr['mf_large_default2_over_default1']:.2f}" in text
+    assert f"one worker at **{ro['mf_default_rounds_sample1_over_plain']:.2f}**" in text
+    assert rr["mf_default_rounds_sample1_over_plain"] < 0.9 <= ro[
+        "mf_default_rounds_sample1_over_plain"]                    # one above, one below
+    readme = " ".join((root.parent / "README.md").read_text().split())
+    assert (f"on the default preset: {rr['mf_default_rounds_sample1_over_plain']:.2f}x the "
+            f"plain loop's ratings/s in alternating rate rounds in the latest invocation of "
+            f"both presets and {ro['mf_default_rounds_sample1_over_plain']:.2f}x in a "
+            f"default-only one, {rr['mf_large_rounds_sample1_over_plain']:.2f}x on the "
+            f"large preset") in readme

@@ -315,3 +315,29 @@ def test_a_second_run_into_a_folder_being_written_is_refused(tmp_path):
             train("logreg", steps=100, out=str(out), progress=False)
     assert not (out / "events.jsonl").exists()
     train("logreg", steps=100, out=str(out), progress=False)     # released: runs
+
+
+def test_bench_help_describes_every_scenario(capsys):
+    """``hogkit bench --help`` lists each scenario with its one-line description (its
+    module docstring's first sentence), so a newcomer can pick one."""
+    from hogkit.cli import BENCH_SCENARIOS, _scenario_lines
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    text = capsys.readouterr().out
+    lines = _scenario_lines()
+    assert set(lines) == set(BENCH_SCENARIOS)
+    for name, description in lines.items():
+        assert len(description) > 20 and "``" not in description, name
+        assert f"  {name:<16}{description}" in text
+
+
+def test_library_messages_reach_the_cli_in_flag_words():
+    from hogkit.cli import cli_words
+    flags = {"--lane", "--engine", "--batch", "--policy"}
+    assert (cli_words("lane='sample' cannot run this: x; use lane='batch' or "
+                      "engine='python'", flags)
+            == "--lane sample cannot run this: x; use --lane batch or --engine python")
+    assert cli_words("batch=0 must be >= 1", flags) == "--batch 0 must be >= 1"
+    assert cli_words("rank=0 must be >= 1", flags) == "rank=0 must be >= 1"  # not a flag
+    assert cli_words("use Async() for unbounded, or SSP(3)", flags) == \
+        "use --policy async for unbounded, or --policy ssp:3"
