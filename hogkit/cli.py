@@ -26,6 +26,8 @@ from hogkit.errors import InvalidArgument
 from hogkit.parse import (RULES, parse_batch, parse_density, parse_policy, parse_rule,
                           parse_stragglers)
 from hogkit.policy import spellings
+from hogkit.state.resume import CHECKPOINT
+from hogkit.state.worker_state import FILE as WORKER_STATE_FILE
 
 EXIT_OK, EXIT_WORKER_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 #: SIGTERM's exit status (128 + 15, the shell's convention, as SIGINT's 130 is 128 + 2)
@@ -540,8 +542,8 @@ def _cmd_run(args):
 
 
 #: what a results folder of a run holds (Run outputs, the checkpoint, the command)
-RUN_FILES = ("summary.json", "events.jsonl", "loss.csv", "checkpoint.npz",
-             "worker_state.npz", "loss.png", "staleness.png", "command.json")
+RUN_FILES = ("summary.json", "events.jsonl", "loss.csv", CHECKPOINT, WORKER_STATE_FILE,
+             "loss.png", "staleness.png", COMMAND_FILE)
 
 
 def _check_out_free(out, overwrite):

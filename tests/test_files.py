@@ -193,3 +193,15 @@ def test_a_bad_data_file_is_refused_before_anything_runs(tmp_path, capsys):
     assert "line 2" in err and not out.exists()
     assert main(["run", "--workload", "mlp", "--data", bad]) == 2
     assert "--data is read by --workload mf" in capsys.readouterr().err
+
+
+def test_a_data_file_is_read_once_per_version(tmp_path):
+    """The parent builds a workload made by name up to three times; the file is read
+    once (read-only arrays shared), and read afresh once it changes."""
+    import os
+    path = _write(tmp_path / "r.txt", "0 1 2.5\n1 0 1.5\n")
+    a, b = files.read_ratings(path), files.read_ratings(path)
+    assert a is b and not a.r.flags.writeable
+    _write(tmp_path / "r.txt", "0 1 2.5\n1 0 1.5\n2 2 3.0\n")
+    os.utime(path, ns=(0, os.stat(path).st_mtime_ns + 1))
+    assert len(files.read_ratings(path).r) == 3

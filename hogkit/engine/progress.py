@@ -29,14 +29,13 @@ class Progress:
     """A run's stage lines and training bar (see the module doc)."""
 
     def __init__(self, progress=None, *, stream=None):
-        if progress not in MODES or isinstance(progress, int) and not isinstance(
-                progress, bool):
+        if not (progress is None or isinstance(progress, bool) or progress == "lines"):
             raise InvalidArgument(f"progress must be None, True, False or 'lines', got "
                                   f"{progress!r}")
         self.stream = stream if stream is not None else sys.stderr
         tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.lines = progress == "lines" or progress is True or (progress is None and tty)
         self.show_bar = progress is True or (progress is None and tty)
+        self.lines = self.show_bar or progress == "lines"
         self.t0 = time.monotonic()
         self.bar = None
 

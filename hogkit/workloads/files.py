@@ -17,6 +17,7 @@ file, the line and the fix, before anything is built or spawned.
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import NamedTuple
 
@@ -113,6 +114,32 @@ def _line_of(path, row, header):
     return -1, ""  # pragma: no cover - rows come from the same file
 
 
+def _cached(reader):
+    """``reader(path, **options)`` read once per file version: a workload made by name
+    is built up to three times in the parent (the CLI's check, ``train``'s plan, the
+    lane defaults), and each read a whole data file again. Keyed by the file's real
+    path, size and modification time (an edited file is read afresh); the arrays
+    handed out are read-only, so no caller can change another's."""
+    memo = {}
+
+    @functools.wraps(reader)
+    def read(path, **options):
+        path = _existing(path)
+        st = os.stat(path)
+        key = (os.path.realpath(path), st.st_size, st.st_mtime_ns,
+               tuple(sorted(options.items())))
+        if key not in memo:
+            out = reader(path, **options)
+            for a in out:
+                if isinstance(a, np.ndarray):
+                    a.setflags(write=False)
+            memo.clear()                  # one file version kept: a data set's memory
+            memo[key] = out
+        return memo[key]
+    return read
+
+
+@_cached
 def read_ratings(path, *, need_rating=True, shape=None) -> Ratings:
     """Read a ratings file (the module docstring); ``need_rating=False`` also takes
     ``user item`` lines (``r`` is then None when no line has a rating); ``shape``
@@ -203,6 +230,7 @@ def _scan_svmlight(path):
             last = j
 
 
+@_cached
 def read_svmlight(path, *, n_features=None) -> Samples:
     """Read an svmlight/libsvm file (the module docstring) with scikit-learn's reader;
     ``n_features``: at least this many features (a model trained on another file)."""
