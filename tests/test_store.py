@@ -373,6 +373,44 @@ def test_sweep_removes_only_dead_owners(tmp_path):
     assert sweep_dead_segments(shm_dir=str(tmp_path / "none")) == []
 
 
+def test_sweep_keeps_a_dead_pids_segment_whose_lock_is_held(tmp_path):
+    """A pid means nothing across PID namespaces: a segment whose owner holds its lock
+    is kept even when the pid in its name is dead here; once the lock is released (the
+    owner died), it goes."""
+    import fcntl
+    p = SPAWN.Process(target=os.getpid)
+    p.start()
+    p.join()
+    dead = p.pid
+    p.close()
+    path = tmp_path / f"hogkit_{dead}_params_0123abcd"
+    path.write_bytes(b"x")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        assert sweep_dead_segments(shm_dir=str(tmp_path)) == []
+        assert path.exists()
+    finally:
+        os.close(fd)
+    assert sweep_dead_segments(shm_dir=str(tmp_path)) == [path.name]
+    assert not path.exists()
+
+
+def test_owner_holds_its_segments_lock_until_close():
+    import fcntl
+    s = ParamStore.create({"w": np.zeros(4, np.float32)}, tag="lock")
+    path = os.path.join("/dev/shm", s.name)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        s.close()
+        assert not os.path.exists(path)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)   # released with the unlink
+    finally:
+        os.close(fd)
+
+
 @pytest.mark.process
 def test_forked_child_exit_hook_does_not_unlink_parents_segment():
     with ParamStore.create({"w": np.zeros(2, np.float32)}, tag="fork") as s:

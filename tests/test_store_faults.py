@@ -6,7 +6,9 @@
 * a spawned child attaching and exiting does not drop the owner's registration (the
   tracker still cleans up after a later SIGKILL of the owner);
 * a small /dev/shm (unshare -m + 16 MiB tmpfs): ShmCapacityError naming needed vs free
-  bytes, nothing left behind.
+  bytes, nothing left behind;
+* an owner in another PID namespace sharing /dev/shm (unshare -p), whose pid is dead
+  here: a sweep from this namespace keeps its segment while it lives.
 """
 
 from __future__ import annotations
@@ -129,3 +131,46 @@ def test_small_dev_shm_is_a_clear_capacity_error():
     assert needed >= 32 * 2**20 > 16 * 2**20 >= free > 0, msg
     assert rep["left"] == [], rep["left"]
     assert "Traceback" not in r.stderr
+
+
+def _dead_host_pid():
+    """A pid with no process in this namespace, from the top of the pid range."""
+    with open("/proc/sys/kernel/pid_max") as f:
+        top = int(f.read())
+    return next(p for p in range(top - 2, top - 2000, -1) if not os.path.exists(f"/proc/{p}"))
+
+
+@pytest.mark.process
+@pytest.mark.faults
+def test_sweep_keeps_a_live_owners_segment_from_another_pid_namespace():
+    """The fault an operator met: a job in a container sharing /dev/shm had its segments
+    deleted by a run started on the host, whose sweep took the container's pids for
+    dead ones. The owner runs in a new PID namespace as a pid that is dead here."""
+    if not shutil.which("unshare"):
+        pytest.skip("no unshare here")
+    pid = _dead_host_pid()
+    script = (f"echo {pid - 1} > /proc/sys/kernel/ns_last_pid && "
+              f"{{ {sys.executable} {HELPER} owner 1 & wait; }}")
+    try:
+        p = subprocess.Popen(["unshare", "-pf", "--mount-proc", "sh", "-c", script],
+                             env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, start_new_session=True)
+    except OSError as e:
+        pytest.skip(f"unshare -p not permitted here ({e})")
+    try:
+        line = p.stdout.readline().strip()
+        if not line:
+            err = p.communicate(timeout=30)[1]
+            pytest.skip(f"unshare -p + ns_last_pid not permitted here: {err.strip()[-200:]}")
+        assert line.startswith(f"hogkit_{pid}_"), (line, pid)
+        assert not os.path.exists(f"/proc/{pid}")      # its pid means nothing here
+        from hogkit.state.store import sweep_dead_segments
+        assert line not in sweep_dead_segments()
+        assert os.path.exists(os.path.join("/dev/shm", line))
+    finally:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate(timeout=30)
+    # the whole group died (its resource tracker too): the lock went with the owner,
+    # so now a sweep may remove the segment
+    sweep_dead_segments()
+    assert not os.path.exists(os.path.join("/dev/shm", line))

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import atexit
 import errno
+import fcntl
 import json
 import mmap
 import os
@@ -108,6 +109,10 @@ class StoreHandle:
 # The pid guards against a plain os.fork() child (which inherits this dict and runs
 # atexit hooks) unlinking its parent's segments.
 _OWNED: dict[str, int] = {}
+# name -> an open descriptor of the segment on which the owner holds a shared flock for
+# the segment's life: the proof of life a sweep tests (a pid proves nothing across PID
+# namespaces that share /dev/shm). The kernel drops the lock when the owner dies.
+_LOCKS: dict[str, int] = {}
 
 
 def _tracker_register(name):
@@ -133,6 +138,9 @@ def _unlink_owned(name):
     except FileNotFoundError:  # someone (a sweep) removed it already: nothing to do
         pass
     _tracker_unregister(name)
+    fd = _LOCKS.pop(name, None)
+    if fd is not None:
+        os.close(fd)
     return True
 
 
@@ -307,8 +315,10 @@ class ParamStore:
                     raise _capacity_error(name, size, e.strerror) from e
                 raise
             break
-        # From here the name exists: register first, so a SIGKILL of this process at any
+        # From here the name exists: lock it (the owner's proof of life for any sweep,
+        # in any PID namespace) and register it, so a SIGKILL of this process at any
         # later point still leaves the tracker able to unlink it.
+        fcntl.flock(fd, fcntl.LOCK_SH)
         _OWNED[name] = pid
         try:
             _tracker_register(name)
@@ -326,10 +336,10 @@ class ParamStore:
                 os.ftruncate(fd, size)
             mm = mmap.mmap(fd, size)
         except BaseException:
+            _LOCKS[name] = fd
             _unlink_owned(name)
             raise
-        finally:
-            os.close(fd)
+        _LOCKS[name] = fd          # kept open (and locked) until the owner unlinks
         mm[:len(header)] = header
         handle = StoreHandle(name=name, size=size, layout=entries, owner_pid=pid)
         store = cls(mm, handle, owner=True)
@@ -608,10 +618,17 @@ def _torch_dtype_str(dt):
 
 
 def sweep_dead_segments(*, shm_dir=SHM_DIR) -> list:
-    """Remove ``hogkit_<pid>_*`` segments whose owner pid is not alive; returns the names.
+    """Remove the ``hogkit_<pid>_*`` segments whose owner is provably gone; returns their
+    names.
 
-    A live pid's segment is never touched (a reused pid looks alive, so its segment is
-    kept: the safe side). ``shm_dir`` exists for tests.
+    Gone means both: no process holds the segment's lock (every owner holds a shared
+    ``flock`` on it while it lives; the kernel drops it when the owner dies, in whatever
+    PID namespace it ran), and the pid in its name is not alive here. A segment whose
+    owner runs in another PID namespace (a container sharing /dev/shm) has a pid that
+    means nothing here, but its lock is held: it is kept. A live pid's segment is never
+    touched either (a reused pid looks alive: the safe side), nor another user's. The
+    lock is taken exclusively before the unlink, so an owner cannot be starting on it.
+    ``shm_dir`` exists for tests.
     """
     removed = []
     try:
@@ -625,15 +642,30 @@ def sweep_dead_segments(*, shm_dir=SHM_DIR) -> list:
         pid = int(m.group(1))
         if pid == os.getpid() or _pid_alive(pid):
             continue
-        path = os.path.join(shm_dir, nm)
-        try:
-            if os.stat(path).st_uid != os.getuid():
-                continue          # another user's: not ours to judge (or to remove)
-            os.unlink(path)
-        except OSError:           # gone already, or not permitted: leave it
-            continue
-        removed.append(nm)
+        if _remove_unlocked(os.path.join(shm_dir, nm)):
+            removed.append(nm)
     return removed
+
+
+def _remove_unlocked(path) -> bool:
+    """Unlink ``path`` if this user owns it and no process holds its lock."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:               # gone already, or not permitted: leave it
+        return False
+    try:
+        if os.fstat(fd).st_uid != os.getuid():
+            return False          # another user's: not ours to judge (or to remove)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:           # held: its owner lives (maybe in another namespace)
+            return False
+        os.unlink(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _pid_alive(pid):
