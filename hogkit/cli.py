@@ -7,9 +7,7 @@
     hogkit predict predict with a `run --data` model
     hogkit doctor / sweep   check this machine / run a grid of runs
 
-Exit codes: 0 done, 1 training failed (a worker died or raised, or a non-finite
-gradient under nonfinite="raise") or the machine cannot run it, 2 bad usage, 130
-interrupted by SIGINT, 143 by SIGTERM.
+Exit codes: :data:`EXIT_CODES` (also in ``hogkit --help`` and the README).
 """
 
 from __future__ import annotations
@@ -20,6 +18,7 @@ import json
 import os
 import re
 import sys
+import textwrap
 import time
 
 from hogkit.errors import InvalidArgument
@@ -29,9 +28,23 @@ from hogkit.policy import spellings
 from hogkit.state.resume import CHECKPOINT
 from hogkit.state.worker_state import FILE as WORKER_STATE_FILE
 
-EXIT_OK, EXIT_WORKER_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_WORKER_FAILED = EXIT_FAILED
 #: SIGTERM's exit status (128 + 15, the shell's convention, as SIGINT's 130 is 128 + 2)
 EXIT_TERMINATED = 143
+#: every exit status and what it means: the one table (``hogkit --help``, the README's)
+EXIT_CODES = (
+    (EXIT_OK, "done"),
+    (EXIT_FAILED, "the run failed (a worker died or raised, a non-finite gradient, a "
+                  "results file could not be written, a damaged checkpoint, a cluster "
+                  "node died; a final checkpoint and the summary say how it ended) or "
+                  "this machine cannot run it (limits, /dev/shm too small for the "
+                  "planned stores: checked before the kernels compile)"),
+    (EXIT_USAGE, "bad usage: a flag, a value, a data file's line, an out folder that "
+                 "holds a run; nothing was trained"),
+    (EXIT_INTERRUPTED, "interrupted by SIGINT (Ctrl-C); a final checkpoint is written"),
+    (EXIT_TERMINATED, "terminated by SIGTERM (128 + 15); a final checkpoint is written"),
+)
 
 
 def _exit_for(signum) -> int:
@@ -165,7 +178,9 @@ def build_parser():
     from importlib.metadata import version
     parser = argparse.ArgumentParser(
         prog="hogkit", description="Lock-free, staleness-aware training on one machine.",
-        formatter_class=_Help)
+        formatter_class=_Help, epilog="exit codes:\n" + "\n".join(
+            textwrap.fill(text, 79, initial_indent=f"  {code:<4} ", subsequent_indent=" " * 7)
+            for code, text in EXIT_CODES))
     parser.add_argument("--version", action="version", version=f"hogkit {version('hogkit')}")
     sub = parser.add_subparsers(dest="command", required=True)
     for add in (_add_run, _add_sim, _add_bench, _add_doctor, _add_sweep, _add_report,
@@ -805,7 +820,7 @@ def main(argv=None):
     import signal
     import threading
 
-    from hogkit.errors import Interrupted
+    from hogkit.errors import Interrupted, message
 
     args = build_parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
@@ -832,7 +847,7 @@ def main(argv=None):
         print(f"hogkit {args.command}: {Interrupted(Interrupted.pending())}", file=sys.stderr)
         return _exit_for(Interrupted.pending())
     except (Interrupted, KeyboardInterrupt) as e:
-        print(f"hogkit {args.command}: {e or 'interrupted'}", file=sys.stderr)
+        print(f"hogkit {args.command}: {message(e) or 'interrupted'}", file=sys.stderr)
         return _exit_for(getattr(e, "signum", signal.SIGINT))
     finally:
         for s, h in old.items():
@@ -841,10 +856,11 @@ def main(argv=None):
 
 def _failed(args, e):
     """The exit code and one line for a command's exception (re-raised when it is not
-    hogkit's: a bug's traceback)."""
-    from hogkit.errors import EnvironmentProblem, HogkitError, NonFiniteGradient, WorkerFailed
-    if isinstance(e, (WorkerFailed, NonFiniteGradient, EnvironmentProblem)):
-        print(f"hogkit {args.command}: {e}", file=sys.stderr)
+    hogkit's: a bug's traceback). The run failed or the machine cannot run it: 1; any
+    other hogkit error is bad usage: 2."""
+    from hogkit.errors import HogkitError, RunFailed, message
+    if isinstance(e, RunFailed):
+        print(f"hogkit {args.command}: {message(e)}", file=sys.stderr)
         return EXIT_WORKER_FAILED
     if isinstance(e, HogkitError):
         print(f"hogkit {args.command}: {cli_words(str(e), _flags(args))}", file=sys.stderr)

@@ -6,14 +6,21 @@ kind, so ``except ValueError`` in user code keeps working:
     HogkitError
     ├── InvalidArgument      (also ValueError)  a value breaks a constraint
     ├── InvalidType          (also TypeError)   wrong type or dtype
-    ├── NonFiniteGradient    (also FloatingPointError) a NaN/inf reached the guard
-    ├── ShmCapacityError     (also OSError)     /dev/shm cannot hold a segment
-    ├── PolicyTimeout        (also TimeoutError) a consistency wait ran out of time
-    ├── WorkerFailed                            a worker process died or raised
+    ├── RunFailed                               the run failed, or this machine cannot
+    │   │                                       run it (the CLI's exit status 1)
+    │   ├── WorkerFailed                        a worker process died or raised
+    │   ├── NonFiniteGradient (FloatingPointError) a NaN/inf reached the guard
+    │   ├── ShmCapacityError  (OSError)         /dev/shm cannot hold a segment
+    │   ├── EnvironmentProblem (OSError)        limits, shared memory, start method
+    │   ├── OutputFailed      (OSError)         a results file could not be written
+    │   ├── CheckpointDamaged (ValueError)      a checkpoint file cannot be read
+    │   └── PolicyTimeout     (TimeoutError)    a consistency wait ran out of time
     └── Stopped                                 the run was asked to stop (inside
                                                 hogkit.spawn: ends the user's loop)
 
-Messages name the offending value, the constraint and the fix.
+(A cluster run's ``NodeFailed`` and ``ShardFailed`` are ``RunFailed`` too.) Everything
+else a command raises on purpose is bad usage: the CLI's exit status 2. Messages name
+the offending value, the constraint and the fix.
 """
 
 from __future__ import annotations
@@ -31,7 +38,12 @@ class InvalidType(HogkitError, TypeError):
     """A value has the wrong type or dtype."""
 
 
-class NonFiniteGradient(HogkitError, FloatingPointError):
+class RunFailed(HogkitError):
+    """The run failed, or this machine cannot run it (not bad usage): ``hogkit``
+    exits 1 with the message."""
+
+
+class NonFiniteGradient(RunFailed, FloatingPointError):
     """A gradient with NaN or inf was stopped before it reached shared parameters."""
 
     @classmethod
@@ -42,16 +54,52 @@ class NonFiniteGradient(HogkitError, FloatingPointError):
                    f"drop such updates and count them")
 
 
-class ShmCapacityError(HogkitError, OSError):
+class ShmCapacityError(RunFailed, OSError):
     """Shared memory (/dev/shm) has too little room for a segment."""
 
 
-class EnvironmentProblem(HogkitError, OSError):
+class EnvironmentProblem(RunFailed, OSError):
     """This machine cannot run it (limits, shared memory, start method): what
     ``hogkit doctor`` flags as fatal, raised before anything is built."""
 
 
-class PolicyTimeout(HogkitError, TimeoutError):
+class OutputFailed(RunFailed, OSError):
+    """A results file (events, checkpoint, summary) could not be written: the folder is
+    full or gone. The message names the file, the free space and the fix."""
+
+    @classmethod
+    def writing(cls, path, err, *, kept=""):
+        """The error for ``err`` (an ``OSError``) writing ``path``; ``kept`` says what
+        was saved anyway."""
+        import errno as _errno
+        import os
+        import shutil
+        folder = os.path.dirname(os.path.abspath(path)) or "."
+        if err.errno in (_errno.ENOSPC, _errno.EDQUOT, _errno.EFBIG):
+            try:
+                free = f"{shutil.disk_usage(folder).free / 2**20:.1f} MiB free there"
+            except OSError:
+                free = "free space unknown"
+            fix = "free space there or give --out on a larger disk"
+            what = f"the disk is full ({free})"
+        elif err.errno == _errno.ENOENT:
+            what, fix = "its folder is gone", "keep the out folder while the run writes"
+        else:
+            what, fix = err.strerror or str(err), "check the out folder's permissions"
+        msg = f"cannot write {path}: {what}; {fix}"
+        if kept:
+            msg += f". {kept}"
+        return cls(err.errno, msg)
+
+    def __str__(self):
+        return self.strerror or super().__str__()
+
+
+class CheckpointDamaged(RunFailed, ValueError):
+    """A checkpoint file is not readable (truncated, overwritten, not a checkpoint)."""
+
+
+class PolicyTimeout(RunFailed, TimeoutError):
     """A consistency policy waited longer than its timeout."""
 
 
@@ -62,12 +110,22 @@ class Stopped(HogkitError):
     end (wrap the loop in ``try/finally`` for clean-up of your own)."""
 
 
+class DamagedFile(UserWarning):
+    """A results file had a damaged part (a torn line), which was skipped; the message
+    names the file and where."""
+
+
+class RunNotice(UserWarning):
+    """A run ended, but not as well as its counts suggest (e.g. it skipped a large
+    share of its updates for non-finite gradients); the message says what to do."""
+
+
 class EngineNotice(UserWarning):
     """A run falls back from the compiled step core to the Python step (the message
     says why); filter it with ``warnings.simplefilter("ignore", EngineNotice)``."""
 
 
-class WorkerFailed(HogkitError):
+class WorkerFailed(RunFailed):
     """A worker process died, was killed, or raised.
 
     Attributes: ``rank``, ``step`` (last step the worker reported, or None),
@@ -155,6 +213,13 @@ class Interrupted(KeyboardInterrupt):
         cls._requested.clear()
 
 
+def message(err) -> str:
+    """``err``'s message and its notes (what a failed run kept: ``add_note``), one
+    paragraph."""
+    notes = getattr(err, "__notes__", None) or []
+    return "; ".join([str(err), *notes]) if notes else str(err)
+
+
 def exit_on_interrupt() -> None:
     """Make an uncaught :class:`Interrupted` end a script as ``hogkit run`` ends: its one
     line on stderr and exit status 128 + the signal (130 SIGINT, 143 SIGTERM). Python
@@ -174,7 +239,7 @@ def exit_on_interrupt() -> None:
                     stream.flush()
                 except Exception:  # pragma: no cover - a closed stream
                     pass
-            print(f"{value}", file=sys.stderr, flush=True)
+            print(message(value), file=sys.stderr, flush=True)
             os._exit(128 + int(value.signum))
         prev(tp, value, tb)
 

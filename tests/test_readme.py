@@ -43,3 +43,11 @@ def test_readme_scripts_run_as_written(tmp_path, index):
                          cwd=tmp_path, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stdout.strip(), res.stderr[-3000:]
+
+
+def test_readme_exit_code_table_is_the_clis():
+    """One exit-code table: the README's rows are ``hogkit.cli.EXIT_CODES``, which
+    ``hogkit --help`` prints and the commands return."""
+    from hogkit.cli import EXIT_CODES
+    rows = re.findall(r"^\| (\d+) \| (.+) \|$", README.read_text(), re.M)
+    assert [(int(c), t) for c, t in rows if int(c) in dict(EXIT_CODES)] == list(EXIT_CODES)

@@ -10,7 +10,7 @@ import pickle
 import numpy as np
 import pytest
 
-from hogkit.errors import InvalidArgument, InvalidType, ShmCapacityError
+from hogkit.errors import CheckpointDamaged, InvalidArgument, InvalidType, ShmCapacityError
 from hogkit.state.store import ALIGN, ParamStore, StoreHandle, sweep_dead_segments
 import hogkit.state.store as store_mod
 from hogkit.state import checkpoint
@@ -271,7 +271,7 @@ def test_load_validates_before_writing(store, tmp_path):
 def test_read_file_errors(tmp_path, store):
     bad = tmp_path / "bad.npz"
     bad.write_bytes(b"not a zip")
-    with pytest.raises(InvalidArgument, match="not a readable"):
+    with pytest.raises(CheckpointDamaged, match="not a readable"):
         ParamStore.read_file(bad)
     with pytest.raises(FileNotFoundError):
         ParamStore.read_file(tmp_path / "missing.npz")

@@ -36,10 +36,10 @@ import numpy as np
 from hogkit.cluster.agent import take_delta
 from hogkit.cluster.node import NodeFailed, NodeRun
 from hogkit.cluster.shard import Shard, row_ranges
-from hogkit.errors import HogkitError, Interrupted, InvalidArgument
+from hogkit.errors import HogkitError, Interrupted, InvalidArgument, RunFailed
 from hogkit.state.reader import StalenessLog
 from hogkit.report import write_outputs
-from hogkit.engine.run import Run
+from hogkit.engine.run import Run, note_skipped
 from hogkit.engine.supervisor import parent_signals
 from hogkit.state.store import sweep_dead_segments
 from hogkit.workloads.base import metrics_of
@@ -47,8 +47,12 @@ from hogkit.workloads.base import metrics_of
 __all__ = ["run_cluster", "ShardFailed", "require_ray"]
 
 
-class ShardFailed(HogkitError):
+class ShardFailed(RunFailed):
     """A parameter-shard actor died or did not answer within the timeout."""
+
+
+class ClusterTimeout(RunFailed, TimeoutError):
+    """The cluster's actors did not answer within the timeout."""
 
 
 def require_ray():
@@ -266,13 +270,13 @@ def run_cluster(plans, engine, *, nodes, servers, address, sync_every, fraction,
                    config, out, keep_params)
 
 
-def _get(ray, refs, timeout, what, died=HogkitError):
+def _get(ray, refs, timeout, what, died=RunFailed):
     """``ray.get`` with a timeout; an actor that died is ``died`` with a message naming
     it, not a Ray traceback."""
     try:
         return ray.get(refs, timeout=timeout)
     except ray.exceptions.GetTimeoutError:
-        raise TimeoutError(f"{what} within {timeout:g} s; raise start_timeout=... or "
+        raise ClusterTimeout(f"{what} within {timeout:g} s; raise start_timeout=... or "
                            f"check the cluster (ray status)") from None
     except ray.exceptions.RayActorError as e:
         lines = str(e).splitlines()
@@ -414,7 +418,11 @@ def _finish(results, params, traffic, curve, initial_loss, wl, data, plans, conf
                                     "bytes": int(traffic),
                                     "bytes_per_update": round(traffic / updates, 1)
                                     if updates else None},
-                     "metrics": metrics_of(wl, params, data)})
+                     "metrics": metrics_of(wl, params, data), "ended": {"how": "done"}})
+    per_sample = config.get("lane") == "sample"          # its skips count samples
+    note_skipped(run, run.extra["samples"] if per_sample
+                 else sum(w.get("iterations", 0) for w in per_worker),
+                 "samples" if per_sample else "steps")
     if out is not None:
         write_outputs(run, out)
     return run

@@ -15,13 +15,13 @@ from __future__ import annotations
 import threading
 
 from hogkit.cluster.agent import Agent
-from hogkit.errors import HogkitError, InvalidArgument, WorkerFailed
+from hogkit.errors import InvalidArgument, RunFailed, WorkerFailed
 from hogkit.engine.live import LiveRun
 
 __all__ = ["NodeRun", "NodeFailed", "policy_bound"]
 
 
-class NodeFailed(HogkitError):
+class NodeFailed(RunFailed):
     """A node of a cluster run failed: ``node`` and, when a worker was the cause, its
     ``rank`` within the node."""
 

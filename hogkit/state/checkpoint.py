@@ -17,7 +17,7 @@ import tempfile
 
 import numpy as np
 
-from hogkit.errors import InvalidArgument, InvalidType
+from hogkit.errors import CheckpointDamaged, InvalidArgument, InvalidType, OutputFailed
 
 FORMAT = "hogkit.state.store/1"
 META_KEY = "__hogkit_meta__"
@@ -40,6 +40,13 @@ def save(path, arrays, *, meta=None):
     arrays = dict(arrays)
     arrays[META_KEY] = np.frombuffer(blob, dtype=np.uint8)
     path = os.fspath(path)
+    try:
+        _save_atomically(path, arrays)
+    except OSError as e:              # full disk, folder gone: one line that says which
+        raise OutputFailed.writing(path, e) from None
+
+
+def _save_atomically(path, arrays):
     d = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=d, prefix="." + os.path.basename(path) + ".",
                                suffix=".tmp")
@@ -72,15 +79,17 @@ def read(path):
     except FileNotFoundError:
         raise
     except Exception as e:
-        raise InvalidArgument(f"{path!r} is not a readable hogkit checkpoint (.npz): "
-                              f"{type(e).__name__}: {e}") from None
+        raise CheckpointDamaged(f"{path!r} is not a readable hogkit checkpoint (.npz): "
+                                f"{type(e).__name__}: {e}; resume from another run "
+                                f"folder, or start afresh") from None
     blob = arrays.pop(META_KEY, None)
     meta = {}
     if blob is not None:
         try:
             meta = json.loads(blob.tobytes().decode())["meta"]
         except Exception as e:
-            raise InvalidArgument(f"{path!r}: metadata entry is corrupt ({e})") from None
+            raise CheckpointDamaged(f"{path!r}: metadata entry is corrupt ({e}); resume "
+                                    f"from another run folder, or start afresh") from None
     return arrays, meta
 
 
