@@ -22,7 +22,7 @@ from typing import Optional
 
 from hogkit.engine.preflight import (FATAL, OK, SHM_DIR, WARN, Finding, files_needed,
                                      open_files, platform, preflight, processes,
-                                     shared_memory, start_method)
+                                     shared_memory, start_method, store_bytes)
 
 __all__ = ["Finding", "run_checks", "preflight", "format_findings", "planned_bytes", "SHM_DIR",
            "OK", "WARN", "FATAL", "shared_memory", "open_files", "processes", "cores",
@@ -33,19 +33,14 @@ def planned_bytes(workload, workers: int, *, rule=None, density=None, seed: int 
     """The shared memory a live run of ``workload`` with ``workers`` workers takes: its
     parameters and data (built, as the run builds them), every worker's rule and
     density state (:mod:`hogkit.state.worker_state`), and the control arrays."""
-    import numpy as np
-
     from hogkit.rules.core import SGD
     from hogkit.engine.worker_loop import control_specs
     from hogkit.state.worker_state import initial
 
     params, data = workload.build(seed)
     rule = rule if rule is not None else SGD(lr=workload.default_lr)
-    arrays = {**params, **data, **initial(rule, density, params, workers)}
-    n = sum(np.asarray(a).nbytes for a in arrays.values())
-    n += sum(int(np.prod(shape)) * np.dtype(dt).itemsize
-             for shape, dt in control_specs(workers).values())
-    return int(n)
+    return store_bytes(params, data, initial(rule, density, params, workers),
+                       control=control_specs(workers))
 
 
 def cores(workers: int) -> Finding:

@@ -1,7 +1,10 @@
 """Results on disk: an append-only JSONL event log, ``summary.json``, CSV and PNG plots.
 
-- :class:`EventLog` appends one JSON object per line and flushes each batch, so a
-  crash loses at most the batch being written and never corrupts earlier lines.
+- :class:`EventLog` appends one JSON object per line, each batch whole or not at all:
+  a write the disk cannot take is cut back to the last whole line and raises
+  :class:`~hogkit.errors.OutputFailed`; a file left with a partial last line (a crash
+  mid-write) is repaired when it is opened again (a resume), and :func:`read_events`
+  skips a damaged line with a warning that names it, reading on.
 - :func:`write_summary` writes ``summary.json`` atomically (tmp → fsync → replace).
 - :func:`plot_run` draws loss vs time and the staleness histograms from saved
   results (matplotlib, Agg backend; skipped with a note when matplotlib is absent).
@@ -19,27 +22,67 @@ import time
 
 import numpy as np
 
+from hogkit.errors import DamagedFile, OutputFailed
 from hogkit.kernels.staleness import width_at
 
 
 class EventLog:
-    """Append-only JSONL file; ``write(records)`` appends and flushes."""
+    """Append-only JSONL file; ``write(records)`` appends whole lines or nothing.
+
+    Opening cuts off a partial last line a crash left (``repaired``: the bytes cut), so
+    a resumed run never appends onto one. A write the disk refuses (full, folder gone)
+    truncates the file back to its last whole line and raises
+    :class:`~hogkit.errors.OutputFailed` naming the file, the free space and the fix;
+    with ``quiet`` set (a run already ending on another error) it drops the batch
+    instead.
+    """
+
+    quiet = False
 
     def __init__(self, path):
         self.path = os.fspath(path)
-        self._f = open(self.path, "a", buffering=1 << 16)
+        try:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
+                               0o644)
+            self._size, self.repaired = _cut_partial_line(self._fd)
+        except OSError as e:
+            if getattr(self, "_fd", None) is not None:
+                os.close(self._fd)
+            raise OutputFailed.writing(self.path, e) from None
 
     def write(self, records) -> None:
         if not records:
             return
-        self._f.write("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records))
-        self._f.flush()
+        data = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records).encode()
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self._fd, view):]
+        except OSError as e:
+            try:                        # never leave a partial line behind
+                os.ftruncate(self._fd, self._size)
+            except OSError:             # pragma: no cover - the folder's disk is gone
+                pass
+            if self.quiet:
+                return
+            raise OutputFailed.writing(self.path, e) from None
+        self._size += len(data)
+
+    @property
+    def closed(self) -> bool:
+        return self._fd is None
 
     def close(self) -> None:
-        if not self._f.closed:
-            self._f.flush()
-            os.fsync(self._f.fileno())
-            self._f.close()
+        if self._fd is None:
+            return
+        fd, self._fd = self._fd, None
+        try:
+            os.fsync(fd)
+        except OSError as e:
+            if not self.quiet:
+                raise OutputFailed.writing(self.path, e) from None
+        finally:
+            os.close(fd)
 
     def __enter__(self):
         return self
@@ -48,15 +91,39 @@ class EventLog:
         self.close()
 
 
+def _cut_partial_line(fd):
+    """Truncate ``fd``'s file after its last newline; returns ``(size, bytes cut)``."""
+    size = os.fstat(fd).st_size
+    end = size
+    while end > 0:
+        start = max(0, end - (1 << 16))
+        nl = os.pread(fd, end - start, start).rfind(b"\n")
+        if nl >= 0:
+            end = start + nl + 1
+            break
+        end = start
+    if end != size:
+        os.ftruncate(fd, end)
+    return end, size - end
+
+
 def read_events(path) -> list:
-    """Read a JSONL event log; a torn last line (crash mid-write) is skipped."""
-    out = []
-    with open(path) as f:
-        for line in f:
+    """Read a JSONL event log. A damaged line (a torn write, a disk error) is skipped
+    with a :class:`~hogkit.errors.DamagedFile` warning naming its line number; the
+    lines after it are read."""
+    out, bad = [], []
+    with open(path, "rb") as f:
+        for n, line in enumerate(f, 1):
             try:
                 out.append(json.loads(line))
-            except json.JSONDecodeError:
-                break
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                bad.append(n)
+    if bad:
+        import warnings
+        shown = ", ".join(map(str, bad[:5])) + (f" and {len(bad) - 5} more" if len(bad) > 5
+                                                else "")
+        warnings.warn(f"{path}: {len(bad)} damaged line(s) skipped (line {shown}); the "
+                      f"other {len(out)} events were read", DamagedFile, stacklevel=2)
     return out
 
 
@@ -128,18 +195,28 @@ def _jsonable(x):
 
 def write_summary(run, out_dir) -> str:
     path = os.path.join(out_dir, "summary.json")
-    write_json(path, run.summary())
-    write_loss_csv(run, os.path.join(out_dir, "loss.csv"))
+    for name, write in ((path, lambda: write_json(path, run.summary())),
+                        (os.path.join(out_dir, "loss.csv"),
+                         lambda: write_loss_csv(run, os.path.join(out_dir, "loss.csv")))):
+        try:
+            write()
+        except OSError as e:          # the file it names, not a temporary one
+            raise OutputFailed.writing(name, e) from None
     return path
 
 
 def write_outputs(run, out_dir) -> None:
     """What every run writes to its results folder (both front doors):
     ``summary.json``, ``loss.csv`` and the plots."""
-    os.makedirs(out_dir, exist_ok=True)
-    run.out = os.fspath(out_dir)
-    write_summary(run, out_dir)
-    plot_run(run.summary(), out_dir)
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        run.out = os.fspath(out_dir)
+        write_summary(run, out_dir)
+        plot_run(run.summary(), out_dir)
+    except OutputFailed:
+        raise
+    except OSError as e:
+        raise OutputFailed.writing(e.filename or os.fspath(out_dir), e) from None
 
 
 def write_loss_csv(run, path) -> None:

@@ -3,6 +3,7 @@ autouse fixture in conftest.py checks both), parameters finite."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -91,9 +92,12 @@ def test_nan_gradient_raise_names_rank_and_step():
 
 
 def test_nan_gradient_skip_keeps_parameters_finite():
-    run = train(Faulty(hot(), rank=1, step=30, fault="nan", every=True), workers=2,
-                steps=2000, nonfinite="skip", progress=False, eval_every=None)
+    from hogkit.errors import RunNotice
+    with pytest.warns(RunNotice, match=r"dropped 970 of 2000 steps \(48.5 %\)"):
+        run = train(Faulty(hot(), rank=1, step=30, fault="nan", every=True), workers=2,
+                    steps=2000, nonfinite="skip", progress=False, eval_every=None)
     assert run.extra["nonfinite_skipped"] == 1000 - 30
+    assert run.extra["nonfinite_skipped_share"] == 0.485
     assert run.updates == 2000 - (1000 - 30)
     assert all(np.isfinite(v).all() for v in run.params.values())
 
@@ -116,6 +120,8 @@ def test_nan_data_on_the_compiled_engine_raises_or_skips():
             assert run.updates == 4000
             assert run.extra["nonfinite_skipped"] == pytest.approx(
                 run.extra["samples"] / 50, rel=0.2)
+            assert run.extra["nonfinite_skipped_share"] == round(
+                run.extra["nonfinite_skipped"] / run.extra["samples"], 6)
 
 
 # --- signals to the parent: run the CLI in a subprocess --------------------------
@@ -175,6 +181,14 @@ def test_signal_to_the_parent_shuts_down_in_order(tmp_path, sig):
     assert "interrupted" in err.decode()
     assert _gone(workers)
     assert _segments_of(proc.pid) == []
+    # the ending is kept: a final checkpoint and a summary, labelled with the signal's
+    from hogkit.state.checkpoint import read
+    how = "interrupted" if sig == signal.SIGINT else "terminated"
+    _, meta = read(tmp_path / "out" / "checkpoint.npz")
+    assert meta["ended"] == how and meta["consistency"] == "quiesced"
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["ended"]["how"] == how
+    assert "kept: the parameters at the end" in err.decode()
 
 
 @pytest.mark.slow

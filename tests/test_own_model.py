@@ -150,6 +150,24 @@ def test_a_loss_that_is_not_a_scalar_is_refused():
         wl.gradient(wl.setup(params, data), np.random.default_rng(0), 4)
 
 
+def test_a_label_out_of_range_is_named_before_anything_is_spawned():
+    """torch's own error is an IndexError ("Target 10 is out of bounds") from deep
+    in the loss; the parent's first evaluation names the rows, the label array's range
+    and the first bad label's row instead."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((300, 4)).astype(np.float32)
+    y = rng.integers(0, 4, 300)
+    y[137] = 10
+    wl = hogkit.TorchWorkload(own.make_classifier, own.cross_entropy, {"x": X, "y": y})
+    with pytest.raises(InvalidArgument, match=r"'y' holds 0\.\.10; the first is y=10 at "
+                                              r"row 137\. A class label must lie in"):
+        hogkit.train(wl, workers=2, steps=100, progress=False)
+    y[137] = 3                                     # fixed: it trains
+    assert np.isfinite(hogkit.train(
+        hogkit.TorchWorkload(own.make_classifier, own.cross_entropy, {"x": X, "y": y}),
+        workers=1, steps=50, progress=False).final_loss)
+
+
 def _per_sample(module, batch):
     return (module(batch["x"]) - batch["y"]) ** 2
 

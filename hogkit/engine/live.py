@@ -27,9 +27,9 @@ import time
 import numpy as np
 
 from hogkit.engine.plan import EVENTS_FILE_PER_S, eval_interval
-from hogkit.engine.preflight import preflight
+from hogkit.engine.preflight import check_room, preflight, store_bytes
 from hogkit.engine.progress import Progress
-from hogkit.engine.run import Run
+from hogkit.engine.run import Run, note_skipped
 from hogkit.engine.supervisor import Supervisor, parent_signals, signals_deferred
 from hogkit.engine.worker_loop import WorkerSpec, control_specs, warm
 from hogkit.errors import InvalidArgument, Interrupted, WorkerFailed, exit_on_interrupt
@@ -94,6 +94,9 @@ class LiveRun:
         self.dropped = 0
         self.events = None
         self.sampler = _EventSampler(getattr(plan, "events", "sampled"))
+        self.ended = {"how": "done"}      # how the run ended: done, failed, interrupted...
+        self._t_started = None            # when the first worker left the start barrier
+        self._final_written = False       # the quiesced checkpoint of the ending is on disk
 
     def run(self, progress) -> Run:
         """Preflight, share, spawn, supervise, collect; ``progress``: what it shows while
@@ -123,12 +126,47 @@ class LiveRun:
                      "t": self.prev.t, "config": self.config, "initial_loss": initial_loss}
             if self.resume_dir is not None:
                 start["worker_state"] = len(self.restored)
+            if self.events is not None and self.events.repaired:
+                start["events_repaired_bytes"] = self.events.repaired
             self._event(start)
-            wall = self._supervise(errdir, self.progress)
+            try:
+                wall = self._supervise(errdir, self.progress)
+            except BaseException as e:
+                self._keep_ending(initial_loss, e)
+                raise
             if p.out is not None:
                 self.progress.stage(f"training done; evaluating and writing the results "
                                     f"to {p.out}")
-            return self._collect(initial_loss, wall)
+            run = self._collect(initial_loss, wall)
+            if p.out is not None:
+                self._write_out(run, wall)
+            return run
+
+    def _keep_ending(self, initial_loss, err):
+        """The run failed or was interrupted once its workers had been started; they are
+        stopped now. Their parameters go to a final checkpoint and the summary is
+        written, both labelled with how it ended, each where space allows; a note on
+        ``err`` says what was kept (nothing here hides ``err``)."""
+        out = self.plan.out
+        if out is None or self.events is None:
+            return
+        self.ended = {"how": ending_of(err), "error": str(err).splitlines()[0][:500]}
+        self.events.quiet = True          # a log the disk refused must not hide err
+        wall = (time.monotonic() - self._t_started) if self._t_started is not None else 0.0
+        try:
+            run = self._collect(initial_loss, wall)
+            self._write_out(run, wall)
+        except BaseException as e2:       # a second signal, a full disk: err still wins
+            kept = self._final_written and os.path.exists(os.path.join(out, CHECKPOINT))
+            note = (f"kept: the parameters at the end in {os.path.join(out, CHECKPOINT)} "
+                    f"(labelled {self.ended['how']!r}); the summary was not written: {e2}"
+                    if kept else f"the final checkpoint was not written either: {e2}")
+        else:
+            note = (f"kept: the parameters at the end in {os.path.join(out, CHECKPOINT)} "
+                    f"(labelled {self.ended['how']!r}; --resume {out} goes on from it) and "
+                    f"summary.json, which says how the run ended")
+        if hasattr(err, "add_note"):
+            err.add_note(note)
 
     def _share(self, stack) -> float:
         """Build the workload, compile its kernels, put parameters and data in shared
@@ -147,6 +185,10 @@ class LiveRun:
                          else "the initial parameters",
                          "resume from an earlier run folder or start afresh"
                          if self.resume_dir else "fix the workload's build() (its init)")
+        wstate = worker_state.initial(p.rule, p.density, params0, p.workers)
+        shards = p.shards * len(params0) if p.shards > 1 else 1
+        check_room(store_bytes(params0, data0, wstate, control=control_specs(
+            p.workers, shards, gate=self.gate_rows)))   # before the kernels compile
         from hogkit.engine.step import lane_lr_scale
         self.progress.stage(f"compiling the {self.engine} engine's kernels (the first run "
                             f"on a machine compiles them, 10-20 s; later runs load them "
@@ -160,8 +202,7 @@ class LiveRun:
         self.pstore = stack.enter_context(ParamStore.create(params0, tag="params"))
         self.dstore = stack.enter_context(ParamStore.create(data0, tag="data"))
         self.params, self.data = self.pstore.views(), self.dstore.views()
-        self.wstore = stack.enter_context(ParamStore.create(
-            worker_state.initial(p.rule, p.density, params0, p.workers), tag="wstate"))
+        self.wstore = stack.enter_context(ParamStore.create(wstate, tag="wstate"))
         self.wviews = self.wstore.views()
         if self.resume_dir is not None:
             saved = worker_state.load_state(self.resume_dir,
@@ -235,7 +276,7 @@ class LiveRun:
                         if started is None:
                             if not t0_ns.all():
                                 continue          # still starting up: nothing to time
-                            started = t0_ns.min() * 1e-9
+                            started = self._t_started = t0_ns.min() * 1e-9
                             progress.stage("training" + (f" for {p.seconds:g} s"
                                                          if p.seconds is not None else ""))
                             progress.training(p.steps, p.seconds)
@@ -346,9 +387,12 @@ class LiveRun:
             worker_state.save_state(self.plan.out, self.wviews, seq)
         self.pstore.save(os.path.join(self.plan.out, CHECKPOINT),
                          meta={**meta, "consistency": consistency,
+                               "ended": (self.ended["how"] if consistency == "quiesced"
+                                         else None),
                                "updates": sum(state.updates),
                                "version_vector": state.updates, "seed": self.plan.seed,
                                "config": self.config, "state": state.to_meta()})
+        self._final_written = consistency == "quiesced"
         self._event({"type": "checkpoint", "t": round(state.t, 4),
                      "consistency": consistency, "updates": sum(state.updates)})
 
@@ -385,18 +429,26 @@ class LiveRun:
             run.extra["segments"] = getattr(p, "stream", 0) + 1
         if self.on_failure == "restart":
             run.extra["restarts"] = self.restarts
+        per_sample = getattr(p, "lane", "batch") == "sample"   # skips count samples
+        note_skipped(run, sum(counts["samples"] if per_sample else counts["iterations"]),
+                     "samples" if per_sample else "steps")
         run.extra["metrics"] = self._metrics()
         if hasattr(p.policy, "grants"):
             g = self.control["rt_grants"].sum(axis=0)
             run.extra["dssp_grants"] = {str(r): int(n) for r, n in enumerate(g) if n}
-        if p.out is not None:
-            self._checkpoint(wall, "quiesced")
-            self._event({"type": "end", "t": round(whole_wall, 4), "updates": run.updates,
-                         "final_loss": final_loss})
-            self.events.close()           # flushed, so the size below is the file's
-            run.extra["events"] = self.sampler.summary(os.path.join(p.out, "events.jsonl"))
-            write_outputs(run, p.out)
+        run.extra["ended"] = dict(self.ended)
         return run
+
+    def _write_out(self, run, wall):
+        """The quiesced run to its results folder: final checkpoint first (labelled with
+        how the run ended), the end event, then the summary and plots."""
+        p = self.plan
+        self._checkpoint(wall, "quiesced")
+        self._event({"type": "end", "t": round(run.wall_s, 4), "updates": run.updates,
+                     "final_loss": run.final_loss, "ended": self.ended["how"]})
+        self.events.close()           # flushed, so the size below is the file's
+        run.extra["events"] = self.sampler.summary(os.path.join(p.out, "events.jsonl"))
+        write_outputs(run, p.out)
 
 
 #: the lock file a run holds in its results folder while it writes there
@@ -459,6 +511,16 @@ class _EventSampler:
         if path is not None and os.path.exists(path):
             out["file_bytes"] = os.path.getsize(path)
         return out
+
+
+def ending_of(err) -> str:
+    """How a run that raised ``err`` ended: "interrupted" (SIGINT), "terminated"
+    (SIGTERM) or "failed"."""
+    import signal
+    if isinstance(err, KeyboardInterrupt):
+        return ("terminated" if getattr(err, "signum", signal.SIGINT) == signal.SIGTERM
+                else "interrupted")
+    return "failed"
 
 
 def _per_worker(clocks, log, control, workers):

@@ -21,7 +21,8 @@ from hogkit.errors import EnvironmentProblem
 from hogkit.state.store import SHM_DIR
 
 __all__ = ["Finding", "preflight", "platform", "shared_memory", "open_files", "processes",
-           "start_method", "files_needed", "SHM_DIR", "OK", "WARN", "FATAL"]
+           "start_method", "files_needed", "store_bytes", "check_room", "SHM_DIR", "OK",
+           "WARN", "FATAL"]
 
 #: below this /dev/shm is flagged as small (Docker's default is 64 MiB)
 SMALL_SHM = 256 * 2**20
@@ -66,6 +67,30 @@ def shared_memory(needed_bytes: Optional[int] = None, path: str = SHM_DIR) -> Fi
                        f"needs ~110 MiB)", "in a container: --shm-size=1g; else remount "
                        f"{path} larger")
     return Finding("shared memory", OK, detail)
+
+
+def store_bytes(*groups, control=None) -> int:
+    """The shared memory that stores holding ``groups`` (dicts name -> array) and
+    ``control`` (name -> ``(shape, dtype)``, the control store's specs) take: each array
+    rounded up to its cache line, and a page per store for its header."""
+    import numpy as np
+    line, page = 64, 4096
+
+    def rounded(n):
+        return -(-int(n) // line) * line
+    n = sum(rounded(np.asarray(a).nbytes) for g in groups for a in g.values())
+    n += sum(rounded(int(np.prod(shape)) * np.dtype(dt).itemsize)
+             for shape, dt in (control or {}).values())
+    return int(n + page * (len(groups) + (control is not None)))
+
+
+def check_room(needed_bytes: int, path: str = SHM_DIR) -> None:
+    """Raise :class:`EnvironmentProblem` when ``path`` cannot hold ``needed_bytes``
+    (a run's stores, planned before any is made and before the kernels compile)."""
+    f = shared_memory(needed_bytes, path)
+    if f.status == FATAL:
+        raise EnvironmentProblem(f"this machine cannot run it: {f.check}: {f.detail} "
+                                 f"(fix: {f.fix}); nothing was created")
 
 
 def files_needed(workers: int) -> int:

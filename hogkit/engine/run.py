@@ -62,6 +62,30 @@ class Run:
         return h.hexdigest()[:16]
 
 
+#: a run that skipped more than this share of its steps (samples, on the per-sample lane)
+#: for non-finite gradients says so when it ends (``nonfinite="skip"``)
+SKIP_NOTICE_SHARE = 0.01
+
+
+def note_skipped(run, total: int, unit: str = "steps") -> None:
+    """Put the share of ``total`` (steps, or samples) that ``nonfinite="skip"`` dropped
+    in ``run.extra["nonfinite_skipped_share"]``, and warn (:class:`RunNotice`) when it
+    is over :data:`SKIP_NOTICE_SHARE`: a run that drops a large part of its updates
+    has not trained what its counts say."""
+    skipped = int(run.extra.get("nonfinite_skipped", 0))
+    share = skipped / total if total > 0 else 0.0
+    run.extra["nonfinite_skipped_share"] = round(share, 6)
+    if share > SKIP_NOTICE_SHARE:
+        import warnings
+
+        from hogkit.errors import RunNotice
+        loss = "NaN" if not np.isfinite(run.final_loss) else f"{run.final_loss:.4g}"
+        warnings.warn(f"hogkit: nonfinite='skip' dropped {skipped} of {total} {unit} "
+                      f"({100 * share:.1f} %), final loss {loss}: lower the learning "
+                      f"rate, or clean the data (hogkit checks it for NaN/inf before "
+                      f"a run)", RunNotice, stacklevel=3)
+
+
 def _num(x):
     x = float(x)
     return x if np.isfinite(x) else None

@@ -172,7 +172,11 @@ class ModuleWorkload(Workload):
         with torch.no_grad():
             for i in range(0, len(rows), chunk):
                 idx = torch.from_numpy(rows[i:i + chunk])
-                total += float(self.step_loss(module, self.make_batch(tensors, idx))) * len(idx)
+                batch = self.make_batch(tensors, idx)
+                try:
+                    total += float(self.step_loss(module, batch)) * len(idx)
+                except (IndexError, RuntimeError) as e:
+                    raise _label_error(self.name, e, batch, rows[i:i + chunk]) or e
         return total / len(rows) * self.loss_scale
 
     def loss(self, params, data):
@@ -414,6 +418,34 @@ class TorchWorkload(ModuleWorkload):
         if self._template is not None and state.get("_buffers") is None:
             state["_template"], state["_buffers"] = weightless(self._template)
         return state
+
+
+def _label_error(name, err, batch, rows):
+    """An :class:`InvalidArgument` for a loss that failed on a label out of range (torch
+    says "Target 10 is out of bounds"): the batch's rows, its integer arrays' ranges and
+    the first bad label's row; None for any other error (raised as it is)."""
+    import re
+    text = str(err)
+    m = re.search(r"Target (-?\d+) is out of bounds", text)
+    if m is None and "out of bounds" not in text and "out of range" not in text:
+        return None
+    ints = {k: v for k, v in batch.items() if not v.is_floating_point() and v.numel()}
+    ranges = ", ".join(f"{k!r} holds {int(v.min())}..{int(v.max())}" for k, v in ints.items())
+    where = ""
+    if m is not None:
+        bad = int(m.group(1))
+        for k, v in ints.items():
+            hit = (v.reshape(len(v), -1) == bad).any(dim=1).nonzero()
+            if len(hit):
+                where = f"; the first is {k}={bad} at row {int(rows[int(hit[0])])}"
+                break
+    first = text.strip().splitlines()[0] if text.strip() else type(err).__name__
+    return InvalidArgument(
+        f"the loss of workload {name!r} failed on rows {int(rows[0])}..{int(rows[-1])} "
+        f"(the parent's first evaluation, before any worker starts): "
+        f"{type(err).__name__}: {first}. In that batch {ranges or 'no integer array'}"
+        f"{where}. A class label must lie in [0, the module's output size): fix the "
+        f"labels or the module's output layer")
 
 
 class _Shape:
