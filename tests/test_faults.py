@@ -332,3 +332,23 @@ def test_non_finite_data_or_weights_are_refused_before_anything_starts(where, wo
     assert words in str(e.value) and "learning rate" not in str(e.value)
     assert {n for n in os.listdir("/dev/shm")
             if n.startswith(f"hogkit_{os.getpid()}_")} == before
+
+
+def test_a_finished_run_keeps_no_mapping_of_its_segments(tmp_path):
+    """The stores' views are dropped before the stores close, so the unlinked segments'
+    memory (and the descriptor Python's mmap keeps for each) goes with the run, not
+    with a later garbage collection: a process that trains many times holds none."""
+    def mapped():
+        out = []
+        for f in os.listdir("/proc/self/fd"):
+            try:
+                out.append(os.readlink(f"/proc/self/fd/{f}"))
+            except OSError:
+                pass
+        with open("/proc/self/maps") as m:
+            out += [line.split()[-2] for line in m if "/dev/shm/hogkit_" in line]
+        return [x for x in out if "/dev/shm/hogkit_" in x]
+    for k in range(2):
+        train(hot(), workers=2, steps=3000, progress=False, out=str(tmp_path / str(k)),
+              checkpoint_every=0.2)
+        assert mapped() == []

@@ -120,6 +120,7 @@ class LiveRun:
                 control_specs(p.workers, self._shards(), gate=self.gate_rows), tag="ctl"))
             self.control = self.cstore.views()
             self.clocks, self.log = Clocks(self.control), StalenessLog(self.control)
+            stack.callback(self._drop_views)     # first out: before the stores close
             self._carry_over()
             self._started(stack)
             start = {"type": "start" if self.resume_dir is None else "resume",
@@ -141,6 +142,14 @@ class LiveRun:
             if p.out is not None:
                 self._write_out(run, wall)
             return run
+
+    def _drop_views(self):
+        """Let go of every view of the stores before they close, so each mapping (and
+        the descriptor Python's mmap keeps) goes with the close, not with a later
+        garbage collection: a process that runs many trainings holds no unlinked
+        segment's memory of an earlier one."""
+        self.params = self.data = self.control = self.wviews = None
+        self.clocks = self.log = None
 
     def _keep_ending(self, initial_loss, err):
         """The run failed or was interrupted once its workers had been started; they are
