@@ -51,8 +51,9 @@ def _exit_for(signum) -> int:
     """128 + the signal that interrupted the command: 130 for SIGINT, 143 for SIGTERM."""
     return 128 + int(signum) if signum else EXIT_INTERRUPTED
 
-BENCH_SCENARIOS = ("kernels", "peers", "lane", "scaling", "instrumentation", "policies",
-                   "simulate", "rules", "own_loop", "p3", "soak", "ray", "coldstart")
+BENCH_SCENARIOS = ("kernels", "peers", "lane", "scaling", "dense", "instrumentation",
+                   "policies", "simulate", "rules", "own_loop", "p3", "soak", "ray",
+                   "coldstart")
 
 
 def _positive_int(text):
@@ -268,6 +269,9 @@ def _add_bench(sub):
     bench.add_argument("scenario", nargs="?", default="kernels", choices=BENCH_SCENARIOS,
                        help="which scenario (listed below)")
     bench.add_argument("--quick", action="store_true", help="small sizes, a few rounds")
+    bench.add_argument("--workers", type=_positive_int, default=None, metavar="N",
+                       help="scaling, dense: measure 1, 2, 4, ... N workers (default: "
+                            "the cores, at most 2)")
     bench.add_argument("--json", default=None, metavar="FILE",
                        help="write raw figures here (default: not written)")
     bench.add_argument("--workload", default=None, choices=_workload_names(),
@@ -652,6 +656,10 @@ def _cmd_bench(args):
         if "only" not in inspect.signature(mod.run).parameters:
             raise InvalidArgument(f"hogkit bench {args.scenario} has no parts for --only")
         kwargs["only"] = args.only
+    if args.workers is not None:
+        if "workers" not in inspect.signature(mod.run).parameters:
+            raise InvalidArgument(f"hogkit bench {args.scenario} takes no --workers")
+        kwargs["workers"] = args.workers
     if args.presets is not None:
         if "presets" not in inspect.signature(mod.run).parameters:
             raise InvalidArgument(f"hogkit bench {args.scenario} takes no --presets")

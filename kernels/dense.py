@@ -43,3 +43,23 @@ def momentum_flat(w, m, g, lr, mu, gscale=1.0):
             v = b * ms[j] + s * gs[j]
             ms[j] = v
             ws[j] -= a * v
+
+
+@njit(cache=True, nogil=True)
+def merge_flat(shared, replica, base, workers):
+    """A local phase's merge in one pass: ``shared += (replica − base) / workers``, then
+    ``replica = base =`` the value that add left in ``shared`` (element by element: a
+    concurrent merge of another worker landing between two elements is kept in
+    ``shared`` and seen at the next pull). In float32 throughout for float32 buffers,
+    as numpy computes ``shared += (replica - base) / W``."""
+    w = shared.dtype.type(workers)
+    n = shared.shape[0]
+    for lo in range(0, n, 4096):
+        ss = shared[lo:lo + 4096]
+        rs = replica[lo:lo + 4096]
+        bs = base[lo:lo + 4096]
+        for j in range(ss.shape[0]):
+            v = ss[j] + (rs[j] - bs[j]) / w
+            ss[j] = v
+            rs[j] = v
+            bs[j] = v

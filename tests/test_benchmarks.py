@@ -113,8 +113,8 @@ def test_soak_verdict_flags_growth_and_unanswered_kills():
 
 
 # peers --quick: every contender (LIBMF when it can be built) at one lr on small data
-QUICK = ["kernels", "lane", "scaling", "instrumentation", "policies", "simulate", "rules",
-         "peers"]
+QUICK = ["kernels", "lane", "scaling", "dense", "instrumentation", "policies", "simulate",
+         "rules", "peers"]
 
 
 @pytest.mark.slow

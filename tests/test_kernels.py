@@ -103,6 +103,22 @@ def test_sgd_flat(case, lr):
                   <= 64 * np.finfo(dtype).eps * (1 + np.abs(want) + lr * np.abs(g)))
 
 
+@given(flat_cases(lim=1e4), st.integers(1, 64))
+def test_merge_flat_is_numpys_merge_bit_for_bit(case, workers):
+    """A local phase's one-pass merge equals the numpy two-step merge it replaced
+    (``shared += (replica - base) / W``, then ``replica = base = shared``) exactly, in
+    the buffer's own dtype; ``workers=1`` is the sum merge."""
+    from hogkit.policy.local_sgd import local_delta, merge
+    dtype, shared, replica = case
+    base = (replica[::-1] * 0.5).astype(dtype)
+    want = shared.copy()
+    merge(want, local_delta(replica, base), workers=workers)
+    dense.merge_flat(shared, replica, base, workers)
+    np.testing.assert_array_equal(shared, want)
+    np.testing.assert_array_equal(replica, want)
+    np.testing.assert_array_equal(base, want)
+
+
 @given(flat_cases(lim=1e4), LR, MU)
 def test_momentum_flat(case, lr, mu):
     dtype, w, g = case

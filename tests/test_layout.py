@@ -114,3 +114,38 @@ def test_local_phase_overlap_rebases():
     ph.merge()
     ph.close()
     np.testing.assert_allclose(ph.base["a"], merged["a"] + 1.0)
+
+
+def test_sum_merges_add_each_workers_change_whole():
+    """LocalSGD(h, merge="sum"): two workers' phases from one base merge to
+    base + Δ1 + Δ2 (the average would give base + (Δ1 + Δ2) / 2), each replica then
+    holding the shared model as its merge left it."""
+    from hogkit.policy import LocalSGD
+    pol = LocalSGD(4, merge="sum")
+    shared = _model(2)
+    start = {k: v.copy() for k, v in shared.items()}
+    a, b = (LocalPhase(shared, pol.merge_divisor(2)) for _ in range(2))
+    a.replica["a"] += 1.0
+    b.replica["a"] -= 0.25
+    d1, d2 = a.replica["a"] - start["a"], b.replica["a"] - start["a"]   # Δ1, Δ2
+    a.merge()
+    np.testing.assert_array_equal(a.replica["a"], start["a"] + d1)
+    b.merge()
+    np.testing.assert_array_equal(shared["a"], start["a"] + d1 + d2)
+    np.testing.assert_array_equal(b.base["a"], shared["a"])
+    assert LocalSGD(4).merge_divisor(2) == 2 and pol.merge_divisor(2) == 1
+
+
+def test_local_sgd_spells_its_merge():
+    from hogkit.errors import InvalidArgument
+    from hogkit.policy import LocalSGD, from_string
+    assert from_string("local:16:sum") == LocalSGD(16, merge="sum")
+    assert from_string("local:16:sum:overlap") == LocalSGD(16, overlap=True, merge="sum")
+    assert from_string("local:16") == LocalSGD(16)
+    assert repr(LocalSGD(16, merge="sum")) == "LocalSGD(16, merge='sum')"
+    assert LocalSGD(16, merge="sum").config()["merge"] == "sum"
+    for bad in ("local:16:sum:sum", "local:16:max", "local:16:overlap:sum:x"):
+        with pytest.raises(InvalidArgument, match="at most 'overlap' and 'sum'"):
+            from_string(bad)
+    with pytest.raises(InvalidArgument, match="merge='max'"):
+        LocalSGD(4, merge="max")

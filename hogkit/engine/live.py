@@ -204,7 +204,8 @@ class LiveRun:
                             f"from numba's cache)")
         t = time.monotonic()
         warm(wl, p.rule, p.density, params0, data0, p.seed, p.worker_batch(), self.engine,
-             lane=p.lane, lane_lr_scale=lane_lr_scale(p))
+             lane=p.lane, lane_lr_scale=lane_lr_scale(p),
+             local=getattr(p.policy, "local_steps", 0) > 0)
         Interrupted.check()     # a signal whose raise numba's compile swallowed
         self.progress.stage(f"kernels ready ({time.monotonic() - t:.1f} s)")
         initial_loss = float(wl.loss(params0, data0))

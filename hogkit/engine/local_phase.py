@@ -27,6 +27,7 @@ import threading
 
 import numpy as np
 
+from hogkit.kernels.dense import merge_flat
 from hogkit.policy.local_sgd import local_delta, merge
 
 __all__ = ["LocalPhase"]
@@ -61,11 +62,16 @@ class LocalPhase:
     def merge(self) -> None:
         """Merge the phase into the shared model (see the module docstring)."""
         if not self.overlap:
-            self._merge_into_shared({k: local_delta(self.replica[k], self.base[k])
-                                     for k in self.replica})
-            for k, v in self.result.items():
-                self.replica[k][...] = v
-                self.base[k][...] = v
+            for k, shared in self.shared.items():
+                r, b = self.replica[k], self.base[k]
+                if shared.flags.c_contiguous and shared.dtype == r.dtype == b.dtype:
+                    # one compiled pass (flat views: no copy of a contiguous array)
+                    merge_flat(shared.reshape(-1), r.reshape(-1), b.reshape(-1),
+                               self.workers)
+                else:
+                    merge(shared, local_delta(r, b), workers=self.workers)
+                    r[...] = shared
+                    b[...] = shared
             return
         self.close()                      # join the previous merge, rebase onto it
         if self.result is not None:

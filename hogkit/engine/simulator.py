@@ -346,7 +346,8 @@ def _run_python(S):
              "clk_stop": np.zeros(8, np.int64)}
     clocks = Clocks(views)
     local = S.policy.local_steps > 0
-    phases = [LocalPhase(S.params, W) for _ in range(W)] if local else None
+    phases = ([LocalPhase(S.params, S.policy.merge_divisor(W)) for _ in range(W)]
+              if local else None)
     replicas = [ph.replica for ph in phases] if local else [S.params] * W
     readers = [Reader(clocks, S.log, r) for r in range(W)]
     steps = []

@@ -122,7 +122,8 @@ class _Worker:
         self.shards = spec.plan.shards
         self.param_index = {name: i for i, name in enumerate(sorted(params))}
         self.reader = Reader(self.clocks, self.log, spec.rank, shards=spec.plan.shards > 1)
-        self.local = (LocalPhase(params, spec.plan.workers, spec.plan.policy.overlap)
+        self.local = (LocalPhase(params, _merge_divisor(spec.plan.policy, spec.plan.workers),
+                                 spec.plan.policy.overlap)
                       if _local_steps(spec.plan.policy) else None)
         # Under LocalSGD the gradient reads, and the rule writes, a private replica.
         self.params = self.local.replica if self.local is not None else params
@@ -324,6 +325,12 @@ class _Worker:
             self.rt[_kl.RT_PAUSED] += self.delay.paused_ns
 
 
+def _merge_divisor(policy, workers) -> int:
+    """What a merge divides a replica's change by (a duck-typed policy: W)."""
+    f = getattr(policy, "merge_divisor", None)
+    return int(f(workers)) if f is not None else workers
+
+
 def _local_steps(policy) -> int:
     """LocalSGD's h (0: the steps go to the shared model); a policy of one's own that
     declares nothing steps on the shared model."""
@@ -362,7 +369,7 @@ def private_control():
 
 
 def warm(workload, rule, density, params, data, seed, batch, engine="python", *,
-         lane="batch", lane_lr_scale=1.0) -> None:
+         lane="batch", lane_lr_scale=1.0, local=False) -> None:
     """Run the engine's step on private copies (parameters, rule and density state,
     clocks, log), so every kernel a worker calls is compiled: in the parent, before
     spawning, numba compiles and caches the machine code; in a worker, before the start
@@ -372,7 +379,8 @@ def warm(workload, rule, density, params, data, seed, batch, engine="python", *,
 
     The Python engine runs one step on its lean lane and one on the general path (an
     adaptive-batch weight), the compiled engine two steps of the core; both then use
-    the Reader and clock kernels the loops call around the step. ``lane`` must be the
+    the Reader and clock kernels the loops call around the step, and with ``local`` a
+    local phase's merge (LocalSGD). ``lane`` must be the
     workers' lane: it picks which compiled loop there is to compile (a workload's own
     per-sample lane has its own, ``kernels.step.run_lane_steps``).
     """
@@ -405,6 +413,8 @@ def warm(workload, rule, density, params, data, seed, batch, engine="python", *,
     reader.read()
     reader.commit(2, reader.gap())
     clocks.tick_iteration(0, beat=True)
+    if local:                                # a local phase's merge (LocalSGD)
+        LocalPhase({k: v.copy() for k, v in params.items()}, 2).merge()
 
 
 def run_worker(spec: WorkerSpec) -> None:
@@ -424,7 +434,7 @@ def run_worker(spec: WorkerSpec) -> None:
         else:
             batch = int(spec.plan.batch) if isinstance(spec.plan.batch, (int, np.integer)) else 1
         warm(spec.plan.workload, spec.plan.rule, spec.plan.density, params, data, spec.plan.seed, batch,
-             "python" if spec.engine != "compiled" else "reader")
+             "python" if spec.engine != "compiled" else "reader", local=worker.local is not None)
         clocks = worker.clocks
         clocks.set_state(spec.rank, RUNNING)
         clocks.beat(spec.rank)

@@ -12,7 +12,8 @@ object (:class:`Policy`) that
   backoff loop, for the Python engine and for the compiled core's hand-back);
 - **declares what the engines must know** as attributes, not as a class to ask
   ``isinstance`` of: ``local_steps`` (LocalSGD's h; 0 when the steps go to the shared
-  model), ``overlap``, ``timing`` (the workers record each iteration's finish and
+  model), ``overlap``, :meth:`Policy.merge_divisor` (what a merge divides a replica's
+  change by: W, the average, by default), ``timing`` (the workers record each iteration's finish and
   length, which DSSP's controller reads), ``cluster_bound`` (the bound a cluster
   node's gate enforces against the other nodes; None: not supported across nodes),
   :meth:`Policy.simulable` (None, or why the simulator cannot model it);
@@ -162,6 +163,11 @@ class Policy:
     cluster_bound = None            # the bound a cluster gate enforces; None: refused
     bound = math.inf                # the largest lead it ever allows
     _counted = ("clock", "c")       # what the bound counts (for messages)
+
+    def merge_divisor(self, workers: int) -> int:
+        """A local phase's merge adds ``(replica − base) / merge_divisor(W)`` to the
+        shared model: W (local SGD's average) unless the policy says otherwise."""
+        return workers
 
     def __new__(cls, *args, **kwargs):
         self = object.__new__(cls)

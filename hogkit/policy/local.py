@@ -17,7 +17,10 @@ from hogkit.kernels import clock as _kc
 from hogkit.policy.base import Policy, spellings, spelled_int
 from hogkit.validation import check_int
 
-__all__ = ["LocalSGD"]
+__all__ = ["LocalSGD", "MERGES"]
+
+#: how a merge adds a worker's change: averaged over the W workers, or whole
+MERGES = ("average", "sum")
 
 
 class LocalSGD(Policy):
@@ -31,24 +34,40 @@ class LocalSGD(Policy):
     round k+1's local phase goes on (the worker commits its replica, keeps stepping, and
     merges the committed delta); the runtime owns those mechanics.
 
+    ``merge="sum"`` adds each worker's change whole, ``shared += Δ``: every sample's
+    update reaches the shared model at full weight, as under Hogwild!, written in bulk
+    every h steps instead of element by element as it is made (per-worker replicas,
+    DimmWitted's PerCore replication: between merges no two workers write one cache
+    line; issue 26, ``benchmarks/dense.py``). The average keeps local SGD's step size
+    whatever W is; the sum is W times the average, so its stable lr is Hogwild!'s.
+
     Waiting: merges are lock-free adds, so no barrier is needed for correctness;
     ``wait`` behaves as :func:`Async` (``bound`` is ∞). hogkit departs from synchronous
     local SGD here (it averages at a barrier every h steps): merges arrive asynchronously,
     each at most h local steps old, which is the overlap the HLSGD paper aims for.
     """
 
-    __slots__ = ("h", "overlap")
-    _key = ("h", "overlap")
+    __slots__ = ("h", "overlap", "merge")
+    _key = ("h", "overlap", "merge")
     spell = "local"
     spell_args = ("h",)
     cluster_bound = math.inf        # nodes merge as their workers do: no gate bound
 
-    def __init__(self, h, overlap=False):
+    def __init__(self, h, overlap=False, merge="average"):
         self.h = check_int("local steps h", h, min_value=1,
                            fix="use h=1 to merge after every step")
         if not isinstance(overlap, bool):
             raise InvalidType(f"overlap={overlap!r} must be a bool")
         self.overlap = overlap
+        if merge not in MERGES:
+            raise InvalidArgument(f"merge={merge!r}: expected one of {MERGES} (average: "
+                                  f"shared += delta / W, local SGD; sum: shared += delta, "
+                                  f"Hogwild!'s full-weight updates written every h steps)")
+        self.merge = merge
+
+    def merge_divisor(self, workers: int) -> int:
+        """What a merge divides a worker's change by: W (average) or 1 (sum)."""
+        return workers if self.merge == "average" else 1
 
     @property
     def local_steps(self):
@@ -57,17 +76,17 @@ class LocalSGD(Policy):
 
     @classmethod
     def spell_forms(cls):
-        return ("local:H", "local:H:overlap")
+        return ("local:H", "local:H:overlap", "local:H:sum", "local:H:overlap:sum")
 
     @classmethod
     def from_fields(cls, text, fields):
-        if len(fields) not in (1, 2):
-            raise InvalidArgument(f"policy {text!r} has {len(fields)} argument(s); "
-                                  f"expected {spellings()}")
-        if len(fields) == 2 and fields[1] != "overlap":
-            raise InvalidArgument(f"policy {text!r}: third field must be 'overlap'; "
-                                  f"expected {spellings()}")
-        return cls(spelled_int(text, fields[0], "h"), overlap=len(fields) == 2)
+        flags = fields[1:]
+        if not fields or len(flags) > 2 or len(set(flags)) != len(flags) or any(
+                f not in ("overlap", "sum") for f in flags):
+            raise InvalidArgument(f"policy {text!r}: after H come at most 'overlap' and "
+                                  f"'sum', each once; expected {spellings()}")
+        return cls(spelled_int(text, fields[0], "h"), overlap="overlap" in flags,
+                   merge="sum" if "sum" in flags else "average")
 
     def encode(self) -> np.ndarray:
         return self.row(_kc.K_SSP, -1)
@@ -86,7 +105,8 @@ class LocalSGD(Policy):
         return (step + 1) % self.h == 0
 
     def config(self) -> dict:
-        return {"name": "local", "h": self.h, "overlap": self.overlap}
+        return {"name": "local", "h": self.h, "overlap": self.overlap, "merge": self.merge}
 
     def __repr__(self):
-        return f"LocalSGD({self.h}{', overlap=True' if self.overlap else ''})"
+        return (f"LocalSGD({self.h}{', overlap=True' if self.overlap else ''}"
+                f"{', merge=' + repr(self.merge) if self.merge != 'average' else ''})")
