@@ -58,11 +58,59 @@ def _one(wl, workers, seconds, opts):
             "updates_per_s": run.updates_per_s, "final_loss": run.final_loss}
 
 
+#: time to a loss target: (name, workers, policy or None, lrs), each at three seeds
+TARGET_RUNS = (("sample", 1, None, (2.0, 4.0, 8.0, 16.0)),
+               ("sample", 2, None, (2.0, 4.0, 8.0, 16.0)),
+               ("sum16", 2, "local:16:sum", (1.0, 2.0, 4.0, 8.0)),
+               ("sum256", 2, "local:256:sum", (1.0, 2.0, 4.0, 8.0)))
+TARGET_LOSS, TARGET_SECONDS, TARGET_SEEDS = 0.09, 4.0, (0, 1, 2)
+
+
+def time_to_target(quick=False) -> dict:
+    """Seconds of training to the loss target (the first evaluation at or below it, the
+    parent evaluating every 0.1 s), each contender at each of its lrs and three seeds;
+    a contender's figure is its best lr's median over the seeds (inf: not reached in
+    ``TARGET_SECONDS``), with the seeds' range; the lrs bracket each side's best."""
+    from hogkit import workloads
+    from hogkit.engine.runtime import train
+    from hogkit.parse import parse_policy
+    from hogkit.rules.core import SGD
+    wl = workloads.get("logreg")
+    seconds, seeds = (0.5, (0,)) if quick else (TARGET_SECONDS, TARGET_SEEDS)
+    out = {"target_loss": TARGET_LOSS, "seconds": seconds, "seeds": list(seeds),
+           "contenders": {}}
+    for name, workers, policy, lrs in TARGET_RUNS[:2] if quick else TARGET_RUNS:
+        key = f"{name}_{workers}w"
+        by_lr = {}
+        for lr in lrs[1:2] if quick else lrs:
+            times, finals = [], []
+            for seed in seeds:
+                kw = {"policy": parse_policy(policy)} if policy else {}
+                r = train(wl, workers=workers, seconds=seconds, rule=SGD(lr), seed=seed,
+                          eval_every=0.1, progress=False, keep_params=False, **kw)
+                hit = [c["t"] for c in r.loss_curve if c["loss"] <= TARGET_LOSS]
+                times.append(min(hit) if hit else float("inf"))
+                finals.append(r.final_loss)
+            by_lr[str(lr)] = {"seconds": times, "median_s": statistics.median(times),
+                              "final_loss": finals}
+        best = min(by_lr, key=lambda k: by_lr[k]["median_s"])
+        out["contenders"][key] = {"workers": workers, "policy": policy or "async",
+                                  "by_lr": by_lr, "best_lr": float(best),
+                                  "median_s": by_lr[best]["median_s"],
+                                  "range_s": [min(by_lr[best]["seconds"]),
+                                              max(by_lr[best]["seconds"])]}
+    return out
+
+
 def run(quick=False, workers=None, rounds=None, seconds=None, counts=None,
-        variants=None) -> dict:
+        variants=None, only=None) -> dict:
     """Every variant (or ``variants``) at 1, 2, 4, ... ``workers`` (default: the cores,
     at most 2; or exactly ``counts``); ``quick``: 1 and 2 workers, one round of 0.3 s,
-    two variants."""
+    two variants. ``only="target"``: :func:`time_to_target` alone."""
+    if only == "target":
+        r = time_to_target(quick)
+        return {"scenario": "dense", "target": r, "ratios": {
+            f"{k}_s": v["median_s"] for k, v in r["contenders"].items()}}
     from hogkit import workloads
     top = workers or min(os.cpu_count() or 1, 2)
     counts = tuple(counts) if counts else (1, 2) if quick else _counts(top)
@@ -93,6 +141,15 @@ def run(quick=False, workers=None, rounds=None, seconds=None, counts=None,
 
 
 def format_table(result) -> str:
+    if "target" in result:
+        t = result["target"]
+        lines = [f"time to loss {t['target_loss']} (logreg), best lr per contender, "
+                 f"median over seeds {t['seeds']} [range]"]
+        for k, v in t["contenders"].items():
+            lines.append(f"{k:<12} lr {v['best_lr']:<5g} {v['median_s']:.2f} s "
+                         f"[{v['range_s'][0]:.2f}-{v['range_s'][1]:.2f}]  " + "  ".join(
+                             f"lr {lr}: {x['median_s']:.2f}" for lr, x in v["by_lr"].items()))
+        return "\n".join(lines)
     lines = [f"dense (logreg): median of {result['rounds']} round(s) x "
              f"{result['seconds_per_run']} s, {result['cpus']} cpus",
              f"{'variant':<10}{'workers':>8}{'M samples/s':>13}{'speedup':>9}{'loss':>9}"]
@@ -105,12 +162,30 @@ def format_table(result) -> str:
 
 def format_markdown(result) -> str:
     """The RESULTS.md table: per variant, M samples/s, speedup over one worker and the
-    final loss at each worker count."""
+    final loss at each worker count (median, and its range over the rounds)."""
     counts = [str(c) for c in result["workers"]]
-    rows = ["| variant | " + " | ".join(f"{c} w: M samples/s (x) loss" for c in counts) + " |",
+    rows = ["| variant | " + " | ".join(f"{c} w: M samples/s (x), loss [range]"
+                                        for c in counts) + " |",
             "|---|" + "---|" * len(counts)]
+
+    def cell(r):
+        losses = [a["final_loss"] for a in r["all"]]
+        return (f"{r['samples_per_s'] / 1e6:.2f} ({r['speedup']:.2f}x), "
+                f"{r['final_loss']:.4f} [{min(losses):.4f}-{max(losses):.4f}]")
     for name, v in result["variants"].items():
-        cells = [f"{r['samples_per_s'] / 1e6:.2f} ({r['speedup']:.2f}x) {r['final_loss']:.4f}"
-                 for r in (v["by_workers"][c] for c in counts)]
+        cells = [cell(v["by_workers"][c]) for c in counts]
         rows.append(f"| `{name}` | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def format_target_markdown(result) -> str:
+    """The RESULTS.md table of :func:`time_to_target`: each contender's seconds to the
+    target at every lr (median over the seeds), its best lr, and the seeds' range."""
+    t = result["target"]
+    rows = ["| contender | seconds to loss " + f"{t['target_loss']} at each lr (median) | "
+            "best lr | median [range] |", "|---|---|---|---|"]
+    for k, v in t["contenders"].items():
+        lrs = ", ".join(f"{float(lr):g}: {x['median_s']:.2f}" for lr, x in v["by_lr"].items())
+        rows.append(f"| `{k}` | {lrs} | {v['best_lr']:g} | {v['median_s']:.2f} "
+                    f"[{v['range_s'][0]:.2f}-{v['range_s'][1]:.2f}] |")
     return "\n".join(rows)

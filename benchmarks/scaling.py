@@ -79,3 +79,14 @@ def format_table(result) -> str:
                          f"{r.get('samples_per_s', float('nan')):>14,.0f}"
                          f"{r['speedup']:>10.2f}")
     return "\n".join(lines)
+
+
+def format_markdown(result) -> str:
+    """The RESULTS.md table: per model, M samples/s and the speedup over one worker at
+    each worker count."""
+    rows = ["| model | workers | M samples/s | speedup |", "|---|---|---|---|"]
+    for model, m in result["models"].items():
+        for n, r in m["by_workers"].items():
+            rows.append(f"| `{model}` | {n} | {r['samples_per_s'] / 1e6:.2f} | "
+                        f"{r['samples_speedup']:.2f} |")
+    return "\n".join(rows)

@@ -440,3 +440,19 @@ def test_session38_peer_runs_are_quoted_from_their_json():
             f"both presets and {ro['mf_default_rounds_sample1_over_plain']:.2f}x in a "
             f"default-only one, {rr['mf_large_rounds_sample1_over_plain']:.2f}x on the "
             f"large preset") in readme
+
+
+def test_dense_section_comes_from_the_committed_json():
+    """Every table of RESULTS.md's dense-model section renders from its JSON."""
+    import json
+    from pathlib import Path
+
+    from hogkit.benchmarks import dense, scaling
+    root = Path(__file__).resolve().parent.parent / "benchmarks"
+    text = (root / "RESULTS.md").read_text()
+    for name in ("dense.json", "dense_16cores.json"):
+        assert dense.format_markdown(json.loads((root / name).read_text())) in text, name
+    assert scaling.format_markdown(json.loads(
+        (root / "scaling_16cores.json").read_text())) in text
+    assert dense.format_target_markdown(json.loads(
+        (root / "dense_target.json").read_text())) in text

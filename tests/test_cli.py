@@ -341,3 +341,26 @@ def test_library_messages_reach_the_cli_in_flag_words():
     assert cli_words("rank=0 must be >= 1", flags) == "rank=0 must be >= 1"  # not a flag
     assert cli_words("use Async() for unbounded, or SSP(3)", flags) == \
         "use --policy async for unbounded, or --policy ssp:3"
+
+
+@pytest.mark.parametrize("where, name, args", [
+    ("hogkit.cluster.node", "NodeFailed", (1, "node 1's process died")),
+    ("hogkit.cluster.backend", "ShardFailed", ("shard 0 died",)),
+    ("hogkit.cluster.backend", "ClusterTimeout", ("no answer within 60 s",)),
+    ("hogkit.errors", "CheckpointDamaged", ("not a readable checkpoint",)),
+    ("hogkit.errors", "OutputFailed", (28, "cannot write events.jsonl: the disk is full")),
+    ("hogkit.errors", "EnvironmentProblem", ("no /dev/shm",)),
+])
+def test_a_failed_run_is_exit_1_and_bad_usage_exit_2(where, name, args, capsys):
+    """The exit-code table's line between 1 and 2: the run failed or the machine cannot
+    run it (every RunFailed, a dead Ray node included) against bad usage."""
+    import argparse
+    import importlib
+
+    from hogkit.cli import EXIT_FAILED, EXIT_USAGE, _failed
+    from hogkit.errors import InvalidArgument
+    cmd = argparse.Namespace(command="run", argv=[])
+    err = getattr(importlib.import_module(where), name)(*args)
+    assert _failed(cmd, err) == EXIT_FAILED
+    assert str(err) in capsys.readouterr().err
+    assert _failed(cmd, InvalidArgument("lr=-1 must be > 0")) == EXIT_USAGE
