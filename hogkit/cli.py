@@ -39,7 +39,8 @@ EXIT_CODES = (
                   "results file could not be written, a damaged checkpoint, a cluster "
                   "node died; a final checkpoint and the summary say how it ended) or "
                   "this machine cannot run it (limits, /dev/shm too small for the "
-                  "planned stores: checked before the kernels compile)"),
+                  "planned stores: checked before anything is built where the workload "
+                  "knows its size, and before the kernels compile)"),
     (EXIT_USAGE, "bad usage: a flag, a value, a data file's line, an out folder that "
                  "holds a run; nothing was trained"),
     (EXIT_INTERRUPTED, "interrupted by SIGINT (Ctrl-C); a final checkpoint is written"),

@@ -143,7 +143,8 @@ def test_doctor_flags_a_16_mib_dev_shm():
     assert r.returncode == 1, r.stdout + r.stderr
     line = next(x for x in r.stdout.splitlines() if "shared memory" in x)
     assert line.startswith("fatal") and "the run needs" in line
-    # and `hogkit run` refuses it with exit 1, one line, before the kernels compile
+    # and `hogkit run` refuses it with exit 1, one line, before anything is built (the
+    # workload's planned_bytes) or compiled
     script = (f"mount -t tmpfs -o size=16m tmpfs /dev/shm && exec {sys.executable} -m "
               f"hogkit.cli run --workload mf -o preset=large --seconds 5")
     r = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True,
@@ -151,6 +152,7 @@ def test_doctor_flags_a_16_mib_dev_shm():
     assert r.returncode == 1, r.stdout + r.stderr
     assert "shared memory" in r.stderr and "the run needs" in r.stderr, r.stderr
     assert "compiling" not in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert "building" not in r.stderr, r.stderr
 
 
 def test_a_live_run_off_linux_is_refused_in_one_line(monkeypatch):

@@ -551,3 +551,18 @@ def test_batches_sweep_the_stored_order_from_a_per_worker_start(make):
     if wl.name == "mf":                              # cells are distinct: rows name them
         np.testing.assert_array_equal(got, expected)
         assert len(np.unique(expected[:batch])) == batch  # no rating twice in one batch
+
+
+@pytest.mark.parametrize("kw", [{}, {"preset": "hot"}, {"preset": "default", "order": "blocks"},
+                                {"dtype": "float64", "n_rows": 300, "n_cols": 200,
+                                 "n_ratings": 5000}])
+def test_mf_planned_bytes_is_a_lower_bound_known_before_building(kw):
+    """A live run checks /dev/shm against it before building: exact for the factors
+    and the ratings, never more than what build() makes."""
+    from hogkit import workloads
+    wl = workloads.get("mf", **kw)
+    params, data = wl.build(0)
+    made = sum(a.nbytes for a in {**params, **data}.values())
+    exact = sum(a.nbytes for a in params.values()) + sum(
+        data[k].nbytes for k in ("u", "i", "r"))
+    assert wl.planned_bytes() == exact <= made

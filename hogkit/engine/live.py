@@ -107,6 +107,9 @@ class LiveRun:
         preflight(p.workers)
         exit_on_interrupt()     # a script that does not catch it ends 130/143, one line
         sweep_dead_segments()
+        planned = getattr(p.workload, "planned_bytes", lambda: None)()
+        if planned:               # before anything is built (the exact sizes follow)
+            check_room(int(planned))
         with contextlib.ExitStack() as stack:
             initial_loss = self._share(stack)
             self.curve = [{"t": 0.0, "updates": 0, "loss": initial_loss}]

@@ -99,6 +99,12 @@ class Workload:
     def gradient(self, ctx, rng, batch: int, *, keep_read: bool = False):  # pragma: no cover
         raise NotImplementedError
 
+    def planned_bytes(self):
+        """A lower bound of the bytes :meth:`build` will put in shared memory, known
+        without building (None: not known). A live run checks /dev/shm against it
+        before anything is built, and against the exact sizes after."""
+        return None
+
     def loss(self, params, data) -> float:  # pragma: no cover - abstract
         raise NotImplementedError
 

@@ -264,6 +264,12 @@ class MatrixFactorization(Workload):
             data = self._blocked(data)
         return params, data
 
+    def planned_bytes(self):
+        """The factors' bytes exactly, and the generated ratings' (``n_ratings`` cells
+        of int32, int32, float32; a data file's are not counted)."""
+        n = (self.n_rows + self.n_cols) * self.rank * np.dtype(self.dtype).itemsize
+        return n + (12 * self.n_ratings if self.data is None else 0)
+
     def _params(self, init_rng):
         dt = np.dtype(self.dtype)
         return {
