@@ -348,7 +348,8 @@ def test_a_finished_run_keeps_no_mapping_of_its_segments(tmp_path):
         with open("/proc/self/maps") as m:
             out += [line.split()[-2] for line in m if "/dev/shm/hogkit_" in line]
         return [x for x in out if "/dev/shm/hogkit_" in x]
+    before = set(mapped())      # an earlier test's objects may still hold theirs
     for k in range(2):
         train(hot(), workers=2, steps=3000, progress=False, out=str(tmp_path / str(k)),
               checkpoint_every=0.2)
-        assert mapped() == []
+        assert set(mapped()) <= before

@@ -83,6 +83,16 @@ class NodeRun(LiveRun):
         self.agent.finish()                      # the agent's own failure raises here
         return wall
 
+    def _drop_views(self):
+        """Keep a copy of the node's staleness log for :meth:`result` (read after the
+        run), then let go of the views as every live run does."""
+        if self.log is not None:
+            W = self.plan.workers
+            self._log_copy = {"log_gap_hist": self.log.gap_hist[:W].copy(),
+                              "log_lag_hist": self.log.lag_hist[:W].copy(),
+                              "log_stats": self.log.stats[:W].copy()}
+        super()._drop_views()
+
     def stop(self):
         """Ask this node's workers to stop (from another thread: the driver)."""
         if self.ready.wait(0) and self.clocks is not None:
@@ -96,9 +106,5 @@ class NodeRun(LiveRun):
             "log_gap_hist": self.agent.log.gap_hist.copy(),
             "log_lag_hist": self.agent.log.lag_hist.copy(),
             "log_stats": self.agent.log.stats.copy()}}
-        log = self.log
-        W = self.plan.workers
-        out["log"] = {"log_gap_hist": log.gap_hist[:W].copy(),
-                      "log_lag_hist": log.lag_hist[:W].copy(),
-                      "log_stats": log.stats[:W].copy()}
+        out["log"] = self._log_copy
         return out
