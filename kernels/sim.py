@@ -39,8 +39,7 @@ from numba import njit
 from .clock import (A_RELEASED, DONE, ITER, NADM, STATE, admit, blocked, clock_lag,
                     finish_iteration)
 from .layout import (ADM_WIDTH, C_BATCH, C_EVAL_T, C_EVAL_U, C_KEEP, C_SKIP, C_T_STOP,
-                     EV_NONE, F_LAST, F_T, F_WAIT, F_WAIT_SINCE, FINISH, G_BLOCKED, G_SEQ,
-                     G_TOTAL,
+                     EV_NONE, F_LAST, F_T, F_WAIT, F_WAIT_SINCE, FINISH, G_SEQ, G_TOTAL,
                      G_WHO, I_ADM, I_BAD, I_BLOCKED, I_FILLED, I_HELD, I_KIND, I_LAG,
                      I_OREAD, I_PHASE, I_QUOTA, I_SEQ, I_SKIPPED, I_STARTED, R_BEGIN,
                      R_DONE, R_END, R_EVAL_T, R_EVAL_U, R_NONFINITE, R_REFILL, R_RETIRE,
@@ -75,97 +74,45 @@ def vt_ns(t):
     return np.int64(t * 1e9)
 
 
-# --- the event queue: a binary min-heap of worker ids ---------------------------------
-#
-# ``heap[0]`` is the number of pending events, ``heap[1..n]`` the workers that have one,
-# ordered by ``(fst[w, F_T], ist[w, I_KIND], ist[w, I_SEQ])`` (a total order: ``seq`` is
-# unique). A worker is in it at most once: an event is pushed only for a worker whose
-# previous one was consumed (popped) or that was blocked. O(log W) a push or a pop,
-# where a scan of every worker cost O(W) an event (~0.2 us at 64 workers).
-
-@njit(cache=True, nogil=True, inline="always")
-def _before(ist, fst, a, b):
-    """Whether worker ``a``'s pending event comes before ``b``'s."""
-    ta, tb = fst[a, F_T], fst[b, F_T]
-    if ta != tb:
-        return ta < tb
-    ka, kb = ist[a, I_KIND], ist[b, I_KIND]
-    if ka != kb:
-        return ka < kb
-    return ist[a, I_SEQ] < ist[b, I_SEQ]
+@njit(cache=True, nogil=True)
+def _pop(ist, fst):
+    best = -1
+    for q in range(ist.shape[0]):
+        k = ist[q, I_KIND]
+        if k == EV_NONE:
+            continue
+        if best < 0:
+            best = q
+            continue
+        tq, tb = fst[q, F_T], fst[best, F_T]
+        if tq < tb or (tq == tb and (k < ist[best, I_KIND] or (
+                k == ist[best, I_KIND] and ist[q, I_SEQ] < ist[best, I_SEQ]))):
+            best = q
+    return best
 
 
 @njit(cache=True, nogil=True)
-def _push(heap, ist, fst, w):
-    n = heap[0] + 1
-    heap[0] = n
-    i = n
-    while i > 1:
-        up = i >> 1
-        if not _before(ist, fst, w, heap[up]):
-            break
-        heap[i] = heap[up]
-        i = up
-    heap[i] = w
-
-
-@njit(cache=True, nogil=True)
-def _pop_top(heap, ist, fst):
-    """Remove the first event's worker (``heap[1]``)."""
-    n = heap[0] - 1
-    heap[0] = n
-    if n == 0:
-        return
-    last = heap[n + 1]
-    i = 1
-    while True:
-        c = 2 * i
-        if c > n:
-            break
-        if c < n and _before(ist, fst, heap[c + 1], heap[c]):
-            c += 1
-        if not _before(ist, fst, heap[c], last):
-            break
-        heap[i] = heap[c]
-        i = c
-    heap[i] = last
-
-
-def initial_heap(workers):
-    """The queue of ``workers`` workers whose first STARTs are at t = 0 in rank order
-    (their seq): sorted, so already a heap."""
-    heap = np.zeros(workers + 1, np.int64)
-    heap[0] = workers
-    heap[1:] = np.arange(workers)
-    return heap
-
-
-@njit(cache=True, nogil=True)
-def _schedule(heap, ist, fst, gi, w, t, kind):
+def _schedule(ist, fst, gi, w, t, kind):
     fst[w, F_T] = t
     ist[w, I_KIND] = kind
     ist[w, I_SEQ] = gi[G_SEQ]
     gi[G_SEQ] += 1
-    _push(heap, ist, fst, w)
 
 
 @njit(cache=True, nogil=True)
-def _wake(heap, slots, ist, fst, gi, pol, t):
+def _wake(slots, ist, fst, gi, pol, t):
     """Release, at time ``t``, every blocked worker whose lead is down to its bound."""
-    if gi[G_BLOCKED] == 0:
-        return
     for q in range(ist.shape[0]):
         if ist[q, I_BLOCKED] != 0 and not blocked(slots, q, pol,
                                                   ist[q, I_ADM:I_ADM + NADM]):
             ist[q, I_BLOCKED] = 0
-            gi[G_BLOCKED] -= 1
             fst[q, F_WAIT] += t - fst[q, F_WAIT_SINCE]
             ist[q, I_ADM + A_RELEASED] = 1
-            _schedule(heap, ist, fst, gi, q, t, START)
+            _schedule(ist, fst, gi, q, t, START)
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _admit_start(heap, slots, ist, fst, gi, cfg, pol, grants, w, k, t):
+def _admit_start(slots, ist, fst, gi, cfg, pol, grants, w, k, t):
     """Worker ``w``'s START at ``t``, before its step: R_RETIRE (DONE by the time
     budget: it leaves the minimum), R_REFILL (out of step times), else the policy's
     admission: ``_BLOCK`` (blocked until a finish wakes it) or ``_GO`` (its clock lag
@@ -173,7 +120,7 @@ def _admit_start(heap, slots, ist, fst, gi, cfg, pol, grants, w, k, t):
     if t >= cfg[C_T_STOP]:
         ist[w, I_KIND] = EV_NONE
         slots[w, STATE] = DONE
-        _wake(heap, slots, ist, fst, gi, pol, t)
+        _wake(slots, ist, fst, gi, pol, t)
         return R_RETIRE
     if k >= ist[w, I_FILLED]:
         return R_REFILL
@@ -181,7 +128,6 @@ def _admit_start(heap, slots, ist, fst, gi, cfg, pol, grants, w, k, t):
     if not admit(slots, w, pol, ist[w, I_ADM:I_ADM + NADM], grants, lag):
         ist[w, I_KIND] = EV_NONE
         ist[w, I_BLOCKED] = 1
-        gi[G_BLOCKED] += 1
         fst[w, F_WAIT_SINCE] = t
         return _BLOCK
     ist[w, I_LAG] = lag
@@ -189,7 +135,7 @@ def _admit_start(heap, slots, ist, fst, gi, cfg, pol, grants, w, k, t):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _finished(heap, slots, ist, fst, gi, pol, w, k, t):
+def _finished(slots, ist, fst, gi, pol, w, k, t):
     """The end of worker ``w``'s iteration ``k`` at ``t``: tick its clock, then its
     next START at ``t`` (or DONE at its quota), then wake who may go now."""
     finish_iteration(slots, w, vt_ns(t) + 1)
@@ -198,8 +144,8 @@ def _finished(heap, slots, ist, fst, gi, pol, w, k, t):
         ist[w, I_KIND] = EV_NONE
         slots[w, STATE] = DONE
     else:
-        _schedule(heap, ist, fst, gi, w, t, START)
-    _wake(heap, slots, ist, fst, gi, pol, t)
+        _schedule(ist, fst, gi, w, t, START)
+    _wake(slots, ist, fst, gi, pol, t)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -214,7 +160,7 @@ def _count(gh, lh, stats, ring, ist, gi, w, k, gap, t):
 
 
 def _run_events(wl, rngs, cursors, params, wbufs, rule, wrule, dens, wdens, mask, slots,
-                log, times, ist, fst, gi, cfg, policy, heap):
+                log, times, ist, fst, gi, cfg, policy):
     """Run the event loop until it is done or must return to Python; returns a code.
 
     ``rule`` = ``(kind, rcfg)``, ``wrule[w]`` = worker w's ``(S1, S2, K)``; ``dens`` =
@@ -223,9 +169,7 @@ def _run_events(wl, rngs, cursors, params, wbufs, rule, wrule, dens, wdens, mask
     nothing), ``cursors[w]`` its cursor (all may be None when ``wl`` is None).
     ``times`` = (base (W, C), pause (W, C), speed, amp, period (W,)): worker w's step k
     uses slot k % C, valid while ``ist[w, I_STARTED] < ist[w, I_FILLED]``. ``policy`` =
-    ``(pol, grants)``: the encoded row and the DSSP grants (``clock.admit``). ``heap``
-    is the event queue (:func:`initial_heap`); an event handed back "not consumed"
-    stays in it.
+    ``(pol, grants)``: the encoded row and the DSSP grants (``clock.admit``).
 
     Codes (``gi[G_WHO]`` names the worker): R_DONE (no events left), R_EVAL_T (the next
     event is at or past ``cfg[C_EVAL_T]``; not consumed), R_EVAL_U (a finish brought
@@ -244,28 +188,23 @@ def _run_events(wl, rngs, cursors, params, wbufs, rule, wrule, dens, wdens, mask
     keep = cfg[C_KEEP] != 0.0
     nb = int(cfg[C_BATCH])
     while True:
-        if heap[0] == 0:
+        w = _pop(ist, fst)
+        if w < 0:
             return R_DONE
-        w = heap[1]
         t = fst[w, F_T]
         if t >= cfg[C_EVAL_T]:
             return R_EVAL_T
         gi[G_WHO] = w
-        _pop_top(heap, ist, fst)              # consumed, or pushed back where it is not
         k = ist[w, I_STARTED]
         if ist[w, I_KIND] == START:
             if ist[w, I_PHASE] == 0:
-                code = _admit_start(heap, slots, ist, fst, gi, cfg, pol, grants, w, k, t)
-                if code == R_REFILL:
-                    _push(heap, ist, fst, w)
-                    return code
-                if code == R_RETIRE and wl is None:
+                code = _admit_start(slots, ist, fst, gi, cfg, pol, grants, w, k, t)
+                if code == R_REFILL or (code == R_RETIRE and wl is None):
                     return code
                 if code != _GO:
                     continue
                 if wl is None:
                     ist[w, I_PHASE] = 1
-                    _push(heap, ist, fst, w)
                     return R_BEGIN
                 others, ok = begin(wl, None if rngs is None else rngs[w], cursors[w],
                                    params, wbufs[w], slots, w, nb, keep)
@@ -274,26 +213,24 @@ def _run_events(wl, rngs, cursors, params, wbufs, rule, wrule, dens, wdens, mask
             ist[w, I_PHASE] = 0
             ist[w, I_STARTED] = k + 1
             dt = step_time(base[w, k % C], speed[w], amp[w], period[w], t, pause[w, k % C])
-            _schedule(heap, ist, fst, gi, w, t + dt, FINISH)
+            _schedule(ist, fst, gi, w, t + dt, FINISH)
             continue
         k = slots[w, ITER]                                  # FINISH
         if ist[w, I_PHASE] == 0:
             if ist[w, I_BAD] != 0:
                 if cfg[C_SKIP] == 0.0:
-                    _push(heap, ist, fst, w)
                     return R_NONFINITE
                 ist[w, I_SKIPPED] += 1
                 ist[w, I_BAD] = 0
             elif wl is None:
                 ist[w, I_PHASE] = 1
-                _push(heap, ist, fst, w)
                 return R_END
             else:
                 gap = end(params, wbufs[w], (kind, rcfg) + wrule[w], dens + (wdens[w], mask),
                           slots, (w, ist[w, I_OREAD], k))
                 _count(gh, lh, stats, ring, ist, gi, w, k, gap, t)
         ist[w, I_PHASE] = 0
-        _finished(heap, slots, ist, fst, gi, pol, w, k, t)
+        _finished(slots, ist, fst, gi, pol, w, k, t)
         if gi[G_TOTAL] >= cfg[C_EVAL_U]:
             return R_EVAL_U
 

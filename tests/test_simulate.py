@@ -324,33 +324,3 @@ def test_lr_alone_is_plain_sgd_and_lr_with_a_rule_is_refused():
             call(lr=0.1, rule=SGD(0.05), **kw)
     with pytest.raises(InvalidArgument, match="lr"):
         simulate(lr=-1.0, **kw)
-
-
-@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 1), st.booleans()),
-                min_size=1, max_size=60))
-@settings(max_examples=200, deadline=None)
-def test_the_event_queue_pops_in_time_kind_seq_order(ops):
-    """The simulator's event heap against a sorted list: events pushed with tied times
-    and kinds come out in (time, kind, seq) order, whatever the pushes and pops
-    interleaved (each op pushes a new worker's event, then maybe pops the first)."""
-    from hogkit.kernels import layout as L
-    from hogkit.kernels import sim as K
-    W = len(ops)
-    ist = np.zeros((W, L.NI), np.int64)
-    fst = np.zeros((W, L.NF))
-    heap = np.zeros(W + 1, np.int64)
-    ref, got, want = [], [], []
-    for w, (t, kind, pop) in enumerate(ops):
-        fst[w, L.F_T], ist[w, L.I_KIND], ist[w, L.I_SEQ] = t, kind, w
-        K._push(heap, ist, fst, w)
-        ref.append((t, kind, w))
-        if pop:
-            got.append(int(heap[1]))
-            K._pop_top(heap, ist, fst)
-            ref.sort()
-            want.append(ref.pop(0)[2])
-    while heap[0]:
-        got.append(int(heap[1]))
-        K._pop_top(heap, ist, fst)
-    want += [w for _, _, w in sorted(ref)]
-    assert got == want

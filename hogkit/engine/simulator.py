@@ -266,7 +266,7 @@ def _loop_state(S):
     streams = [S.times.stream(S.seed, r) for r in range(W)]
     policy = (S.policy.encode(), np.zeros(_kc.GRANT_BINS, np.int64))
     return {"slots": slots, "ist": ist, "fst": fst, "gi": gi, "cfg": cfg, "policy": policy,
-            "times": times, "streams": streams, "heap": K.initial_heap(W)}
+            "times": times, "streams": streams}
 
 
 def _drive(S, st, run, args, on_step=None):
@@ -332,7 +332,7 @@ def _run_fused(S):
             cursors, params, typed.List([c.bufs() for c in ctxs]), rules[0][:2],
             typed.List([r[2:] for r in rules]), dens[0][:6], typed.List([d[6] for d in dens]),
             dens[0][7], st["slots"], _log_arrays(S), st["times"], st["ist"], st["fst"],
-            st["gi"], st["cfg"], st["policy"], st["heap"])
+            st["gi"], st["cfg"], st["policy"])
     run = K.run_events if cacheable(type(args[0])) else K.run_events_uncached
     return _drive(S, st, run, args)
 
@@ -400,7 +400,7 @@ def _run_python(S):
 
     args = (None, None, None, None, None, (0, np.zeros(1)), None,
             (0, 1.0, 0.0, False, 1, 0), None, None, slots, _log_arrays(S), st["times"],
-            ist, fst, gi, st["cfg"], st["policy"], st["heap"])
+            ist, fst, gi, st["cfg"], st["policy"])
     return _drive(S, st, K.run_events, args, on_step)
 
 
