@@ -279,7 +279,8 @@ def _add_bench(sub):
                        help="the workload, for scenarios that take one (ray)")
     bench.add_argument("--only", default=None, metavar="SECTIONS",
                        help="a comma-separated part of a scenario, for those that have "
-                            "parts (peers: mf,logreg,mlp)")
+                            "parts (peers: mf,logreg,mlp; dense: target, the time to a "
+                            "loss target at bracketed lrs)")
     bench.add_argument("--presets", default=None, metavar="NAMES",
                        help="comma-separated mf presets, for scenarios that take them "
                             "(peers, lane; default: default,large)")
