@@ -107,7 +107,7 @@ class LiveRun:
         preflight(p.workers)
         exit_on_interrupt()     # a script that does not catch it ends 130/143, one line
         sweep_dead_segments()
-        planned = getattr(p.workload, "planned_bytes", lambda: None)()
+        planned = getattr(getattr(p, "workload", None), "planned_bytes", lambda: None)()
         if planned:               # before anything is built (the exact sizes follow)
             check_room(int(planned))
         with contextlib.ExitStack() as stack:
