@@ -29,7 +29,6 @@ from hogkit.state.resume import CHECKPOINT
 from hogkit.state.worker_state import FILE as WORKER_STATE_FILE
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-EXIT_WORKER_FAILED = EXIT_FAILED
 #: SIGTERM's exit status (128 + 15, the shell's convention, as SIGINT's 130 is 128 + 2)
 EXIT_TERMINATED = 143
 #: every exit status and what it means: the one table (``hogkit --help``, the README's)
@@ -51,6 +50,7 @@ EXIT_CODES = (
 def _exit_for(signum) -> int:
     """128 + the signal that interrupted the command: 130 for SIGINT, 143 for SIGTERM."""
     return 128 + int(signum) if signum else EXIT_INTERRUPTED
+
 
 BENCH_SCENARIOS = ("kernels", "peers", "lane", "scaling", "dense", "instrumentation",
                    "policies", "simulate", "rules", "own_loop", "p3", "soak", "ray",
@@ -742,7 +742,7 @@ def _cmd_doctor(args):
                           with_smoke=not args.no_smoke)
     print(format_findings(findings))
     bad = [f for f in findings if f.status == FATAL]
-    return EXIT_WORKER_FAILED if bad else EXIT_OK
+    return EXIT_FAILED if bad else EXIT_OK
 
 
 def _cmd_report(args):
@@ -871,7 +871,7 @@ def _failed(args, e):
     from hogkit.errors import HogkitError, RunFailed, message
     if isinstance(e, RunFailed):
         print(f"hogkit {args.command}: {message(e)}", file=sys.stderr)
-        return EXIT_WORKER_FAILED
+        return EXIT_FAILED
     if isinstance(e, HogkitError):
         print(f"hogkit {args.command}: {cli_words(str(e), _flags(args))}", file=sys.stderr)
         return EXIT_USAGE

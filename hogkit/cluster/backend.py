@@ -419,10 +419,7 @@ def _finish(results, params, traffic, curve, initial_loss, wl, data, plans, conf
                                     "bytes_per_update": round(traffic / updates, 1)
                                     if updates else None},
                      "metrics": metrics_of(wl, params, data), "ended": {"how": "done"}})
-    per_sample = config.get("lane") == "sample"          # its skips count samples
-    note_skipped(run, run.extra["samples"] if per_sample
-                 else sum(w.get("iterations", 0) for w in per_worker),
-                 "samples" if per_sample else "steps")
+    note_skipped(run, per_sample=config.get("lane") == "sample")
     if out is not None:
         write_outputs(run, out)
     return run

@@ -107,9 +107,6 @@ class LiveRun:
         preflight(p.workers)
         exit_on_interrupt()     # a script that does not catch it ends 130/143, one line
         sweep_dead_segments()
-        planned = getattr(getattr(p, "workload", None), "planned_bytes", lambda: None)()
-        if planned:               # before anything is built (the exact sizes follow)
-            check_room(int(planned))
         with contextlib.ExitStack() as stack:
             initial_loss = self._share(stack)
             self.curve = [{"t": 0.0, "updates": 0, "loss": initial_loss}]
@@ -120,7 +117,8 @@ class LiveRun:
                 stack.callback(self.events.close)
             errdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="hogkit-err-"))
             self.cstore = stack.enter_context(ParamStore.create(
-                control_specs(p.workers, self._shards(), gate=self.gate_rows), tag="ctl"))
+                control_specs(p.workers, self._shards(len(self.params)),
+                              gate=self.gate_rows), tag="ctl"))
             self.control = self.cstore.views()
             self.clocks, self.log = Clocks(self.control), StalenessLog(self.control)
             stack.callback(self._drop_views)     # first out: before the stores close
@@ -185,6 +183,9 @@ class LiveRun:
         memory; returns the initial loss."""
         p = self.plan
         wl = p.workload
+        planned = getattr(wl, "planned_bytes", lambda: None)()
+        if planned:               # before anything is built (the exact sizes follow)
+            check_room(int(planned))
         name = getattr(wl, "name", type(wl).__name__)
         self.progress.stage(f"building the {name} workload's parameters and data")
         params0, data0 = wl.build(p.seed)
@@ -198,9 +199,8 @@ class LiveRun:
                          "resume from an earlier run folder or start afresh"
                          if self.resume_dir else "fix the workload's build() (its init)")
         wstate = worker_state.initial(p.rule, p.density, params0, p.workers)
-        shards = p.shards * len(params0) if p.shards > 1 else 1
         check_room(store_bytes(params0, data0, wstate, control=control_specs(
-            p.workers, shards, gate=self.gate_rows)))   # before the kernels compile
+            p.workers, self._shards(len(params0)), gate=self.gate_rows)))  # before compiling
         from hogkit.engine.step import lane_lr_scale
         self.progress.stage(f"compiling the {self.engine} engine's kernels (the first run "
                             f"on a machine compiles them, 10-20 s; later runs load them "
@@ -228,9 +228,10 @@ class LiveRun:
         """Every store exists, no worker yet: a subclass's hook (a cluster node starts
         its agent here, :mod:`hogkit.cluster.node`)."""
 
-    def _shards(self):
+    def _shards(self, n_params):
+        """Shard counters in the control store: one per (parameter, shard)."""
         p = self.plan
-        return p.shards * len(self.params) if p.shards > 1 else 1
+        return p.shards * n_params if p.shards > 1 else 1
 
     def _loss(self) -> float:
         """The loss on the live parameters."""
@@ -442,9 +443,7 @@ class LiveRun:
             run.extra["segments"] = getattr(p, "stream", 0) + 1
         if self.on_failure == "restart":
             run.extra["restarts"] = self.restarts
-        per_sample = getattr(p, "lane", "batch") == "sample"   # skips count samples
-        note_skipped(run, sum(counts["samples"] if per_sample else counts["iterations"]),
-                     "samples" if per_sample else "steps")
+        note_skipped(run, per_sample=getattr(p, "lane", "batch") == "sample")
         run.extra["metrics"] = self._metrics()
         if hasattr(p.policy, "grants"):
             g = self.control["rt_grants"].sum(axis=0)

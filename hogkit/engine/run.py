@@ -67,11 +67,15 @@ class Run:
 SKIP_NOTICE_SHARE = 0.01
 
 
-def note_skipped(run, total: int, unit: str = "steps") -> None:
-    """Put the share of ``total`` (steps, or samples) that ``nonfinite="skip"`` dropped
-    in ``run.extra["nonfinite_skipped_share"]``, and warn (:class:`RunNotice`) when it
-    is over :data:`SKIP_NOTICE_SHARE`: a run that drops a large part of its updates
-    has not trained what its counts say."""
+def note_skipped(run, per_sample: bool = False) -> None:
+    """Put the share that ``nonfinite="skip"`` dropped in
+    ``run.extra["nonfinite_skipped_share"]``: of the run's steps (its workers'
+    iterations), or of its samples on the per-sample lane (which skips samples), and
+    warn (:class:`RunNotice`) when it is over :data:`SKIP_NOTICE_SHARE`: a run that
+    drops a large part of its updates has not trained what its counts say."""
+    unit = "samples" if per_sample else "steps"
+    total = (int(run.extra.get("samples", 0)) if per_sample
+             else sum(int(w.get("iterations", 0)) for w in run.per_worker))
     skipped = int(run.extra.get("nonfinite_skipped", 0))
     share = skipped / total if total > 0 else 0.0
     run.extra["nonfinite_skipped_share"] = round(share, 6)

@@ -230,7 +230,7 @@ def _collect(plan, S, res, config, initial_loss, use_fused, loop_s, wall) -> Run
                      "engine_wall_s": round(loop_s, 4),
                      "engine_updates_per_s": round(total / loop_s, 1) if loop_s > 0 else 0.0,
                      "metrics": metrics_of(S.wl, S.params, S.data)})
-    note_skipped(run, iterations)
+    note_skipped(run)
     if plan.policy.timing:          # DSSP: its controller's grants
         run.extra["dssp_grants"] = {str(r): int(n) for r, n in sorted(res["grants"].items())}
     if plan.out is not None:

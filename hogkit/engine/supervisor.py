@@ -102,7 +102,7 @@ class Supervisor:
     def __init__(self, workers, grace, restarts=0):
         self.workers = workers
         self.grace = grace
-        self.restarts_left = self.budget = restarts
+        self.restarts_left = self.budget = restarts   # budget: for the failure message
         self.procs = []
         self.blobs = []
         self.finished = set()
@@ -167,7 +167,7 @@ class Supervisor:
                     self.procs[r].join(self.grace)
                 root = [r for r in marked if not self.procs[r].is_alive()]
             r = (root or failed)[0]
-            raise self.failure(r, clocks, int(step_slots[r]))
+            raise self.failure(r, clocks, int(step_slots[r]), budget=self.budget or None)
         return []
 
     def _secondary(self, r):
@@ -193,9 +193,9 @@ class Supervisor:
                                           f"stopped); raise wait_timeout if one step can "
                                           f"take that long")
 
-    def failure(self, r, clocks, step=None, reason=""):
+    def failure(self, r, clocks, step=None, reason="", budget=None):
         """The run's :class:`WorkerFailed` for rank ``r`` (its traceback, exit code or
-        signal; the restart budget named when restarts ran out)."""
+        signal; ``budget``: the restarts it had, named when they ran out)."""
         p = self.procs[r]
         clocks.state[r] = FAILED
         tb = ""
@@ -208,8 +208,7 @@ class Supervisor:
             reason = "exited before finishing its steps"
         return WorkerFailed(r, step=step, exitcode=p.exitcode,
                             signal=signal_name(p.exitcode), traceback=tb, reason=reason,
-                            budget=self.budget if self.budget and self.restarts_left <
-                            self.budget else None)
+                            budget=budget)
 
     @property
     def done(self):
