@@ -405,35 +405,6 @@ def test_all_finite_extremes(dtype):
 
 # --- delayed: the one-pass row kernels on duplicate-heavy batches --------------------
 
-def _repeats_reference(rows):
-    """(code, ns) of ``delayed._repeats`` in plain Python."""
-    rows = [int(r) for r in rows]
-    slot, seen = {}, set()
-    for r in rows:                     # slots numbered by second occurrence
-        if r in seen and r not in slot:
-            slot[r] = len(slot)
-        seen.add(r)
-    code, first = [], set()
-    for r in rows:
-        if r not in slot:
-            code.append(-1)
-        elif r not in first:
-            first.add(r)
-            code.append(2 * slot[r])
-        else:
-            code.append(2 * slot[r] + 1)
-    return code, len(slot)
-
-
-@given(st.lists(st.integers(0, 2**40), max_size=60), st.integers(1, 2**40))
-def test_repeats_finds_every_repeated_row(rows, spread):
-    rows = np.asarray(rows, np.int64) * (spread % 7919 + 1) % (2**40)   # hash collisions too
-    code, ns = delayed._repeats(rows, rows.shape[0])
-    want_code, want_ns = _repeats_reference(rows)
-    assert ns == want_ns
-    np.testing.assert_array_equal(code, want_code)
-
-
 @st.composite
 def dup_heavy_cases(draw):
     """Batches of up to 64 rows drawn from a few rows: most rows repeat, often."""
