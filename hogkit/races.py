@@ -22,7 +22,7 @@ from hogkit.validation import check_choice, check_int
 
 __all__ = ["Step", "ReadRecord", "Replay", "replay", "interleave", "STEP_KINDS"]
 
-STEP_KINDS = ("read", "load", "store", "add")
+STEP_KINDS = ("read", "load", "store", "add", "write")
 
 
 class Step(NamedTuple):
@@ -32,8 +32,13 @@ class Step(NamedTuple):
     ``"load"`` (worker loads ``row`` into a private register: the first half of a
     non-atomic read-modify-write), ``"store"`` (worker writes ``register + value``
     back: the second half; the compute is private and folded into it), ``"add"``
-    (an atomic ``row += value``, e.g. under a lock or with np.add.at semantics).
-    ``value``: the delta of a store/add (a scalar or a ``(width,)`` array).
+    (an atomic ``row += value``, e.g. under a lock or with np.add.at semantics),
+    ``"write"`` (worker writes ``value`` itself: a store of a value computed
+    elsewhere, as :func:`hogkit.explore.explore` records a user's stores; after a
+    ``load`` of the row by the same worker it overwrites, and counts as lost, the
+    stores others made since, as ``store`` does).
+    ``value``: the delta of a store/add, the value of a write (a scalar or a
+    ``(width,)`` array).
     """
 
     kind: str
@@ -87,7 +92,7 @@ def _check_step(pos, step, n, width):
     check_int(f"schedule[{pos}].rank", step.rank, min_value=0)
     check_int(f"schedule[{pos}].row", step.row, min_value=0, max_value=n - 1,
               fix=f"the table has {n} rows")
-    if step.kind in ("store", "add"):
+    if step.kind in ("store", "add", "write"):
         if step.value is None:
             raise InvalidArgument(f"schedule[{pos}]: a {step.kind} needs value= (the delta "
                                   f"to add), got None")
@@ -144,6 +149,14 @@ def replay(schedule, initial, *, atomic=False) -> Replay:
             open_reads.setdefault(w, []).append((r, int(version[r]), table[r].copy(), pos))
         elif kind == "load":
             registers[(w, r)] = (table[r].copy(), int(version[r]))
+        elif kind == "write":
+            reg = registers.pop((w, r), None)
+            if reg is not None and int(version[r]) - reg[1]:
+                lost += int(version[r]) - reg[1]
+                lost_at.append((pos, w, r, int(version[r]) - reg[1]))
+            table[r] = np.asarray(value, dtype=table.dtype)
+            version[r] += 1
+            starts[r].append(pos)
         elif kind == "store" and not atomic:
             if (w, r) not in registers:
                 raise InvalidArgument(

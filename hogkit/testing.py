@@ -26,6 +26,13 @@ Strategies (plural nouns; ``min_*``/``max_*`` bounds; impossible combinations ra
   times per layer) for the communication model, :func:`hogkit.p3.comm.simulate_comm`.
 - :func:`propagation_schedules` — the four P3 schedules with any slice size.
 
+Your own update code (:mod:`hogkit.explore`): :func:`explore` runs a function in
+several workers on shared arrays, switching at every element load and store, and checks
+an invariant on every distinct outcome (or on sampled schedules); :func:`race_test`
+makes that a pytest test; :func:`schedule_choices` and :func:`calls_of` let hypothesis
+draw the schedule (shrinking towards fewer switches) and the calls' arguments, for
+:func:`run_schedule`.
+
 Helpers: :func:`replay` (re-exported from :mod:`hogkit.engine.simulator`),
 :func:`assert_staleness_bounded`, :func:`sequential_sum` (the race-free result of a
 schedule). The profile ``"hogkit-ci"`` is registered on import.
@@ -40,13 +47,15 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from hogkit.errors import InvalidArgument
+from hogkit.explore import Exploration, InvariantBroken, SharedArray, explore, run_schedule
 from hogkit.races import ReadRecord, Replay, Step, interleave, replay
 from hogkit.validation import check_float, check_int
 
 __all__ = ["schedules", "sparse_updates", "staleness_bounds", "delay_models", "replay",
            "layer_profiles", "propagation_schedules",
            "Step", "Replay", "ReadRecord", "interleave", "assert_staleness_bounded",
-           "sequential_sum", "CI_PROFILE"]
+           "sequential_sum", "CI_PROFILE", "explore", "run_schedule", "race_test",
+           "schedule_choices", "calls_of", "Exploration", "InvariantBroken", "SharedArray"]
 
 #: Name of the CI profile: ``settings.load_profile(hogkit.testing.CI_PROFILE)``.
 CI_PROFILE = "hogkit-ci"
@@ -238,3 +247,46 @@ def assert_staleness_bounded(run, s, *, gap=None) -> None:
         if g["max"] > gap:
             raise AssertionError(f"update gap {g['max']} exceeds {gap} (histogram "
                                  f"{g['histogram']})")
+
+
+def schedule_choices(*, max_switches=64, max_choice=3):
+    """Choice lists for :func:`run_schedule`: ``choices[k]`` at switch point k (0 keeps
+    the current worker running). Hypothesis shrinks a failing list towards fewer and
+    earlier switches."""
+    max_switches = check_int("max_switches", max_switches, min_value=0)
+    max_choice = check_int("max_choice", max_choice, min_value=1)
+    return st.lists(st.integers(0, max_choice), max_size=max_switches)
+
+
+def calls_of(workers, **arguments):
+    """One dict of arguments per worker for :func:`explore` / :func:`run_schedule`:
+    ``calls_of(2, row=st.integers(0, 3), delta=st.floats(-1, 1))`` draws each
+    worker's ``row`` and ``delta`` independently. ``workers``: an int or a strategy."""
+    if not arguments:
+        raise InvalidArgument("calls_of needs at least one argument strategy, e.g. "
+                              "calls_of(2, row=st.integers(0, 3))")
+    one = st.fixed_dictionaries(arguments)
+    if isinstance(workers, st.SearchStrategy):
+        return workers.flatmap(lambda n: st.lists(one, min_size=n, max_size=n))
+    n = check_int("workers", workers, min_value=1)
+    return st.lists(one, min_size=n, max_size=n)
+
+
+def race_test(fn, arrays, calls, **options):
+    """Decorate an invariant to make it a test: ``explore(fn, arrays, calls,
+    invariant, **options)``, then :meth:`Exploration.assert_holds` (the failure
+    message is the counterexample's trace)::
+
+        @race_test(add_row, {"W": np.zeros((2, 3))}, [{"r": 0, "g": g}, {"r": 1, "g": g}])
+        def test_rows_are_disjoint(W):
+            return np.array_equal(W, expected)
+    """
+    def wrap(invariant):
+        def test():
+            explore(fn, arrays, calls, invariant, **options).assert_holds()
+        test.__name__ = invariant.__name__
+        test.__qualname__ = getattr(invariant, "__qualname__", invariant.__name__)
+        test.__doc__ = invariant.__doc__
+        test.__module__ = invariant.__module__
+        return test
+    return wrap

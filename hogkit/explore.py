@@ -1,0 +1,645 @@
+"""Race-test your own update code: every interleaving of its element loads and stores.
+
+:func:`explore` runs a user's update function in several workers at once, on shared
+arrays whose every element load and store is a switch point, under a deterministic
+scheduler, and checks an invariant on the arrays each schedule leaves. Thread-level
+explorers switch at Python bytecodes or attribute accesses; a numpy element write is
+invisible to them. Here the arrays themselves are instrumented (:class:`SharedArray`),
+so ``W[r, j] += lr * g[j]`` is a load, a private add and a store, and another worker
+may run between the two: a lost update. A numba ``@njit`` kernel is run through its
+``py_func`` (the same source) on the instrumented arrays.
+
+Mechanics. Each worker runs ``fn(**arrays, **call)`` in a thread of its own; at every
+access it posts the access it is about to make and waits. The scheduler picks which
+waiting worker makes its access next; that worker then runs (private computation only)
+to its next access and waits again. So a schedule is the order of the accesses, and a
+run under a given order is deterministic.
+
+Strategies:
+
+- ``"dpor"``: every distinct outcome, by dynamic partial-order reduction (Flanagan and
+  Godefroid, POPL 2005): orders that only swap accesses to different elements, or two
+  loads, give the same result, so only orders that reverse a *race* (two accesses to
+  one element, one of them a store, by different workers, not already ordered) are
+  run. Exhaustive up to ``max_schedules``; ``result.complete`` says whether it ran out.
+  Tests hold the reachable final states to those of brute-force enumeration.
+- ``"random"``: ``max_schedules`` schedules, each switch point choosing a waiting
+  worker uniformly (seeded).
+- ``"pct"``: probabilistic concurrency testing (Burckhardt et al., ASPLOS 2010):
+  random priorities and ``depth - 1`` random priority-change points per run, which
+  finds a bug of depth d with probability at least 1/(n·k^(d-1)).
+- ``hypothesis``: :func:`schedule_choices` draws a choice list for
+  :func:`run_schedule`; hypothesis shrinks a failure towards fewer switches.
+
+The result (:class:`Exploration`): ``holds``, ``schedules_tried``, ``complete``,
+``counterexample`` (the failing schedule with the fewest preemptions found, as
+:class:`hogkit.races.Step` s on the arrays flattened into one table, which
+:func:`hogkit.races.replay` accepts, with each access's worker, array, index, value
+and source line), ``replay()``, ``lost_updates``, ``torn_reads`` and
+``assert_holds()``.
+"""
+
+from __future__ import annotations
+
+import linecache
+import random
+import sys
+import threading
+import types
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Optional, Sequence
+
+import numpy as np
+
+from hogkit.errors import HogkitError, InvalidArgument, InvalidType
+from hogkit.races import Step, replay as replay_steps
+from hogkit.validation import check_choice, check_int
+
+__all__ = ["explore", "run_schedule", "Exploration", "Access", "SharedArray",
+           "InvariantBroken", "STRATEGIES"]
+
+STRATEGIES = ("dpor", "random", "pct")
+LOAD, STORE = "load", "store"
+
+
+class InvariantBroken(HogkitError, AssertionError):
+    """:meth:`Exploration.assert_holds` found a schedule that breaks the invariant."""
+
+
+@dataclass(frozen=True)
+class Access:
+    """One element access of a schedule: worker ``worker`` loaded or stored element
+    ``index`` of array ``array`` (``value``: what it read or wrote), at ``line`` of the
+    user's source (``"file:lineno: text"``)."""
+
+    worker: int
+    kind: str
+    array: str
+    index: tuple
+    value: float
+    line: str
+
+    def __str__(self):
+        what = "reads " if self.kind == LOAD else "writes"
+        return (f"worker {self.worker} {what} {self.array}{list(self.index)} = "
+                f"{self.value!r:<12}  {self.line}")
+
+
+class _Abort(BaseException):
+    """Raised inside a worker thread to unwind it when a run is abandoned."""
+
+
+class _Run:
+    """One execution: the threads, the shared arrays' state, and the access order.
+
+    ``choose(run, waiting)`` picks the next worker among ``waiting`` (sorted worker
+    ids, each with a posted access in ``run.pending``)."""
+
+    def __init__(self, fn, arrays, calls, max_steps):
+        self.fn, self.calls, self.max_steps = fn, calls, max_steps
+        self.names = list(arrays)
+        self.data = {k: np.array(v, copy=True) for k, v in arrays.items()}
+        self.ids = {k: i for i, k in enumerate(self.names)}
+        self.pending = {}              # worker -> (array, flat index, kind)
+        self.trace = []                # (worker, (array, flat, kind), Access)
+        self.waits = []                # sorted waiting workers before each access
+        self.error = None
+        self.lock = threading.Condition()
+        self.turn = None
+        self.live = set(range(len(calls)))
+        self.aborted = False
+
+    # -- called from a worker thread ------------------------------------------------
+    def point(self, w, array, flat, kind):
+        """Post worker ``w``'s next access and wait until the scheduler runs it."""
+        with self.lock:
+            self.pending[w] = (array, flat, kind)
+            self.lock.notify_all()
+            while self.turn != w and not self.aborted:
+                self.lock.wait()
+            if self.aborted:
+                raise _Abort()
+            self.turn = None
+            del self.pending[w]
+
+    def record(self, w, array, flat, kind, value):
+        arr = self.data[array]
+        index = np.unravel_index(flat, arr.shape) if arr.ndim else ()
+        self.trace.append((w, (array, flat, kind),
+                           Access(w, kind, array, tuple(int(i) for i in index),
+                                  value.item() if hasattr(value, "item") else value,
+                                  _user_line())))
+
+    def _worker(self, w):
+        try:
+            shared = {k: SharedArray(self, w, k) for k in self.names}
+            self.fn(**shared, **self.calls[w])
+        except _Abort:
+            pass
+        except BaseException as e:      # the user's code failed: reported by execute()
+            with self.lock:
+                if self.error is None:
+                    self.error = (w, e)
+        finally:
+            with self.lock:
+                self.live.discard(w)
+                self.lock.notify_all()
+
+    # -- the scheduler (caller's thread) --------------------------------------------
+    def execute(self, choose):
+        threads = [threading.Thread(target=self._worker, args=(w,), daemon=True)
+                   for w in range(len(self.calls))]
+        for t in threads:
+            t.start()
+        try:
+            while True:
+                with self.lock:
+                    while self.error is None and len(self.pending) < len(self.live):
+                        self.lock.wait()
+                    if self.error is not None or not self.live:
+                        break
+                    waiting = sorted(self.pending)
+                    if len(self.trace) >= self.max_steps:
+                        raise InvalidArgument(
+                            f"a schedule ran past max_steps={self.max_steps} accesses; "
+                            f"does a worker spin on a flag another never sets? Raise "
+                            f"max_steps for longer programs")
+                    w = choose(self, waiting)
+                    self.waits.append(waiting)
+                    self.turn = w
+                    self.lock.notify_all()
+                    while self.turn == w and self.error is None:
+                        self.lock.wait()
+        finally:
+            with self.lock:
+                self.aborted = True
+                self.lock.notify_all()
+            for t in threads:
+                t.join(timeout=5)
+        if self.error is not None:
+            w, e = self.error
+            raise InvalidArgument(f"worker {w}'s call raised {type(e).__name__}: {e} "
+                                  f"(calls[{w}]={self.calls[w]!r}); fix the update "
+                                  f"function or its arguments") from e
+        return self
+
+
+def _user_line():
+    """``file:lineno: source`` of the innermost frame outside this module."""
+    f = sys._getframe(2)
+    while f is not None and f.f_code.co_filename == __file__:
+        f = f.f_back
+    if f is None:
+        return "?"
+    text = linecache.getline(f.f_code.co_filename, f.f_lineno).strip()
+    return f"{f.f_code.co_filename.rsplit('/', 1)[-1]}:{f.f_lineno}: {text}"
+
+
+class SharedArray:
+    """A shared array as one worker sees it: every element load and store goes through
+    the scheduler. Integer indexing touches one element; slices, rows and fancy
+    indices touch each selected element in C order (a row read is not a snapshot),
+    returning a private numpy copy; assignment stores element by element. ``shape``,
+    ``dtype``, ``ndim``, ``size`` and ``len()`` cost nothing; ``np.asarray(a)`` loads
+    every element."""
+
+    __slots__ = ("_run", "_w", "_name", "_arr")
+
+    def __init__(self, run, w, name):
+        self._run, self._w, self._name = run, w, name
+        self._arr = run.data[name]
+
+    shape = property(lambda self: self._arr.shape)
+    dtype = property(lambda self: self._arr.dtype)
+    ndim = property(lambda self: self._arr.ndim)
+    size = property(lambda self: self._arr.size)
+    itemsize = property(lambda self: self._arr.itemsize)
+
+    def __len__(self):
+        return len(self._arr)
+
+    def __repr__(self):
+        return f"SharedArray({self._name!r}, shape={self.shape}, dtype={self.dtype})"
+
+    def _flat(self, key):
+        """Flat indices of ``key``'s selection (an int for one element)."""
+        a = self._arr
+        k = key if isinstance(key, tuple) else (key,)
+        if len(k) == a.ndim and all(isinstance(i, (int, np.integer)) for i in k):
+            idx = tuple(int(i) + (a.shape[d] if int(i) < 0 else 0) for d, i in enumerate(k))
+            if not all(0 <= i < n for i, n in zip(idx, a.shape)):
+                raise IndexError(f"index {key} is out of bounds for {self._name} of shape "
+                                 f"{a.shape}")
+            return int(np.ravel_multi_index(idx, a.shape))
+        return np.arange(a.size).reshape(a.shape)[key]
+
+    def _load(self, flat):
+        run = self._run
+        run.point(self._w, self._name, flat, LOAD)
+        v = self._arr.flat[flat]
+        run.record(self._w, self._name, flat, LOAD, v)
+        return v
+
+    def _store(self, flat, value):
+        run = self._run
+        run.point(self._w, self._name, flat, STORE)
+        self._arr.flat[flat] = value
+        run.record(self._w, self._name, flat, STORE, self._arr.flat[flat])
+
+    def __getitem__(self, key):
+        sel = self._flat(key)
+        if isinstance(sel, int):
+            return self._load(sel)
+        out = np.empty(sel.shape, self._arr.dtype)
+        for pos, flat in enumerate(sel.reshape(-1)):
+            out.flat[pos] = self._load(int(flat))
+        return out
+
+    def __setitem__(self, key, value):
+        sel = self._flat(key)
+        if isinstance(sel, int):
+            self._store(sel, value)
+            return
+        vals = np.broadcast_to(np.asarray(value, self._arr.dtype), sel.shape)
+        for flat, v in zip(sel.reshape(-1), vals.reshape(-1)):
+            self._store(int(flat), v)
+
+    def __array__(self, dtype=None, copy=None):
+        out = self[...]
+        return out if dtype is None else out.astype(dtype)
+
+
+# --- choosing: the strategies -----------------------------------------------------
+
+def _sticky(run, waiting, prefer):
+    """``prefer`` if it is waiting, else the worker that ran last if it is, else the
+    lowest waiting: the default continuation (no preemption where avoidable)."""
+    if prefer in waiting:
+        return prefer
+    last = run.trace[-1][0] if run.trace else None
+    return last if last in waiting else waiting[0]
+
+
+def _prefix_chooser(prefix):
+    """Follow ``prefix`` (worker ids), then continue without preempting."""
+    def choose(run, waiting):
+        k = len(run.trace)
+        if k < len(prefix):
+            if prefix[k] not in waiting:
+                raise AssertionError(f"schedule step {k}: worker {prefix[k]} is not "
+                                     f"waiting (waiting: {waiting}); the update function "
+                                     f"is not deterministic")
+            return prefix[k]
+        return _sticky(run, waiting, None)
+    return choose
+
+
+def _choices_chooser(choices):
+    """Hypothesis's form: at switch point k, ``choices[k]`` (0 = keep running the
+    same worker; c > 0 = the c-th other waiting worker, cyclically)."""
+    def choose(run, waiting):
+        k = len(run.trace)
+        cur = _sticky(run, waiting, None)
+        c = choices[k] if k < len(choices) else 0
+        if c == 0 or len(waiting) == 1:
+            return cur
+        others = [w for w in waiting if w != cur]
+        return others[(c - 1) % len(others)]
+    return choose
+
+
+def _random_chooser(rng):
+    return lambda run, waiting: waiting[rng.randrange(len(waiting))]
+
+
+def _pct_chooser(rng, workers, depth, length):
+    """PCT: distinct random priorities (highest runs); at each of ``depth - 1`` random
+    steps of the ``length`` expected, the running worker drops below all others."""
+    prio = list(range(depth, depth + workers))
+    rng.shuffle(prio)
+    changes = {rng.randrange(max(length, 1)): depth - 1 - i for i in range(depth - 1)}
+
+    def choose(run, waiting):
+        k = len(run.trace)
+        w = max(waiting, key=lambda q: prio[q])
+        if k in changes:
+            prio[w] = changes[k]
+            w = max(waiting, key=lambda q: prio[q])
+        return w
+    return choose
+
+
+def _dependent(a, b):
+    """Two accesses race if they touch one element and one of them stores."""
+    return a[0] == b[0] and a[1] == b[1] and (a[2] == STORE or b[2] == STORE)
+
+
+def _races(run, nodes):
+    """DPOR's backtracking points for the trace ``run`` just ran (Flanagan and
+    Godefroid's algorithm, on the whole trace at once): for each access n of worker p,
+    every earlier access i by another worker that races with it and does not happen
+    before p's previous access (vector clocks over program order and earlier races)
+    marks state i: p must also be tried there. Of the racing accesses before p's
+    access became pending only the last counts."""
+    trace = run.trace
+    workers = len(run.calls)
+    clocks = []
+    last_of = [-1] * workers
+    for n, (p, op, _) in enumerate(trace):
+        c = list(clocks[last_of[p]]) if last_of[p] >= 0 else [0] * workers
+        prev = c[:]                              # p's clock when this access was posted
+        cands, before = [], -1
+        for i in range(n):
+            q, opi, _ = trace[i]
+            if q == p or not _dependent(opi, op):
+                continue
+            c = [max(x, y) for x, y in zip(c, clocks[i])]
+            if clocks[i][q] <= prev[q]:
+                continue                         # already ordered before p
+            if i < last_of[p]:
+                before = i                       # the last one before p's access posted
+            else:
+                cands.append(i)
+        if before >= 0:
+            cands.append(before)
+        for i in cands:
+            node = nodes[i]
+            node["backtrack"] |= {p} if p in node["waiting"] else set(node["waiting"])
+        c[p] = n + 1
+        clocks.append(c)
+        last_of[p] = n
+
+
+# --- the result ---------------------------------------------------------------------
+
+@dataclass
+class Exploration:
+    """What :func:`explore` found. ``holds``: no schedule tried broke the invariant;
+    ``schedules_tried``; ``complete``: True when ``"dpor"`` ran out of distinct
+    schedules (every reachable outcome was checked), None for sampling strategies;
+    ``outcomes``: how many distinct final states were seen; ``counterexample``: the
+    failing schedule with the fewest preemptions (a list of :class:`Access`), or None.
+    """
+
+    holds: bool
+    schedules_tried: int
+    complete: Optional[bool]
+    outcomes: int
+    counterexample: Optional[list]
+    final: Optional[dict] = None
+    _replayer: Optional[Callable] = field(default=None, repr=False)
+    _names: tuple = field(default=(), repr=False)
+    _initial: Optional[dict] = field(default=None, repr=False)
+
+    @property
+    def schedule(self) -> Optional[list]:
+        """The counterexample's order: the worker of each access."""
+        return None if self.counterexample is None else [a.worker for a in
+                                                         self.counterexample]
+
+    @property
+    def steps(self) -> Optional[list]:
+        """The counterexample as :class:`hogkit.races.Step` s on one flat table (the
+        shared arrays' elements, in ``arrays`` order): a load the same worker later
+        stores back is a ``load``, one it does not a ``read``; a store is a ``write``
+        of the value stored."""
+        if self.counterexample is None:
+            return None
+        offsets, o = {}, 0
+        for k in self._names:
+            offsets[k] = o
+            o += int(np.asarray(self._initial[k]).size)
+        shapes = {k: np.asarray(self._initial[k]).shape for k in self._names}
+        rows = [offsets[a.array] + (int(np.ravel_multi_index(a.index, shapes[a.array]))
+                                    if a.index else 0) for a in self.counterexample]
+        out = []
+        for n, (a, r) in enumerate(zip(self.counterexample, rows)):
+            if a.kind == STORE:
+                out.append(Step("write", a.worker, r, a.value))
+                continue
+            later = any(b.worker == a.worker and b.kind == STORE and rows[m] == r
+                        for m, b in enumerate(self.counterexample[n + 1:], n + 1))
+            out.append(Step("load" if later else "read", a.worker, r))
+        return out
+
+    def table(self) -> np.ndarray:
+        """The initial arrays flattened into the one float64 table :attr:`steps` index."""
+        return np.concatenate([np.asarray(self._initial[k], np.float64).reshape(-1)
+                               for k in self._names])
+
+    def _replay(self):
+        return None if self.steps is None else replay_steps(self.steps, self.table())
+
+    @property
+    def lost_updates(self) -> int:
+        """Stores in the counterexample that overwrote another worker's store made
+        since their load (:func:`hogkit.races.replay`'s ``lost``); 0 without one."""
+        r = self._replay()
+        return 0 if r is None else r.lost
+
+    @property
+    def torn_reads(self) -> int:
+        """Vector reads in the counterexample that no single instant matches."""
+        r = self._replay()
+        return 0 if r is None else r.torn
+
+    def replay(self) -> dict:
+        """Run the counterexample's schedule again: the arrays it leaves (the same as
+        ``final`` every time)."""
+        if self._replayer is None:
+            raise InvalidArgument("there is no counterexample to replay: the invariant "
+                                  "held on every schedule tried")
+        return self._replayer()
+
+    def trace(self) -> str:
+        """The counterexample, one access a line (worker, element, value, source)."""
+        if self.counterexample is None:
+            return "(no counterexample)"
+        lines, last = [], None
+        for n, a in enumerate(self.counterexample):
+            mark = "  " if last in (None, a.worker) else "->"   # a switch
+            lines.append(f"{n:>4} {mark} {a}")
+            last = a.worker
+        return "\n".join(lines)
+
+    def assert_holds(self):
+        """Raise :class:`InvariantBroken` with the counterexample's trace, if any."""
+        if not self.holds:
+            final = ", ".join(f"{k}={np.array2string(np.asarray(v), threshold=20)}"
+                              for k, v in (self.final or {}).items())
+            raise InvariantBroken(
+                f"the invariant fails after this schedule ({len(self.counterexample)} "
+                f"accesses, {_preemptions(self.schedule)} preemption(s); found in "
+                f"{self.schedules_tried} schedule(s)):\n{self.trace()}\nfinal: {final}")
+
+
+def _preemptions(order):
+    """Switches away from a worker that still had accesses to make."""
+    left = {}
+    for w in order:
+        left[w] = left.get(w, 0) + 1
+    n = 0
+    for k in range(1, len(order)):
+        left[order[k - 1]] -= 1
+        if order[k] != order[k - 1] and left[order[k - 1]] > 0:
+            n += 1
+    return n
+
+
+# --- the door -----------------------------------------------------------------------
+
+def _python_function(fn, _done=None):
+    """``fn``, or for a numba dispatcher its ``py_func`` (the same source, run in Python
+    on the instrumented arrays), with every dispatcher among its globals (the kernels
+    it calls) swapped for its own ``py_func`` the same way, recursively."""
+    py = getattr(fn, "py_func", None)
+    if not callable(py):
+        if not callable(fn):
+            raise InvalidType(f"fn must be a function (plain Python or numba @njit), got "
+                              f"{type(fn).__name__}")
+        return fn
+    done = {} if _done is None else _done
+    if py in done:
+        return done[py]
+    glb = dict(py.__globals__)
+    out = types.FunctionType(py.__code__, glb, py.__name__, py.__defaults__,
+                             py.__closure__)
+    done[py] = out
+    for k, v in py.__globals__.items():
+        if callable(getattr(v, "py_func", None)) and k in py.__code__.co_names:
+            glb[k] = _python_function(v, done)
+    return out
+
+
+def _check_inputs(arrays, calls, invariant):
+    if not isinstance(arrays, Mapping) or not arrays:
+        raise InvalidType(f"arrays must be a non-empty dict of argument name -> numpy "
+                          f"array (the shared state), got {type(arrays).__name__}")
+    out = {}
+    for k, v in arrays.items():
+        a = np.asarray(v)
+        if a.dtype == object or a.ndim == 0:
+            raise InvalidArgument(f"arrays[{k!r}] must be a numeric array of at least one "
+                                  f"dimension, got dtype {a.dtype} shape {a.shape}")
+        out[str(k)] = a
+    if isinstance(calls, Mapping) or not isinstance(calls, Sequence) or len(calls) < 1:
+        raise InvalidType("calls must be a list with one dict of arguments per worker "
+                          "(e.g. [{'row': 0}, {'row': 0}] for two workers)")
+    calls = [dict(c) for c in calls]
+    for w, c in enumerate(calls):
+        both = set(c) & set(out)
+        if both:
+            raise InvalidArgument(f"calls[{w}] passes {sorted(both)}, which are shared "
+                                  f"arrays; pass each shared array once, in arrays")
+    if not callable(invariant):
+        raise InvalidType("invariant must be a function of the arrays after all calls "
+                          "(keyword arguments), returning True when they are right")
+    return out, calls
+
+
+def _holds(invariant, final):
+    try:
+        ok = invariant(**{k: v.copy() for k, v in final.items()})
+    except AssertionError:
+        return False
+    if ok is None:
+        return True              # an assert-style invariant that did not raise
+    return bool(ok)
+
+
+def run_schedule(fn, arrays, calls, choices=()):
+    """Run ``fn`` once per call under one schedule: ``choices[k]`` at switch point k (0:
+    keep running the current worker; c > 0: the c-th other waiting worker,
+    cyclically; missing entries are 0). Returns ``(final arrays, accesses)``. The form
+    hypothesis drives (:func:`hogkit.testing.schedule_choices`): it shrinks a failing
+    choice list towards zeros, i.e. towards fewer switches."""
+    arrays, calls = _check_inputs(arrays, calls, lambda **_: True)
+    run = _Run(_python_function(fn), arrays, calls, 100_000).execute(
+        _choices_chooser(list(choices)))
+    return {k: v.copy() for k, v in run.data.items()}, [t[2] for t in run.trace]
+
+
+def explore(fn, arrays, calls, invariant, *, max_schedules: int = 1000,
+            strategy: str = "dpor", seed: int = 0, depth: int = 2,
+            max_steps: int = 100_000) -> Exploration:
+    """Explore the interleavings of ``fn(**arrays, **calls[w])`` run by ``len(calls)``
+    workers on shared ``arrays``, and check ``invariant(**arrays_after)`` on each.
+
+    fn : the update function: plain Python with numpy indexing, or a numba ``@njit``
+        kernel (its ``py_func`` runs). Every element load/store of a shared array is a
+        switch point; its own locals and the per-call arguments are private.
+    arrays : name -> initial array, shared by all workers (copied per schedule).
+    calls : one dict of the remaining arguments per worker.
+    invariant : ``invariant(**arrays_after) -> bool`` (or raises AssertionError).
+    strategy : ``"dpor"`` (every distinct outcome, up to ``max_schedules``),
+        ``"random"`` or ``"pct"`` (``max_schedules`` sampled schedules; ``seed``;
+        ``depth``: PCT's bug depth). See the module docstring.
+    max_steps : accesses one schedule may make (a guard against spinning workers).
+    """
+    fn = _python_function(fn)
+    arrays, calls = _check_inputs(arrays, calls, invariant)
+    max_schedules = check_int("max_schedules", max_schedules, min_value=1)
+    check_choice("strategy", strategy, STRATEGIES)
+    depth = check_int("depth", depth, min_value=1)
+    rng = random.Random(seed)
+    state = {"tried": 0, "seen": set(), "best": None}
+
+    def one(choose):
+        run = _Run(fn, arrays, calls, max_steps).execute(choose)
+        state["tried"] += 1
+        state["seen"].add(tuple(v.tobytes() for v in run.data.values()))
+        if not _holds(invariant, run.data):
+            order = [t[0] for t in run.trace]
+            best = state["best"]
+            if best is None or _preemptions(order) < _preemptions(best[0]):
+                state["best"] = (order, [t[2] for t in run.trace],
+                                 {k: v.copy() for k, v in run.data.items()})
+        return run
+
+    complete = None
+    if strategy == "dpor":
+        complete = _dpor(one, max_schedules)
+    else:
+        length = len(one(_prefix_chooser([])).trace)
+        while state["tried"] < max_schedules:
+            one(_random_chooser(rng) if strategy == "random"
+                else _pct_chooser(rng, len(calls), depth, length))
+    best = state["best"]
+    replayer = None
+    if best is not None:
+        order = best[0]
+
+        def replayer():
+            run = _Run(fn, arrays, calls, max_steps).execute(_prefix_chooser(order))
+            return {k: v.copy() for k, v in run.data.items()}
+    return Exploration(holds=best is None, schedules_tried=state["tried"],
+                       complete=complete, outcomes=len(state["seen"]),
+                       counterexample=None if best is None else best[1],
+                       final=None if best is None else best[2], _replayer=replayer,
+                       _names=tuple(arrays), _initial=arrays)
+
+
+def _dpor(one, max_schedules):
+    """The stateless DPOR loop: run a schedule, add the backtracking points its races
+    ask for (:func:`_races`), and re-run from the start with the deepest untried
+    choice. Returns True when no choice is left (complete)."""
+    nodes, prefix, tried = [], [], 0
+    while True:
+        run = one(_prefix_chooser(prefix))
+        tried += 1
+        for k in range(len(prefix), len(run.trace)):
+            w = run.trace[k][0]
+            nodes.append({"waiting": run.waits[k], "backtrack": {w}, "done": {w},
+                          "chosen": w})
+        _races(run, nodes)
+        while nodes and not (nodes[-1]["backtrack"] - nodes[-1]["done"]):
+            nodes.pop()
+        if not nodes:
+            return True
+        if tried >= max_schedules:
+            return False
+        node = nodes[-1]
+        w = min(node["backtrack"] - node["done"])
+        node["done"].add(w)
+        node["chosen"] = w
+        prefix = [n["chosen"] for n in nodes]

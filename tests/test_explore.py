@@ -1,0 +1,195 @@
+"""hogkit.explore: interleavings of a user's own update code, element by element.
+
+The reference for "every reachable outcome" is brute force: the test's own interpreter
+runs small programs (each worker a list of ``a[dst] = a[src] * k + c`` statements)
+over every interleaving of their loads and stores, and the set of final states must
+equal the one DPOR reaches (pruning never hides an outcome)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from numba import njit
+
+from hogkit import testing
+from hogkit.errors import InvalidArgument, InvalidType
+from hogkit.explore import InvariantBroken, explore, run_schedule
+from hogkit.kernels.delayed import dc_rows
+from hogkit.kernels.sparse import sgd_rows
+from hogkit.races import replay
+
+
+@njit
+def add_row(W, r, g):
+    for j in range(W.shape[1]):
+        W[r, j] += g[j]
+
+
+G1, G2 = np.array([1.0, 2.0, 3.0]), np.array([10.0, 20.0, 30.0])
+
+
+def test_racy_row_update_is_found_shrunk_and_replays():
+    res = explore(add_row, {"W": np.zeros((2, 3))}, [{"r": 0, "g": G1}, {"r": 0, "g": G2}],
+                  lambda W: np.array_equal(W[0], G1 + G2))
+    assert not res.holds and res.complete
+    assert res.outcomes == 27                 # each element: both, or either delta alone
+    assert testing.explore is explore
+    order = res.schedule
+    switches = sum(a != b for a, b in zip(order, order[1:]))
+    assert switches == 2                      # one preemption, and back
+    assert res.lost_updates >= 1
+    again = res.replay()
+    assert np.array_equal(again["W"], res.final["W"])
+    assert np.array_equal(res.replay()["W"], again["W"])
+    # the steps replay to the same table in hogkit.races
+    assert np.array_equal(replay(res.steps, res.table()).table[:3], res.final["W"][0])
+    with pytest.raises(InvariantBroken, match=r"worker 1 writes W\[0, \d\]"):
+        res.assert_holds()
+    assert "W[r, j] += g[j]" in res.trace()
+
+
+def test_disjoint_rows_hold_with_one_schedule():
+    res = explore(add_row, {"W": np.zeros((2, 3))}, [{"r": 0, "g": G1}, {"r": 1, "g": G2}],
+                  lambda W: np.array_equal(W, np.stack([G1, G2])))
+    assert res.holds and res.complete and res.schedules_tried == 1 and res.outcomes == 1
+    res.assert_holds()
+    with pytest.raises(InvalidArgument, match="no counterexample"):
+        res.replay()
+
+
+@pytest.mark.parametrize("strategy", ["random", "pct"])
+def test_sampling_strategies_find_the_lost_update(strategy):
+    res = explore(add_row, {"W": np.zeros((1, 1))}, [{"r": 0, "g": G1[:1]},
+                                                     {"r": 0, "g": G2[:1]}],
+                  lambda W: W[0, 0] == 11.0, strategy=strategy, max_schedules=60, seed=1)
+    assert not res.holds and res.complete is None and res.schedules_tried == 60
+    assert res.final["W"][0, 0] in (1.0, 10.0)
+
+
+# --- brute force ----------------------------------------------------------------------
+
+def _interpret(a, prog):
+    for src, dst, k, c in prog:
+        a[dst] = a[src] * k + c
+
+
+def _brute_force(init, progs):
+    """Every final state of every interleaving of the programs' accesses (each
+    statement is a load of src then a store of dst), by the test's own interpreter."""
+    seqs = [[(op, half) for op in p for half in (0, 1)] for p in progs]
+    finals = set()
+    labels = [w for w, s in enumerate(seqs) for _ in s]
+    for order in set(itertools.permutations(labels)):
+        a = list(init)
+        pos = [0] * len(seqs)
+        reg = [0.0] * len(seqs)
+        for w in order:
+            (src, dst, k, c), half = seqs[w][pos[w]]
+            pos[w] += 1
+            if half == 0:
+                reg[w] = a[src]
+            else:
+                a[dst] = reg[w] * k + c
+        finals.add(tuple(a))
+    return finals
+
+
+statements = st.tuples(st.integers(0, 2), st.integers(0, 2), st.sampled_from([1.0, 2.0]),
+                       st.sampled_from([0.0, 1.0, 5.0]))
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.lists(statements, min_size=1, max_size=2), min_size=2, max_size=3)
+       .filter(lambda ps: sum(len(p) for p in ps) <= 5))
+def test_dpor_reaches_exactly_the_brute_force_outcomes(progs):
+    init = np.array([1.0, 2.0, 3.0])
+    seen = set()
+
+    def record(a):
+        seen.add(tuple(float(x) for x in a))
+        return True
+    res = explore(_interpret, {"a": init}, [{"prog": p} for p in progs], record,
+                  max_schedules=10_000)
+    assert res.complete
+    assert seen == _brute_force(init, progs)
+    assert res.outcomes == len(seen)
+
+
+@settings(max_examples=20, deadline=None)
+@given(testing.calls_of(2, prog=st.lists(statements, min_size=1, max_size=2)),
+       testing.schedule_choices(max_switches=8))
+def test_any_hypothesis_schedule_is_a_brute_force_outcome(calls, choices):
+    init = np.array([1.0, 2.0, 3.0])
+    final, accesses = run_schedule(_interpret, {"a": init}, calls, choices)
+    assert tuple(final["a"]) in _brute_force(init, [c["prog"] for c in calls])
+    assert len(accesses) == 2 * sum(len(c["prog"]) for c in calls)
+
+
+# --- hogkit's own kernels, with their documented invariants ---------------------------
+
+def _sgd_calls(rows_a, rows_b):
+    return [{"rows": np.array(rows_a), "G": np.ones((2, 2)), "lr": 1.0, "n": 2},
+            {"rows": np.array(rows_b), "G": 2 * np.ones((2, 2)), "lr": 1.0, "n": 2}]
+
+
+def test_sparse_update_on_disjoint_rows_is_exact():
+    want = -np.array([[1, 1], [1, 1], [2, 2], [2, 2.0]])
+    res = explore(sgd_rows, {"W": np.zeros((4, 2))}, _sgd_calls([0, 1], [2, 3]),
+                  lambda W: np.array_equal(W, want))
+    assert res.holds and res.complete
+
+
+def test_sparse_update_on_a_shared_row_can_lose_an_update():
+    """Hogwild!'s tolerated race: a shared row may keep only one worker's delta, and
+    never anything but one, the other, or both."""
+    both = -np.array([[1, 1], [3, 3], [2, 2], [0, 0.0]])
+    res = explore(sgd_rows, {"W": np.zeros((4, 2))}, _sgd_calls([0, 1], [1, 2]),
+                  lambda W: np.array_equal(W, both))
+    assert not res.holds and res.complete and res.lost_updates >= 1
+    tolerated = explore(sgd_rows, {"W": np.zeros((4, 2))}, _sgd_calls([0, 1], [1, 2]),
+                        lambda W: set(W[1]) <= {-1.0, -2.0, -3.0})
+    assert tolerated.holds and tolerated.complete
+
+
+def test_delayed_update_on_disjoint_rows_is_exact():
+    calls = [{"rows": np.array([0]), "G": np.ones((1, 2)), "B": np.zeros((1, 2)),
+              "lr": 1.0, "lam": 0.5, "n": 1},
+             {"rows": np.array([1]), "G": np.ones((1, 2)), "B": np.zeros((1, 2)),
+              "lr": 1.0, "lam": 0.5, "n": 1}]
+    res = explore(dc_rows, {"W": np.zeros((2, 2))}, calls,
+                  lambda W: np.array_equal(W, -np.ones((2, 2))))
+    assert res.holds and res.complete
+
+
+@testing.race_test(add_row, {"W": np.zeros((2, 3))}, [{"r": 0, "g": G1}, {"r": 1, "g": G2}])
+def test_race_test_decorator_runs_the_exploration(W):
+    return np.array_equal(W, np.stack([G1, G2]))
+
+
+def test_race_test_fails_with_the_trace():
+    @testing.race_test(add_row, {"W": np.zeros((1, 1))}, [{"r": 0, "g": G1}, {"r": 0, "g": G2}])
+    def both(W):
+        assert W[0, 0] == 11.0
+    with pytest.raises(InvariantBroken, match="preemption"):
+        both()
+
+
+# --- bad input ------------------------------------------------------------------------
+
+def test_bad_input_is_named():
+    with pytest.raises(InvalidType, match="one dict of arguments per worker"):
+        explore(add_row, {"W": np.zeros((1, 1))}, {"r": 0}, lambda W: True)
+    with pytest.raises(InvalidArgument, match="shared arrays"):
+        explore(add_row, {"W": np.zeros((1, 1))}, [{"W": 1, "r": 0, "g": G1}],
+                lambda W: True)
+    with pytest.raises(InvalidType, match="must be a function"):
+        explore(3, {"W": np.zeros((1, 1))}, [{"r": 0, "g": G1}], lambda W: True)
+    with pytest.raises(InvalidArgument, match="strategy"):
+        explore(add_row, {"W": np.zeros((1, 1))}, [{"r": 0, "g": G1}], lambda W: True,
+                strategy="bfs")
+    with pytest.raises(InvalidArgument, match=r"worker 0's call raised IndexError"):
+        explore(add_row, {"W": np.zeros((1, 3))}, [{"r": 5, "g": G1}], lambda W: True)
