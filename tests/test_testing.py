@@ -57,7 +57,18 @@ def test_replay_rejects_bad_schedules():
     with pytest.raises(InvalidArgument, match="needs value"):
         replay([Step("add", 0, 0)], ZEROS)
     with pytest.raises(InvalidArgument, match="kind"):
-        replay([Step("write", 0, 0, 1.0)], ZEROS)
+        replay([Step("swap", 0, 0, 1.0)], ZEROS)
+    with pytest.raises(InvalidArgument, match="needs value"):
+        replay([Step("write", 0, 0)], ZEROS)
+
+
+def test_write_stores_a_value_and_counts_what_it_overwrote():
+    """A ``write`` stores its value; after the same worker's load it loses the stores
+    others made since (as ``store`` does); a blind write loses nothing."""
+    r = replay([Step("load", 0, 1), Step("add", 1, 1, 2.0), Step("write", 0, 1, 5.0),
+                Step("write", 1, 2, 7.0)], ZEROS)
+    assert list(r.table) == [0.0, 5.0, 7.0]
+    assert r.lost == 1 and r.lost_at == [(2, 0, 1, 1)]
     with pytest.raises(InvalidArgument, match="name each worker"):
         interleave([[Step("read", 0, 0)]], [0, 0])
 
