@@ -21,7 +21,9 @@ Strategies:
   Godefroid, POPL 2005): orders that only swap accesses to different elements, or two
   loads, give the same result, so only orders that reverse a *race* (two accesses to
   one element, one of them a store, by different workers, not already ordered) are
-  run. Exhaustive up to ``max_schedules``; ``result.complete`` says whether it ran out.
+  run; sleep sets (Godefroid 1996) stop a run that could only repeat an explored
+  order. Exhaustive up to ``max_schedules``; ``result.complete`` says whether it ran
+  out.
   Tests hold the reachable final states to those of brute-force enumeration.
 - ``"random"``: ``max_schedules`` schedules, each switch point choosing a waiting
   worker uniformly (seeded).
@@ -87,6 +89,10 @@ class Access:
 
 class _Abort(BaseException):
     """Raised inside a worker thread to unwind it when a run is abandoned."""
+
+
+class _SleepBlocked(Exception):
+    """DPOR's chooser found every waiting worker asleep: the run is redundant."""
 
 
 class _Run:
@@ -378,7 +384,9 @@ class Exploration:
     ``schedules_tried``; ``complete``: True when ``"dpor"`` ran out of distinct
     schedules (every reachable outcome was checked), None for sampling strategies;
     ``outcomes``: how many distinct final states were seen; ``counterexample``: the
-    failing schedule with the fewest preemptions (a list of :class:`Access`), or None.
+    failing schedule with the fewest preemptions (a list of :class:`Access`), or None;
+    ``abandoned``: DPOR runs stopped part-way because every waiting worker was in the
+    sleep set (each would only repeat an outcome already checked).
     """
 
     holds: bool
@@ -387,6 +395,7 @@ class Exploration:
     outcomes: int
     counterexample: Optional[list]
     final: Optional[dict] = None
+    abandoned: int = 0
     _replayer: Optional[Callable] = field(default=None, repr=False)
     _names: tuple = field(default=(), repr=False)
     _initial: Optional[dict] = field(default=None, repr=False)
@@ -582,10 +591,15 @@ def explore(fn, arrays, calls, invariant, *, max_schedules: int = 1000,
     check_choice("strategy", strategy, STRATEGIES)
     depth = check_int("depth", depth, min_value=1)
     rng = random.Random(seed)
-    state = {"tried": 0, "seen": set(), "best": None}
+    state = {"tried": 0, "seen": set(), "best": None, "blocked": 0}
 
     def one(choose):
-        run = _Run(fn, arrays, calls, max_steps).execute(choose)
+        run = _Run(fn, arrays, calls, max_steps)
+        try:
+            run.execute(choose)
+        except _SleepBlocked:
+            state["blocked"] += 1                # redundant: abandoned, nothing checked
+            return run
         state["tried"] += 1
         state["seen"].add(tuple(v.tobytes() for v in run.data.values()))
         if not _holds(invariant, run.data):
@@ -614,32 +628,62 @@ def explore(fn, arrays, calls, invariant, *, max_schedules: int = 1000,
             return {k: v.copy() for k, v in run.data.items()}
     return Exploration(holds=best is None, schedules_tried=state["tried"],
                        complete=complete, outcomes=len(state["seen"]),
+                       abandoned=state["blocked"],
                        counterexample=None if best is None else best[1],
                        final=None if best is None else best[2], _replayer=replayer,
                        _names=tuple(arrays), _initial=arrays)
 
 
 def _dpor(one, max_schedules):
-    """The stateless DPOR loop: run a schedule, add the backtracking points its races
-    ask for (:func:`_races`), and re-run from the start with the deepest untried
-    choice. Returns True when no choice is left (complete)."""
+    """The stateless DPOR loop with sleep sets (Flanagan and Godefroid 2005; Godefroid
+    1996): run a schedule, add the backtracking points its races ask for
+    (:func:`_races`), and re-run from the start with the deepest untried choice. A
+    worker whose next access commutes with every choice made since it was explored at
+    an earlier state sleeps: running it would repeat an explored order. Returns True
+    when no choice is left (complete)."""
     nodes, prefix, tried = [], [], 0
     while True:
-        run = one(_prefix_chooser(prefix))
+        run = one(_dpor_chooser(nodes, prefix))
         tried += 1
-        for k in range(len(prefix), len(run.trace)):
-            w = run.trace[k][0]
-            nodes.append({"waiting": run.waits[k], "backtrack": {w}, "done": {w},
-                          "chosen": w})
         _races(run, nodes)
-        while nodes and not (nodes[-1]["backtrack"] - nodes[-1]["done"]):
+        while nodes and not _untried(nodes[-1]):
             nodes.pop()
         if not nodes:
             return True
         if tried >= max_schedules:
             return False
         node = nodes[-1]
-        w = min(node["backtrack"] - node["done"])
+        w = min(_untried(node))
         node["done"].add(w)
         node["chosen"] = w
         prefix = [n["chosen"] for n in nodes]
+
+
+def _untried(node):
+    return node["backtrack"] - node["done"] - node["sleep"]
+
+
+def _dpor_chooser(nodes, prefix):
+    """Follow ``prefix``; past it, make a node per state (its waiting workers and their
+    next accesses, its sleep set) and run a waiting worker that is not asleep, without
+    preempting where it can; raise :class:`_SleepBlocked` when all are asleep."""
+    del nodes[len(prefix):]
+
+    def choose(run, waiting):
+        k = len(run.trace)
+        if k < len(prefix):
+            return _prefix_chooser(prefix)(run, waiting)
+        sleep = set()
+        if k > 0:
+            par = nodes[k - 1]
+            c = par["chosen"]
+            sleep = {q for q in (par["sleep"] | par["done"]) - {c}
+                     if q in par["ops"] and not _dependent(par["ops"][q], par["ops"][c])}
+        awake = [w for w in waiting if w not in sleep]
+        if not awake:
+            raise _SleepBlocked()
+        w = _sticky(run, awake, None)
+        nodes.append({"waiting": waiting, "ops": dict(run.pending), "backtrack": {w},
+                      "done": {w}, "sleep": sleep, "chosen": w})
+        return w
+    return choose

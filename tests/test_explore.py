@@ -37,6 +37,7 @@ def test_racy_row_update_is_found_shrunk_and_replays():
                   lambda W: np.array_equal(W[0], G1 + G2))
     assert not res.holds and res.complete
     assert res.outcomes == 27                 # each element: both, or either delta alone
+    assert res.schedules_tried == 64          # one per order of the racing accesses
     assert testing.explore is explore
     order = res.schedule
     switches = sum(a != b for a, b in zip(order, order[1:]))
