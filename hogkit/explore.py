@@ -369,8 +369,14 @@ def _races(run, nodes):
         if before >= 0:
             cands.append(before)
         for i in cands:
+            # Flanagan and Godefroid's E: p, and every worker with an access after i
+            # that happens before p's; one of them must run first at state i (p alone
+            # may sleep there, and then nothing would reverse the race)
             node = nodes[i]
-            node["backtrack"] |= {p} if p in node["waiting"] else set(node["waiting"])
+            e = {p} | {trace[j][0] for j in range(i + 1, n)
+                       if clocks[j][trace[j][0]] <= prev[trace[j][0]]}
+            e &= set(node["waiting"])
+            node["backtrack"] |= e if e else set(node["waiting"])
         c[p] = n + 1
         clocks.append(c)
         last_of[p] = n
@@ -399,6 +405,17 @@ class Exploration:
     _replayer: Optional[Callable] = field(default=None, repr=False)
     _names: tuple = field(default=(), repr=False)
     _initial: Optional[dict] = field(default=None, repr=False)
+    _seen: frozenset = field(default=frozenset(), repr=False)
+
+    def reaches(self, arrays: Mapping) -> bool:
+        """Whether ``arrays`` (name -> array, as the invariant gets them) is one of the
+        final states the schedules tried left."""
+        return self.reaches_bytes(tuple(np.asarray(arrays[k], self._initial[k].dtype)
+                                        .tobytes() for k in self._names))
+
+    def reaches_bytes(self, key: tuple) -> bool:
+        """:meth:`reaches` for a final state given as each array's bytes, in order."""
+        return key in self._seen
 
     @property
     def schedule(self) -> Optional[list]:
@@ -631,7 +648,8 @@ def explore(fn, arrays, calls, invariant, *, max_schedules: int = 1000,
                        abandoned=state["blocked"],
                        counterexample=None if best is None else best[1],
                        final=None if best is None else best[2], _replayer=replayer,
-                       _names=tuple(arrays), _initial=arrays)
+                       _names=tuple(arrays), _initial=arrays,
+                       _seen=frozenset(state["seen"]))
 
 
 def _dpor(one, max_schedules):

@@ -31,7 +31,9 @@ several workers on shared arrays, switching at every element load and store, and
 an invariant on every distinct outcome (or on sampled schedules); :func:`race_test`
 makes that a pytest test; :func:`schedule_choices` and :func:`calls_of` let hypothesis
 draw the schedule (shrinking towards fewer switches) and the calls' arguments, for
-:func:`run_schedule`.
+:func:`run_schedule`; :func:`stress` runs the same function in real processes on
+shared memory and counts what the machine does reach (``unexplained(exploration)``:
+outcomes the exploration did not predict).
 
 Helpers: :func:`replay` (re-exported from :mod:`hogkit.engine.simulator`),
 :func:`assert_staleness_bounded`, :func:`sequential_sum` (the race-free result of a
@@ -49,13 +51,15 @@ from hypothesis import strategies as st
 from hogkit.errors import InvalidArgument
 from hogkit.explore import Exploration, InvariantBroken, SharedArray, explore, run_schedule
 from hogkit.races import ReadRecord, Replay, Step, interleave, replay
+from hogkit.stress import StressResult, stress
 from hogkit.validation import check_float, check_int
 
 __all__ = ["schedules", "sparse_updates", "staleness_bounds", "delay_models", "replay",
            "layer_profiles", "propagation_schedules",
            "Step", "Replay", "ReadRecord", "interleave", "assert_staleness_bounded",
            "sequential_sum", "CI_PROFILE", "explore", "run_schedule", "race_test",
-           "schedule_choices", "calls_of", "Exploration", "InvariantBroken", "SharedArray"]
+           "schedule_choices", "calls_of", "Exploration", "InvariantBroken", "SharedArray",
+           "stress", "StressResult"]
 
 #: Name of the CI profile: ``settings.load_profile(hogkit.testing.CI_PROFILE)``.
 CI_PROFILE = "hogkit-ci"

@@ -30,7 +30,7 @@ LAYERS = [
     ("parse", ("hogkit.parse", "hogkit.workloads")),
     ("engine", ("hogkit.engine",)),
     ("doors", ("hogkit.cluster", "hogkit.spawning", "hogkit.optim", "hogkit.races",
-               "hogkit.explore",
+               "hogkit.explore", "hogkit.stress",
                "hogkit.calibrate", "hogkit.p3")),
     ("tools", ("hogkit.testing", "hogkit.sweeps", "hogkit.doctor", "hogkit.cli")),
     ("face", ("hogkit",)),

@@ -7,8 +7,6 @@ equal the one DPOR reaches (pruning never hides an outcome)."""
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -80,22 +78,27 @@ def _interpret(a, prog):
 
 def _brute_force(init, progs):
     """Every final state of every interleaving of the programs' accesses (each
-    statement is a load of src then a store of dst), by the test's own interpreter."""
+    statement is a load of src then a store of dst), by the test's own interpreter: a
+    depth-first walk over every choice of the next worker."""
     seqs = [[(op, half) for op in p for half in (0, 1)] for p in progs]
     finals = set()
-    labels = [w for w, s in enumerate(seqs) for _ in s]
-    for order in set(itertools.permutations(labels)):
-        a = list(init)
-        pos = [0] * len(seqs)
-        reg = [0.0] * len(seqs)
-        for w in order:
-            (src, dst, k, c), half = seqs[w][pos[w]]
-            pos[w] += 1
+
+    def walk(a, pos, reg):
+        moved = False
+        for w, seq in enumerate(seqs):
+            if pos[w] == len(seq):
+                continue
+            moved = True
+            (src, dst, k, c), half = seq[pos[w]]
+            a2, reg2 = list(a), list(reg)
             if half == 0:
-                reg[w] = a[src]
+                reg2[w] = a[src]
             else:
-                a[dst] = reg[w] * k + c
-        finals.add(tuple(a))
+                a2[dst] = reg[w] * k + c
+            walk(a2, pos[:w] + (pos[w] + 1,) + pos[w + 1:], reg2)
+        if not moved:
+            finals.add(tuple(a))
+    walk(list(init), (0,) * len(seqs), [0.0] * len(seqs))
     return finals
 
 
@@ -103,9 +106,9 @@ statements = st.tuples(st.integers(0, 2), st.integers(0, 2), st.sampled_from([1.
                        st.sampled_from([0.0, 1.0, 5.0]))
 
 
-@settings(max_examples=25, deadline=None)
-@given(st.lists(st.lists(statements, min_size=1, max_size=2), min_size=2, max_size=3)
-       .filter(lambda ps: sum(len(p) for p in ps) <= 5))
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.lists(statements, min_size=1, max_size=3), min_size=2, max_size=3)
+       .filter(lambda ps: sum(len(p) for p in ps) <= 6))
 def test_dpor_reaches_exactly_the_brute_force_outcomes(progs):
     init = np.array([1.0, 2.0, 3.0])
     seen = set()
@@ -194,3 +197,51 @@ def test_bad_input_is_named():
                 strategy="bfs")
     with pytest.raises(InvalidArgument, match=r"worker 0's call raised IndexError"):
         explore(add_row, {"W": np.zeros((1, 3))}, [{"r": 5, "g": G1}], lambda W: True)
+
+
+# --- real processes -------------------------------------------------------------------
+
+@pytest.mark.process
+def test_stress_sees_lost_updates_on_a_shared_row_and_none_on_disjoint_rows():
+    from tests.helpers.race_kernels import add_row as kernel
+    from hogkit.testing import stress
+    g = np.ones(64)
+    shared = [{"r": 0, "g": g, "times": 200}, {"r": 0, "g": g, "times": 200}]
+    res = stress(kernel, {"W": np.zeros((2, 64))}, shared, rounds=60,
+                 invariant=lambda W: bool((W[0] == 400).all()))
+    assert res.rounds == 60 and res.invariant_failures == res.differs
+    assert np.array_equal(res.sequential["W"][0], np.full(64, 400.0))
+    for final in res.examples:                     # only ever updates lost, never made up
+        assert (final["W"][0] < 400).any() and (final["W"][0] >= 200).all()
+    disjoint = [{"r": 0, "g": g, "times": 200}, {"r": 1, "g": g, "times": 200}]
+    ok = stress(kernel, {"W": np.zeros((2, 64))}, disjoint, rounds=30)
+    assert ok.differs == 0 and ok.rate == 0.0 and len(ok.outcomes) == 1
+
+
+@pytest.mark.process
+def test_stress_outcomes_are_ones_exploration_predicts():
+    from tests.helpers.race_kernels import add_row as kernel
+    from hogkit.testing import stress
+    calls = [{"r": 0, "g": np.ones(1), "times": 1}] * 2
+    ex = explore(kernel, {"W": np.zeros((1, 1))}, calls, lambda W: True)
+    assert ex.complete and ex.outcomes == 2         # 2.0, or 1.0 with an update lost
+    res = stress(kernel, {"W": np.zeros((1, 1))}, calls, rounds=100, jitter_ns=0)
+    assert res.unexplained(ex) == 0
+    assert sum(res.outcomes.values()) == 100
+
+
+@pytest.mark.process
+def test_stress_names_the_failing_worker_and_leaves_nothing(tmp_path):
+    import os
+    from tests.helpers.race_kernels import bad_index, dies, raises
+    from hogkit.errors import WorkerFailed
+    from hogkit.testing import stress
+    before = set(os.listdir("/dev/shm"))
+    with pytest.raises(WorkerFailed, match=r"(?s)worker 1 .*IndexError"):
+        stress(raises, {"W": np.zeros((1, 1))}, [{"r": 0}, {"r": 7}], rounds=3,
+               timeout=20)
+    with pytest.raises(WorkerFailed, match="exited with code 3"):
+        stress(dies, {"W": np.zeros((1, 1))}, [{"r": 0}], rounds=3, timeout=20)
+    assert set(os.listdir("/dev/shm")) <= before
+    with pytest.raises(InvalidArgument, match="one call after another"):
+        stress(bad_index, {"W": np.zeros((1, 1))}, [{"r": 0}, {"r": 5}])
