@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import random
+import threading
 import time
 import traceback
 from collections import Counter
@@ -135,9 +136,11 @@ def stress(fn, arrays, calls, *, rounds: int = 200, invariant: Optional[Callable
         procs = [ctx.Process(target=_worker, daemon=True,
                              args=(store.name, c, fn, rounds, barrier, jitter_ns, seed, r,
                                    errors)) for r, c in enumerate(calls)]
+        watch = _Watchdog(procs, barrier)
         try:
             for p in procs:
                 p.start()
+            watch.start()
             for _ in range(rounds):
                 for k, v in arrays.items():
                     views[k][...] = v
@@ -156,6 +159,7 @@ def stress(fn, arrays, calls, *, rounds: int = 200, invariant: Optional[Callable
             raise _failure(errors, procs, e) from e
         finally:
             views = go = None
+            watch.done = True
             _stop(procs)
     return StressResult(rounds=rounds, differs=differs, rate=differs / rounds,
                         invariant_failures=None if invariant is None else bad,
@@ -175,6 +179,22 @@ def _failure(errors, procs, cause):
         return WorkerFailed(0, reason=f"a stress round did not complete "
                                       f"({type(cause).__name__}): a worker hung; "
                                       f"raise timeout= or fix fn")
+
+
+class _Watchdog(threading.Thread):
+    """Breaks the round's barrier as soon as a worker process is gone, so a dead worker
+    fails the call at once instead of after ``timeout``."""
+
+    def __init__(self, procs, barrier):
+        super().__init__(daemon=True)
+        self.procs, self.barrier, self.done = procs, barrier, False
+
+    def run(self):
+        while not self.done:
+            if any(p.exitcode is not None for p in self.procs) and not self.done:
+                self.barrier.abort()
+                return
+            time.sleep(0.02)
 
 
 def _stop(procs):

@@ -114,7 +114,7 @@ def test_soak_verdict_flags_growth_and_unanswered_kills():
 
 # peers --quick: every contender (LIBMF when it can be built) at one lr on small data
 QUICK = ["kernels", "lane", "scaling", "dense", "instrumentation", "policies", "simulate",
-         "rules", "peers"]
+         "rules", "peers", "explore"]
 
 
 @pytest.mark.slow
