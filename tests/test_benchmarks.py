@@ -475,3 +475,23 @@ def test_rules_gather_section_comes_from_the_committed_json():
     assert (f"logreg Gap-Aware {now['logreg']['gap_aware']:.2f}x and adaptive DC-ASGD "
             f"{now['logreg']['dc_adaptive']:.2f}x; mf {now['mf']['gap_aware']:.2f}x and "
             f"{now['mf']['dc_adaptive']:.2f}x. Still not met.") in text
+
+
+def test_explore_section_comes_from_the_committed_json():
+    """Issue 29's section: its table renders benchmarks/explore.json, and the stress
+    figures its text quotes are the JSON's."""
+    import json
+    from pathlib import Path
+
+    from hogkit.benchmarks import explore
+    root = Path(__file__).resolve().parent.parent / "benchmarks"
+    r = json.loads((root / "explore.json").read_text())
+    results = (root / "RESULTS.md").read_text()
+    assert explore.format_markdown(r) in results
+    st = r["stress"]
+    text = " ".join(results.split())
+    assert (f"{st['rounds']} rounds in {st['seconds']:.1f} s; {st['differs']} of them "
+            f"({st['rate']:.0%}) lost at least one update, with {st['outcomes']} distinct "
+            f"outcomes") in text
+    counts = [r["by_width"][w]["dpor"]["schedules"] for w in ("2", "3", "4")]
+    assert f"({counts[0]:,}, {counts[1]:,}, {counts[2]:,})" in text
