@@ -11,9 +11,9 @@ may run between the two: a lost update. A numba ``@njit`` kernel is run through 
 
 Mechanics. Each worker runs ``fn(**arrays, **call)`` in a greenlet of its own (a
 coroutine with its own stack); at every access it posts the access it is about to make
-and returns to the scheduler. The scheduler picks which
-waiting worker makes its access next; that worker then runs (private computation only)
-to its next access and waits again. So a schedule is the order of the accesses, and a
+and returns to the scheduler. The scheduler picks which waiting worker makes its access
+next; that worker then runs (private computation only) to its next access and waits
+again. So a schedule is the order of the accesses, and a
 run under a given order is deterministic.
 
 Strategies:
@@ -23,8 +23,7 @@ Strategies:
   loads, give the same result, so only orders that reverse a *race* (two accesses to
   one element, one of them a store, by different workers, not already ordered) are
   run. Exhaustive up to ``max_schedules``; ``result.complete`` says whether it ran
-  out.
-  Tests hold the reachable final states to those of brute-force enumeration.
+  out. Tests hold the reachable final states to those of brute-force enumeration.
 - ``"random"``: ``max_schedules`` schedules, each switch point choosing a waiting
   worker uniformly (seeded).
 - ``"pct"``: probabilistic concurrency testing (Burckhardt et al., ASPLOS 2010):
@@ -270,11 +269,9 @@ class SharedArray:
 
 # --- choosing: the strategies -----------------------------------------------------
 
-def _sticky(run, waiting, prefer):
-    """``prefer`` if it is waiting, else the worker that ran last if it is, else the
-    lowest waiting: the default continuation (no preemption where avoidable)."""
-    if prefer in waiting:
-        return prefer
+def _sticky(run, waiting):
+    """The worker that ran last if it is waiting, else the lowest waiting: the default
+    continuation (no preemption where avoidable)."""
     last = run.trace[-1][0] if run.trace else None
     return last if last in waiting else waiting[0]
 
@@ -285,11 +282,13 @@ def _prefix_chooser(prefix):
         k = len(run.trace)
         if k < len(prefix):
             if prefix[k] not in waiting:
-                raise AssertionError(f"schedule step {k}: worker {prefix[k]} is not "
-                                     f"waiting (waiting: {waiting}); the update function "
-                                     f"is not deterministic")
+                raise InvalidArgument(
+                    f"schedule step {k}: worker {prefix[k]} is not waiting (waiting: "
+                    f"{waiting}): the update function did not repeat its accesses under "
+                    f"the same schedule; it must depend only on its arguments and the "
+                    f"shared arrays (no clocks, random numbers or global state)")
             return prefix[k]
-        return _sticky(run, waiting, None)
+        return _sticky(run, waiting)
     return choose
 
 
@@ -298,7 +297,7 @@ def _choices_chooser(choices):
     same worker; c > 0 = the c-th other waiting worker, cyclically)."""
     def choose(run, waiting):
         k = len(run.trace)
-        cur = _sticky(run, waiting, None)
+        cur = _sticky(run, waiting)
         c = choices[k] if k < len(choices) else 0
         if c == 0 or len(waiting) == 1:
             return cur

@@ -114,9 +114,9 @@ statements = st.tuples(st.integers(0, 2), st.integers(0, 2), st.sampled_from([1.
                        st.sampled_from([0.0, 1.0, 5.0]))
 
 
-@settings(max_examples=25, deadline=None)
-@given(st.lists(st.lists(statements, min_size=1, max_size=3), min_size=2, max_size=3)
-       .filter(lambda ps: sum(len(p) for p in ps) <= 6))
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.lists(statements, min_size=1, max_size=2), min_size=2, max_size=3)
+       .filter(lambda ps: sum(len(p) for p in ps) <= 5))
 def test_dpor_reaches_exactly_the_brute_force_outcomes(progs):
     init = np.array([1.0, 2.0, 3.0])
     seen = set()
