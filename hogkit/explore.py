@@ -24,6 +24,10 @@ Strategies:
   one element, one of them a store, by different workers, not already ordered) are
   run. Exhaustive up to ``max_schedules``; ``result.complete`` says whether it ran
   out. Tests hold the reachable final states to those of brute-force enumeration.
+- ``"bounded"``: every schedule with at most ``preemptions`` preemptions (a switch
+  away from a worker that could go on), no pruning: iterative context bounding as in
+  CHESS (Musuvathi and Qadeer, PLDI 2007), complete within its bound; most races need
+  one or two.
 - ``"random"``: ``max_schedules`` schedules, each switch point choosing a waiting
   worker uniformly (seeded).
 - ``"pct"``: probabilistic concurrency testing (Burckhardt et al., ASPLOS 2010):
@@ -58,7 +62,7 @@ from hogkit.validation import check_choice, check_int
 __all__ = ["explore", "run_schedule", "Exploration", "Access", "SharedArray",
            "InvariantBroken", "STRATEGIES"]
 
-STRATEGIES = ("dpor", "random", "pct")
+STRATEGIES = ("dpor", "bounded", "random", "pct")
 LOAD, STORE = "load", "store"
 
 
@@ -585,7 +589,7 @@ def run_schedule(fn, arrays, calls, choices=()):
 
 def explore(fn, arrays, calls, invariant, *, max_schedules: int = 1000,
             strategy: str = "dpor", seed: int = 0, depth: int = 2,
-            max_steps: int = 100_000) -> Exploration:
+            preemptions: int = 2, max_steps: int = 100_000) -> Exploration:
     """Explore the interleavings of ``fn(**arrays, **calls[w])`` run by ``len(calls)``
     workers on shared ``arrays``, and check ``invariant(**arrays_after)`` on each.
 
@@ -596,6 +600,8 @@ def explore(fn, arrays, calls, invariant, *, max_schedules: int = 1000,
     calls : one dict of the remaining arguments per worker.
     invariant : ``invariant(**arrays_after) -> bool`` (or raises AssertionError).
     strategy : ``"dpor"`` (every distinct outcome, up to ``max_schedules``),
+        ``"bounded"`` (every schedule with at most ``preemptions`` switches away from
+        a worker that could go on, no pruning: CHESS's context bounding),
         ``"random"`` or ``"pct"`` (``max_schedules`` sampled schedules; ``seed``;
         ``depth``: PCT's bug depth). See the module docstring.
     max_steps : accesses one schedule may make (a guard against spinning workers).
@@ -605,6 +611,7 @@ def explore(fn, arrays, calls, invariant, *, max_schedules: int = 1000,
     max_schedules = check_int("max_schedules", max_schedules, min_value=1)
     check_choice("strategy", strategy, STRATEGIES)
     depth = check_int("depth", depth, min_value=1)
+    preemptions = check_int("preemptions", preemptions, min_value=0)
     rng = random.Random(seed)
     state = {"tried": 0, "seen": set(), "best": None}
 
@@ -623,6 +630,8 @@ def explore(fn, arrays, calls, invariant, *, max_schedules: int = 1000,
     complete = None
     if strategy == "dpor":
         complete = _dpor(one, max_schedules)
+    elif strategy == "bounded":
+        complete = _bounded(one, max_schedules, preemptions)
     else:
         length = len(one(_prefix_chooser([])).trace)
         while state["tried"] < max_schedules:
@@ -681,5 +690,51 @@ def _dpor_chooser(nodes, prefix):
         w = follow(run, waiting)
         if len(run.trace) >= len(prefix):
             nodes.append({"waiting": waiting, "backtrack": {w}, "done": {w}, "chosen": w})
+        return w
+    return choose
+
+
+def _bounded(one, max_schedules, bound):
+    """Every schedule with at most ``bound`` preemptions, depth first: each state's
+    choices are all its waiting workers, less those that would preempt once too
+    often. Returns True when all were run."""
+    nodes, prefix, tried = [], [], 0
+    while True:
+        one(_bounded_chooser(nodes, prefix, bound))
+        tried += 1
+        while nodes and not (nodes[-1]["backtrack"] - nodes[-1]["done"]):
+            nodes.pop()
+        if not nodes:
+            return True
+        if tried >= max_schedules:
+            return False
+        node = nodes[-1]
+        w = min(node["backtrack"] - node["done"])
+        node["done"].add(w)
+        node["chosen"] = w
+        prefix = [n["chosen"] for n in nodes]
+
+
+def _cost(node, w):
+    """1 when running ``w`` at ``node`` preempts the worker that ran last."""
+    last = node["last"]
+    return int(last is not None and w != last and last in node["waiting"])
+
+
+def _bounded_chooser(nodes, prefix, bound):
+    """Follow ``prefix``; past it, make a node per state whose choices are the waiting
+    workers within the preemption bound, and run without preempting."""
+    del nodes[len(prefix):]
+    follow = _prefix_chooser(prefix)
+
+    def choose(run, waiting):
+        w = follow(run, waiting)
+        k = len(run.trace)
+        if k >= len(prefix):
+            pre = nodes[k - 1]["pre"] + _cost(nodes[k - 1], nodes[k - 1]["chosen"]) if k else 0
+            node = {"waiting": waiting, "last": run.trace[-1][0] if k else None, "pre": pre,
+                    "done": {w}, "chosen": w}
+            node["backtrack"] = {q for q in waiting if pre + _cost(node, q) <= bound}
+            nodes.append(node)
         return w
     return choose

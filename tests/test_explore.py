@@ -68,6 +68,22 @@ def test_disjoint_rows_hold_with_one_schedule():
         res.replay()
 
 
+def test_bounded_search_needs_one_preemption_for_the_lost_update():
+    calls = [{"r": 0, "g": G1}, {"r": 0, "g": G2}]
+    both = lambda W: np.array_equal(W[0], G1 + G2)          # noqa: E731
+    none = explore(add_row, {"W": np.zeros((2, 3))}, calls, both, strategy="bounded",
+                   preemptions=0)
+    assert none.holds and none.complete and none.schedules_tried == 2   # the two orders
+    one = explore(add_row, {"W": np.zeros((2, 3))}, calls, both, strategy="bounded",
+                  preemptions=1)
+    assert not one.holds and one.complete and one.lost_updates == 1
+    disjoint = explore(add_row, {"W": np.zeros((2, 3))}, [{"r": 0, "g": G1},
+                                                          {"r": 1, "g": G2}],
+                       lambda W: np.array_equal(W, np.stack([G1, G2])),
+                       strategy="random", max_schedules=200)
+    assert disjoint.holds and disjoint.schedules_tried == 200 and disjoint.outcomes == 1
+
+
 @pytest.mark.parametrize("strategy", ["random", "pct"])
 def test_sampling_strategies_find_the_lost_update(strategy):
     res = explore(add_row, {"W": np.zeros((1, 1))}, [{"r": 0, "g": G1[:1]},
@@ -127,8 +143,13 @@ def test_dpor_reaches_exactly_the_brute_force_outcomes(progs):
     res = explore(_interpret, {"a": init}, [{"prog": p} for p in progs], record,
                   max_schedules=10_000)
     assert res.complete
-    assert seen == _brute_force(init, progs)
+    want = _brute_force(init, progs)
+    assert seen == want
     assert res.outcomes == len(seen)
+    seen.clear()                       # unbounded context bounding: every interleaving
+    every = explore(_interpret, {"a": init}, [{"prog": p} for p in progs], record,
+                    strategy="bounded", preemptions=99, max_schedules=100_000)
+    assert every.complete and seen == want and every.schedules_tried >= res.schedules_tried
 
 
 @settings(max_examples=20, deadline=None)
