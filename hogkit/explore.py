@@ -266,6 +266,15 @@ class SharedArray:
         for flat, v in zip(sel.reshape(-1), vals.reshape(-1)):
             self._store(int(flat), v)
 
+    def __getattr__(self, name):
+        if name.startswith("_"):                 # unset slots, dunder probes
+            raise AttributeError(name)
+        raise AttributeError(
+            f"a shared array under exploration has indexing, shape, dtype, ndim, size, "
+            f"itemsize and len(), not .{name}: every other use must go through element "
+            f"loads, e.g. np.asarray({self._name}).{name}(...) (which loads every "
+            f"element, each a switch point)")
+
     def __array__(self, dtype=None, copy=None):
         out = self[...]
         return out if dtype is None else out.astype(dtype)

@@ -87,7 +87,7 @@ def _worker(name, call, fn, rounds, barrier, jitter_ns, seed, rank, errors):
         errors.put((rank, traceback.format_exc()))
         barrier.abort()
     finally:
-        views = None
+        views = go = None
         store.close()
 
 
@@ -104,7 +104,8 @@ def stress(fn, arrays, calls, *, rounds: int = 200, invariant: Optional[Callable
     memory, ``rounds`` times from the same initial ``arrays``; see the module docstring.
 
     ``fn`` must be importable by a spawned process (a top-level function; a script
-    needs ``if __name__ == "__main__":``). ``jitter_ns``: the largest random delay
+    needs ``if __name__ == "__main__":``); a numba kernel compiles in each process
+    unless it is ``@njit(cache=True)``. ``jitter_ns``: the largest random delay
     before each worker's call. ``timeout``: seconds a round may take before the run
     fails (a hung worker). Raises InvalidArgument before anything is spawned when
     ``fn`` fails on the inputs run one after another.

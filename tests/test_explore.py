@@ -224,6 +224,11 @@ def test_bad_input_is_named():
     with pytest.raises(InvalidArgument, match="strategy"):
         explore(add_row, {"W": np.zeros((1, 1))}, [{"r": 0, "g": G1}], lambda W: True,
                 strategy="bfs")
+    with pytest.raises(InvalidArgument, match=r"not \.sum: .*np\.asarray\(W\)\.sum"):
+        explore(lambda W: W.sum(), {"W": np.zeros(2)}, [{}], lambda W: True)
+    res = explore(lambda W: np.asarray(W).sum(), {"W": np.zeros(2)}, [{}, {}],
+                  lambda W: True)
+    assert res.holds and res.schedules_tried == 1           # loads only: no race
     with pytest.raises(InvalidArgument, match=r"worker 0's call raised IndexError"):
         explore(add_row, {"W": np.zeros((1, 3))}, [{"r": 5, "g": G1}], lambda W: True)
 
