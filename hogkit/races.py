@@ -94,8 +94,9 @@ def _check_step(pos, step, n, width):
               fix=f"the table has {n} rows")
     if step.kind in ("store", "add", "write"):
         if step.value is None:
-            raise InvalidArgument(f"schedule[{pos}]: a {step.kind} needs value= (the delta "
-                                  f"to add), got None")
+            what = "the value to write" if step.kind == "write" else "the delta to add"
+            raise InvalidArgument(f"schedule[{pos}]: a {step.kind} needs value= ({what}), "
+                                  f"got None")
         v = np.asarray(step.value, dtype=np.float64)
         if v.ndim > 1 or (v.ndim == 1 and v.shape[0] != width):
             raise InvalidArgument(f"schedule[{pos}].value has shape {v.shape}; expected a "
