@@ -59,6 +59,28 @@ def test_the_docs_example_takes_60_schedules_for_4_outcomes():
     assert "->" in res.trace() and res.schedule.count(1) == 4
 
 
+def _set_or_snapshot(W, R, write):
+    if write:
+        W[0, :] = 1.0                  # element by element: not atomic
+    else:
+        R[:] = W[0]                    # a row read, then a private copy stored
+
+
+def test_a_row_read_can_tear_and_the_replay_says_so():
+    """The writer sets W[0] to ones left to right, so W only ever holds ones then
+    zeros. A snapshot of an intermediate state ([1, 1, 0]) is not torn; a read that saw
+    an element old and a later one new ([0, 1, 1]) is: W never held that."""
+    cells = {"W": np.zeros((1, 3)), "R": np.zeros(3)}
+    calls = [{"write": True}, {"write": False}]
+    snap = explore(_set_or_snapshot, cells, calls, lambda W, R: len(set(R)) == 1)
+    assert not snap.holds and snap.torn_reads == 0          # [1, 1, 0]: a real state
+    torn = explore(_set_or_snapshot, cells, calls,
+                   lambda W, R: list(R) == sorted(R, reverse=True))
+    assert not torn.holds and torn.complete
+    assert torn.torn_reads == 1 and torn.lost_updates == 0
+    assert list(torn.final["R"]) != sorted(torn.final["R"], reverse=True)
+
+
 def test_disjoint_rows_hold_with_one_schedule():
     res = explore(add_row, {"W": np.zeros((2, 3))}, [{"r": 0, "g": G1}, {"r": 1, "g": G2}],
                   lambda W: np.array_equal(W, np.stack([G1, G2])))
