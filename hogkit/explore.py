@@ -671,11 +671,20 @@ def _dpor(one, max_schedules):
     the schedules, but the brute-force property found 3-worker programs whose outcome
     they hid (a worker asleep at the one state where a race could be reversed; optimal
     DPOR's wakeup trees are the known cure, not built)."""
+    return _depth_first(one, max_schedules, _dpor_chooser, _races)
+
+
+def _depth_first(one, max_schedules, chooser, analyse=None):
+    """Run schedules depth first over the nodes ``chooser(nodes, prefix)`` makes (each
+    ``{"waiting", "backtrack", "done", "chosen"}``): after each run (and
+    ``analyse(run, nodes)``), re-run with the deepest node's next untried choice.
+    Returns True when none is left, False when ``max_schedules`` ran first."""
     nodes, prefix, tried = [], [], 0
     while True:
-        run = one(_dpor_chooser(nodes, prefix))
+        run = one(chooser(nodes, prefix))
         tried += 1
-        _races(run, nodes)
+        if analyse is not None:
+            analyse(run, nodes)
         while nodes and not (nodes[-1]["backtrack"] - nodes[-1]["done"]):
             nodes.pop()
         if not nodes:
@@ -707,21 +716,8 @@ def _bounded(one, max_schedules, bound):
     """Every schedule with at most ``bound`` preemptions, depth first: each state's
     choices are all its waiting workers, less those that would preempt once too
     often. Returns True when all were run."""
-    nodes, prefix, tried = [], [], 0
-    while True:
-        one(_bounded_chooser(nodes, prefix, bound))
-        tried += 1
-        while nodes and not (nodes[-1]["backtrack"] - nodes[-1]["done"]):
-            nodes.pop()
-        if not nodes:
-            return True
-        if tried >= max_schedules:
-            return False
-        node = nodes[-1]
-        w = min(node["backtrack"] - node["done"])
-        node["done"].add(w)
-        node["chosen"] = w
-        prefix = [n["chosen"] for n in nodes]
+    return _depth_first(one, max_schedules,
+                        lambda nodes, prefix: _bounded_chooser(nodes, prefix, bound))
 
 
 def _cost(node, w):
