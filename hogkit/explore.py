@@ -621,6 +621,7 @@ def explore(fn, arrays, calls, invariant, *, max_schedules: int = 1000,
     check_choice("strategy", strategy, STRATEGIES)
     depth = check_int("depth", depth, min_value=1)
     preemptions = check_int("preemptions", preemptions, min_value=0)
+    max_steps = check_int("max_steps", max_steps, min_value=1)
     rng = random.Random(seed)
     state = {"tried": 0, "seen": set(), "best": None}
 

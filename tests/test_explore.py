@@ -243,6 +243,12 @@ def test_bad_input_is_named():
                 lambda W: True)
     with pytest.raises(InvalidType, match="must be a function"):
         explore(3, {"W": np.zeros((1, 1))}, [{"r": 0, "g": G1}], lambda W: True)
+    with pytest.raises(InvalidArgument, match="max_steps"):
+        explore(add_row, {"W": np.zeros((1, 3))}, [{"r": 0, "g": G1}], lambda W: True,
+                max_steps=0)
+    with pytest.raises(InvalidArgument, match="ran past max_steps=4"):
+        explore(add_row, {"W": np.zeros((1, 3))}, [{"r": 0, "g": G1}], lambda W: True,
+                max_steps=4)
     with pytest.raises(InvalidArgument, match="strategy"):
         explore(add_row, {"W": np.zeros((1, 1))}, [{"r": 0, "g": G1}], lambda W: True,
                 strategy="bfs")
