@@ -51,6 +51,7 @@ import random
 import sys
 import types
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Callable, Mapping, Optional, Sequence
 
 import numpy as np
@@ -127,11 +128,9 @@ class _Run:
             raise _Abort()
         del self.pending[w]
 
-    def record(self, w, array, flat, kind, value):
-        arr = self.data[array]
-        index = np.unravel_index(flat, arr.shape) if arr.ndim else ()
+    def record(self, w, array, flat, index, kind, value):
         self.trace.append((w, (array, flat, kind),
-                           Access(w, kind, array, tuple(int(i) for i in index),
+                           Access(w, kind, array, index,
                                   value.item() if hasattr(value, "item") else value,
                                   _user_line())))
 
@@ -223,48 +222,62 @@ class SharedArray:
     def __repr__(self):
         return f"SharedArray({self._name!r}, shape={self.shape}, dtype={self.dtype})"
 
-    def _flat(self, key):
-        """Flat indices of ``key``'s selection (an int for one element)."""
+    def _element(self, key):
+        """``(flat index, index tuple)`` when ``key`` names one element, else None."""
         a = self._arr
         k = key if isinstance(key, tuple) else (key,)
-        if len(k) == a.ndim and all(isinstance(i, (int, np.integer)) for i in k):
-            idx = tuple(int(i) + (a.shape[d] if int(i) < 0 else 0) for d, i in enumerate(k))
-            if not all(0 <= i < n for i, n in zip(idx, a.shape)):
+        if len(k) != a.ndim or not all(isinstance(i, (int, np.integer)) for i in k):
+            return None
+        idx = tuple(int(i) + (n if int(i) < 0 else 0) for i, n in zip(k, a.shape))
+        flat = 0
+        for i, n in zip(idx, a.shape):
+            if not 0 <= i < n:
                 raise IndexError(f"index {key} is out of bounds for {self._name} of shape "
                                  f"{a.shape}")
-            return int(np.ravel_multi_index(idx, a.shape))
-        return np.arange(a.size).reshape(a.shape)[key]
+            flat = flat * n + i
+        return flat, idx
 
-    def _load(self, flat):
+    def _selection(self, key):
+        """The flat indices ``key`` selects, in C order (slices, rows, fancy indices)."""
+        return np.arange(self._arr.size).reshape(self._arr.shape)[key]
+
+    def _load(self, flat, idx):
         run = self._run
         run.point(self._w, self._name, flat, LOAD)
         v = self._arr.flat[flat]
-        run.record(self._w, self._name, flat, LOAD, v)
+        run.record(self._w, self._name, flat, idx, LOAD, v)
         return v
 
-    def _store(self, flat, value):
+    def _store(self, flat, idx, value):
         run = self._run
         run.point(self._w, self._name, flat, STORE)
         self._arr.flat[flat] = value
-        run.record(self._w, self._name, flat, STORE, self._arr.flat[flat])
+        run.record(self._w, self._name, flat, idx, STORE, self._arr.flat[flat])
 
     def __getitem__(self, key):
-        sel = self._flat(key)
-        if isinstance(sel, int):
-            return self._load(sel)
+        one = self._element(key)
+        if one is not None:
+            return self._load(*one)
+        sel = self._selection(key)
         out = np.empty(sel.shape, self._arr.dtype)
         for pos, flat in enumerate(sel.reshape(-1)):
-            out.flat[pos] = self._load(int(flat))
+            flat = int(flat)
+            out.flat[pos] = self._load(flat, self._unravel(flat))
         return out
 
     def __setitem__(self, key, value):
-        sel = self._flat(key)
-        if isinstance(sel, int):
-            self._store(sel, value)
+        one = self._element(key)
+        if one is not None:
+            self._store(*one, value)
             return
+        sel = self._selection(key)
         vals = np.broadcast_to(np.asarray(value, self._arr.dtype), sel.shape)
         for flat, v in zip(sel.reshape(-1), vals.reshape(-1)):
-            self._store(int(flat), v)
+            flat = int(flat)
+            self._store(flat, self._unravel(flat), v)
+
+    def _unravel(self, flat):
+        return tuple(int(i) for i in np.unravel_index(flat, self._arr.shape))
 
     def __getattr__(self, name):
         if name.startswith("_"):                 # unset slots, dunder probes
@@ -414,15 +427,14 @@ class Exploration:
     counterexample: Optional[list]
     final: Optional[dict] = None
     _replayer: Optional[Callable] = field(default=None, repr=False)
-    _names: tuple = field(default=(), repr=False)
-    _initial: Optional[dict] = field(default=None, repr=False)
+    _initial: Optional[dict] = field(default=None, repr=False)   # name -> array, in order
     _seen: frozenset = field(default=frozenset(), repr=False)
 
     def reaches(self, arrays: Mapping) -> bool:
         """Whether ``arrays`` (name -> array, as the invariant gets them) is one of the
         final states the schedules tried left."""
-        return self.reaches_bytes(tuple(np.asarray(arrays[k], self._initial[k].dtype)
-                                        .tobytes() for k in self._names))
+        return self.reaches_bytes(tuple(np.asarray(arrays[k], v.dtype).tobytes()
+                                        for k, v in self._initial.items()))
 
     def reaches_bytes(self, key: tuple) -> bool:
         """:meth:`reaches` for a final state given as each array's bytes, in order."""
@@ -434,7 +446,7 @@ class Exploration:
         return None if self.counterexample is None else [a.worker for a in
                                                          self.counterexample]
 
-    @property
+    @cached_property
     def steps(self) -> Optional[list]:
         """The counterexample as :class:`hogkit.races.Step` s on one flat table (the
         shared arrays' elements, in ``arrays`` order): a load the same worker later
@@ -443,12 +455,12 @@ class Exploration:
         if self.counterexample is None:
             return None
         offsets, o = {}, 0
-        for k in self._names:
+        for k, v in self._initial.items():
             offsets[k] = o
-            o += int(np.asarray(self._initial[k]).size)
-        shapes = {k: np.asarray(self._initial[k]).shape for k in self._names}
-        rows = [offsets[a.array] + (int(np.ravel_multi_index(a.index, shapes[a.array]))
-                                    if a.index else 0) for a in self.counterexample]
+            o += v.size
+        rows = [offsets[a.array] + int(np.ravel_multi_index(a.index,
+                                                            self._initial[a.array].shape))
+                for a in self.counterexample]
         out = []
         for n, (a, r) in enumerate(zip(self.counterexample, rows)):
             if a.kind == STORE:
@@ -461,23 +473,25 @@ class Exploration:
 
     def table(self) -> np.ndarray:
         """The initial arrays flattened into the one float64 table :attr:`steps` index."""
-        return np.concatenate([np.asarray(self._initial[k], np.float64).reshape(-1)
-                               for k in self._names])
+        return np.concatenate([v.astype(np.float64).reshape(-1)
+                               for v in self._initial.values()])
 
-    def _replay(self):
+    @cached_property
+    def _replayed(self):
+        """:func:`hogkit.races.replay` of :attr:`steps` (None without a counterexample)."""
         return None if self.steps is None else replay_steps(self.steps, self.table())
 
     @property
     def lost_updates(self) -> int:
         """Stores in the counterexample that overwrote another worker's store made
         since their load (:func:`hogkit.races.replay`'s ``lost``); 0 without one."""
-        r = self._replay()
+        r = self._replayed
         return 0 if r is None else r.lost
 
     @property
     def torn_reads(self) -> int:
         """Vector reads in the counterexample that no single instant matches."""
-        r = self._replay()
+        r = self._replayed
         return 0 if r is None else r.torn
 
     def replay(self) -> dict:
@@ -659,7 +673,7 @@ def explore(fn, arrays, calls, invariant, *, max_schedules: int = 1000,
                        complete=complete, outcomes=len(state["seen"]),
                        counterexample=None if best is None else best[1],
                        final=None if best is None else best[2], _replayer=replayer,
-                       _names=tuple(arrays), _initial=arrays,
+                       _initial=arrays,
                        _seen=frozenset(state["seen"]))
 
 

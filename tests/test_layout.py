@@ -87,7 +87,7 @@ def _model(seed=0):
 def test_local_phase_merge_and_pull():
     shared = _model()
     start = {k: v.copy() for k, v in shared.items()}
-    ph = LocalPhase(shared, workers=4)
+    ph = LocalPhase(shared, divisor=4)
     assert not ph.pending()
     for v in ph.replica.values():
         v += 1.0
@@ -105,7 +105,7 @@ def test_local_phase_merge_and_pull():
 
 def test_local_phase_overlap_rebases():
     shared = _model(1)
-    ph = LocalPhase(shared, workers=2, overlap=True)
+    ph = LocalPhase(shared, divisor=2, overlap=True)
     ph.replica["a"] += 1.0
     ph.merge()
     ph.close()

@@ -35,11 +35,12 @@ __all__ = ["LocalPhase"]
 
 class LocalPhase:
     """One worker's replica of ``shared`` (a dict of arrays) and its merges into it,
-    ``workers`` being the W that divides each delta."""
+    ``divisor`` what each delta is divided by on its way in (the policy's
+    ``merge_divisor(W)``: W for local SGD's average, 1 for a sum)."""
 
-    def __init__(self, shared, workers, overlap=False):
+    def __init__(self, shared, divisor, overlap=False):
         self.shared = shared
-        self.workers = workers
+        self.divisor = divisor
         self.overlap = overlap
         self.replica = {k: v.copy() for k, v in shared.items()}
         self.base = {k: v.copy() for k, v in shared.items()}
@@ -54,7 +55,7 @@ class LocalPhase:
     def _merge_into_shared(self, delta):
         try:
             for name, d in delta.items():
-                merge(self.shared[name], d, workers=self.workers)
+                merge(self.shared[name], d, workers=self.divisor)
             self.result = {k: v.copy() for k, v in self.shared.items()}
         except BaseException as e:  # noqa: BLE001 - re-raised in the worker by close()
             self.error = e
@@ -67,9 +68,9 @@ class LocalPhase:
                 if shared.flags.c_contiguous and shared.dtype == r.dtype == b.dtype:
                     # one compiled pass (flat views: no copy of a contiguous array)
                     merge_flat(shared.reshape(-1), r.reshape(-1), b.reshape(-1),
-                               self.workers)
+                               self.divisor)
                 else:
-                    merge(shared, local_delta(r, b), workers=self.workers)
+                    merge(shared, local_delta(r, b), workers=self.divisor)
                     r[...] = shared
                     b[...] = shared
             return
