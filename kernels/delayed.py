@@ -14,11 +14,14 @@ The gap ``w_now - w_read`` of DC-ASGD and Gap-Aware is measured when the update
 arrives, i.e. from each row's value when the call starts. A duplicated row
 therefore does not count the step of its own earlier occurrence as part of its gap
 (a fresh read gives plain SGD exactly, duplicates or not). The ``*_rows`` kernels do
-this in two passes: :func:`start_values` gathers every entry's row as the call starts
-into an ``(n, d)`` scratch, then one update pass takes each entry's gap from there.
-Results are bit-for-bit those of the earlier kernels, which found the repeated rows
-with a hash of the batch positions and saved only their start values (same
-operations, same order; the hash's probes and per-row branches cost ~13 ns an entry).
+this in two passes: :func:`gaps_into` turns every entry's read copy into its gap
+(``w_now - w_read``) before any row is written, then one update pass
+(``*_gap_rows``) takes each entry's gap from there. The step core calls the two
+passes on its own read buffer (``kernels.rule.apply_rows``: the copies become the
+gaps in place); the public ``*_rows`` leave their ``B``/``R`` as they were. A row
+whose gap is all zeros (no one else wrote it since the read: most rows, most steps)
+takes the rule's undamped form, which skips the square roots and divisions and
+gives the same bits.
 
 Scalars are cast to the parameter dtype once per call. Nothing is checked here;
 ``hogkit.rules.core`` validates shapes, dtypes and row ranges first (numba does no bounds
@@ -32,7 +35,7 @@ the ``llvm.sqrt`` intrinsic so the loops vectorise (``_intrinsics.py``).
 import numpy as np
 from numba import njit
 
-from ._intrinsics import prefetch_row, sqrt
+from ._intrinsics import prefetch, prefetch_row, sqrt
 from .dense import momentum_flat, sgd_flat
 from .sparse import momentum_rows, prefetched, sgd_rows
 
@@ -69,23 +72,46 @@ def staleness_aware_momentum_rows(W, M, rows, G, lr, mu, tau, n=-1):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def start_values(W, rows, n):
-    """Each entry's row as the call starts: ``S[i] = W[rows[i]]`` for ``i < n``, gathered
-    before any row is written (``(n, d)``, newly allocated). The update pass then takes
-    every occurrence's gap from ``S``, duplicates or not, without finding the duplicates
-    (a hash of the batch positions did that: its probes and the update pass's branch on
-    each row's kind cost ~13 ns an entry on logreg's varying batches, against ~1 ns for
-    the gather), and finds the rows in cache (the gather is their prefetch)."""
+def gaps_into(W, rows, B, n):
+    """Each entry's gap as the call starts, in place of its read copy: ``B[i] =
+    W[rows[i]] - B[i]`` for ``i < n``, every one taken before any row is written. The
+    update pass then takes every occurrence's gap from ``B``, duplicates or not,
+    without finding the duplicates (a hash of the batch positions did that: its probes
+    and the update pass's branch on each row's kind cost ~13 ns an entry on logreg's
+    varying batches), and finds the rows in cache (this pass is their prefetch). In
+    place, not into a second array: with two array arguments that might be one, LLVM's
+    overlap check sends the loop to its scalar version (measured 1.3x slower on mf's
+    rows). A one-column table has a loop of its own (the column loop's set-up cost
+    more than the subtraction)."""
     d = W.shape[1]
-    S = np.empty((n, d), W.dtype)
     pf = prefetched(W)
+    if d == 1:
+        for i in range(n):
+            if pf and i + _AHEAD < n:
+                prefetch(W, rows[i + _AHEAD], 0)
+            B[i, 0] = W[rows[i], 0] - B[i, 0]
+        return
     for i in range(n):
         if pf and i + _AHEAD < n:
             prefetch_row(W, rows[i + _AHEAD])
         r = rows[i]
         for j in range(d):
-            S[i, j] = W[r, j]
-    return S
+            B[i, j] = W[r, j] - B[i, j]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _moved(D, i, d):
+    """True when entry ``i``'s gap row is not all zeros (a NaN counts as moved): a row
+    no one else wrote since the read takes the rule's undamped form, exactly."""
+    m = False
+    for j in range(d):
+        m |= D[i, j] != 0
+    return m
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _count(rows, n):
+    return rows.shape[0] if n < 0 else n
 
 
 # --- DC-ASGD (Zheng, Meng, Wang, Chen, Yu, Ma, Liu; ICML 2017) -----------------------
@@ -109,17 +135,29 @@ def dc_flat(w, g, w_bak, lr, lam):
 def dc_rows(W, rows, G, B, lr, lam, n=-1):
     """Sparse-row constant DC-ASGD; ``B[i]`` is the ``w_bak`` of row ``rows[i]``;
     ``w - w_bak`` is the row's value when the call starts (see the module docstring:
-    the start values are gathered first, then one update pass)."""
+    the gaps are taken first, then one update pass). ``B`` is left as it was."""
+    n = _count(rows, n)
+    D = B[:n].copy()
+    gaps_into(W, rows, D, n)
+    dc_gap_rows(W, rows, G, D, lr, lam, n)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def dc_gap_rows(W, rows, G, D, lr, lam, n):
+    """:func:`dc_rows`'s update pass, from the gaps ``D`` (:func:`gaps_into`)."""
     a = W.dtype.type(lr)
     c = W.dtype.type(lam)
-    n = rows.shape[0] if n < 0 else n
     d = W.shape[1]
-    S = start_values(W, rows, n)
+    if d == 1:
+        for i in range(n):
+            gi = G[i, 0]
+            W[rows[i], 0] -= a * (gi + ((c * D[i, 0]) * gi) * gi)
+        return
     for i in range(n):
         r = rows[i]
         for j in range(d):
             gi = G[i, j]
-            W[r, j] -= a * (gi + ((c * (S[i, j] - B[i, j])) * gi) * gi)
+            W[r, j] -= a * (gi + ((c * D[i, j]) * gi) * gi)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -146,26 +184,58 @@ def dc_adaptive_flat(w, ms, g, w_bak, lr, lam0, m, eps):
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def dc_adaptive_rows(W, MS, rows, G, B, lr, lam0, m, eps, n=-1):
-    """Sparse-row adaptive DC-ASGD (``MS`` moves on touched rows only)."""
+    """Sparse-row adaptive DC-ASGD (``MS`` moves on touched rows only; ``B`` is left
+    as it was)."""
+    n = _count(rows, n)
+    D = B[:n].copy()
+    gaps_into(W, rows, D, n)
+    dc_adaptive_gap_rows(W, MS, rows, G, D, lr, lam0, m, eps, n)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def dc_adaptive_gap_rows(W, MS, rows, G, D, lr, lam0, m, eps, n):
+    """:func:`dc_adaptive_rows`'s update pass, from the gaps ``D``. A row whose gap is
+    all zeros skips ``lam_t``'s square root and division: ``(lam_t·z)·g·g`` for a zero
+    ``z`` is a zero of the same sign for every ``lam_t`` in ``[0, inf)`` (``lam0 >= 0``,
+    ``eps > 0``, a finite ``MS``), and so is ``(z·g)·g``: the same bits."""
     a = W.dtype.type(lr)
     l0 = W.dtype.type(lam0)
     mm = W.dtype.type(m)
     m1 = W.dtype.type(1.0 - m)
     e = W.dtype.type(eps)
-    n = rows.shape[0] if n < 0 else n
+    one = W.dtype.type(1.0)
     d = W.shape[1]
-    S = start_values(W, rows, n)
     pf = prefetched(MS)
+    if d == 1:
+        for i in range(n):
+            if pf and i + _AHEAD2 < n:
+                prefetch(MS, rows[i + _AHEAD2], 0)
+            r = rows[i]
+            gi = G[i, 0]
+            dd = D[i, 0]
+            v = mm * MS[r, 0] + m1 * (gi * gi)
+            MS[r, 0] = v
+            if dd != 0:
+                W[r, 0] -= a * (gi + (((l0 / sqrt(v + e)) * dd) * gi) * gi)
+            else:
+                W[r, 0] -= a * (gi + (dd * gi) * gi)
+        return
     for i in range(n):
         if pf and i + _AHEAD2 < n:
             prefetch_row(MS, rows[i + _AHEAD2])
         r = rows[i]
-        for j in range(d):
-            gi = G[i, j]
-            v = mm * MS[r, j] + m1 * (gi * gi)
-            MS[r, j] = v
-            lam_t = l0 / sqrt(v + e)
-            W[r, j] -= a * (gi + ((lam_t * (S[i, j] - B[i, j])) * gi) * gi)
+        if _moved(D, i, d):
+            for j in range(d):
+                gi = G[i, j]
+                v = mm * MS[r, j] + m1 * (gi * gi)
+                MS[r, j] = v
+                lam_t = l0 / sqrt(v + e)
+                W[r, j] -= a * (gi + ((lam_t * D[i, j]) * gi) * gi)
+        else:
+            for j in range(d):
+                gi = G[i, j]
+                MS[r, j] = mm * MS[r, j] + m1 * (gi * gi)
+                W[r, j] -= a * (gi + (D[i, j] * gi) * gi)
 
 
 # --- Gap-Aware (Barkai, Hakimi, Schuster; ICLR 2020) ---------------------------------
@@ -223,13 +293,22 @@ def gap_aware_rows(W, M, V, rows, G, R, lr, mu, gamma, lr_max, k, n=-1):
     and the bias correction uses the parameter's step count ``k`` (a rarely touched
     row's ``v_hat`` is then an under-estimate, which makes its gap larger: the
     conservative side). ``M`` is not touched when ``mu == 0`` (pass any 2-D array).
-    The gap is taken from the row's value when the call starts (gathered first, then
-    one update pass).
+    The gap is taken from the row's value when the call starts (the gaps first, then
+    one update pass); ``R`` is left as it was.
     """
+    n = _count(rows, n)
+    D = R[:n].copy()
+    gaps_into(W, rows, D, n)
+    gap_aware_gap_rows(W, M, V, rows, G, D, lr, mu, gamma, lr_max, k, n)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def gap_aware_gap_rows(W, M, V, rows, G, D, lr, mu, gamma, lr_max, k, n):
+    """:func:`gap_aware_rows`'s update pass, from the gaps ``D``. A row whose gap is
+    all zeros has the penalty 1 on every coordinate, and ``g / 1`` is ``g`` exactly:
+    it skips the square roots and divisions (the same bits)."""
     a, b, gm, g1, bc, cm, tiny, one = _ga_constants(W, lr, mu, gamma, lr_max, k)
-    n = rows.shape[0] if n < 0 else n
     d = W.shape[1]
-    S = start_values(W, rows, n)
     pf = prefetched(V)
     if mu != 0.0:
         for i in range(n):
@@ -243,20 +322,39 @@ def gap_aware_rows(W, M, V, rows, G, R, lr, mu, gamma, lr_max, k, n=-1):
                 u = b * mi + gi
                 vi = gm * V[r, j] + g1 * (u * u)
                 V[r, j] = vi
-                dl = abs(S[i, j] - R[i, j])
+                dl = abs(D[i, j])
                 gap = one + dl / (cm * (sqrt(vi * bc) + tiny)) if dl != 0 else one
                 mi = b * mi + gi / gap
                 M[r, j] = mi
                 W[r, j] -= a * mi
+    elif d == 1:
+        for i in range(n):
+            if pf and i + _AHEAD2 < n:
+                prefetch(V, rows[i + _AHEAD2], 0)
+            r = rows[i]
+            gi = G[i, 0]
+            vi = gm * V[r, 0] + g1 * (gi * gi)
+            V[r, 0] = vi
+            dl = abs(D[i, 0])
+            if dl != 0:
+                W[r, 0] -= a * (gi / (one + dl / (cm * (sqrt(vi * bc) + tiny))))
+            else:
+                W[r, 0] -= a * gi
     else:
         for i in range(n):
             if pf and i + _AHEAD2 < n:
                 prefetch_row(V, rows[i + _AHEAD2])
             r = rows[i]
-            for j in range(d):
-                gi = G[i, j]
-                vi = gm * V[r, j] + g1 * (gi * gi)
-                V[r, j] = vi
-                dl = abs(S[i, j] - R[i, j])
-                gap = one + dl / (cm * (sqrt(vi * bc) + tiny)) if dl != 0 else one
-                W[r, j] -= a * (gi / gap)
+            if _moved(D, i, d):
+                for j in range(d):
+                    gi = G[i, j]
+                    vi = gm * V[r, j] + g1 * (gi * gi)
+                    V[r, j] = vi
+                    dl = abs(D[i, j])
+                    gap = one + dl / (cm * (sqrt(vi * bc) + tiny)) if dl != 0 else one
+                    W[r, j] -= a * (gi / gap)
+            else:
+                for j in range(d):
+                    gi = G[i, j]
+                    V[r, j] = gm * V[r, j] + g1 * (gi * gi)
+                    W[r, j] -= a * gi

@@ -31,9 +31,10 @@ state can be any array of the right type (a ``(0, d)`` one). Nothing is checked 
 from numba import njit
 
 from .adaptive import FASTMATH, adagrad_flat, adagrad_rows, rmsprop_flat, rmsprop_rows
-from .delayed import (dc_adaptive_flat, dc_adaptive_rows, dc_flat, dc_rows, gap_aware_flat,
-                      gap_aware_rows, staleness_aware_flat, staleness_aware_momentum_flat,
-                      staleness_aware_momentum_rows, staleness_aware_rows)
+from .delayed import (dc_adaptive_flat, dc_adaptive_gap_rows, dc_flat, dc_gap_rows,
+                      gap_aware_flat, gap_aware_gap_rows, gaps_into, staleness_aware_flat,
+                      staleness_aware_momentum_flat, staleness_aware_momentum_rows,
+                      staleness_aware_rows)
 from .dense import momentum_flat, sgd_flat
 from .sparse import momentum_rows, sgd_rows
 
@@ -54,7 +55,10 @@ def _gscale(cfg, tau):
 def apply_rows(kind, cfg, W, S1, S2, k, ki, rows, G, R, n, tau):
     """Apply the first ``n`` rows of gradient ``G`` (rows ``rows``, read copies ``R``
     where the rule needs them) to the 2-D parameter ``W`` under rule ``kind`` at
-    staleness ``tau`` (updates by others since the read).
+    staleness ``tau`` (updates by others since the read); ``n < 0``: every row. The
+    read copies ``R`` are consumed: DC-ASGD and Gap-Aware turn them into the gaps in
+    place (``delayed.gaps_into``), so the step core's buffers need no scratch of their
+    own; a caller whose ``R`` must survive passes a copy (``hogkit.rules.core`` does).
 
     Inlined where the step core calls it, and kept small there: plain SGD (the common
     step) calls its row kernel at once; every other rule goes through one call to
@@ -69,6 +73,7 @@ def apply_rows(kind, cfg, W, S1, S2, k, ki, rows, G, R, n, tau):
 @njit(cache=True, nogil=True, fastmath=FASTMATH)
 def _apply_rows(kind, cfg, W, S1, S2, k, ki, rows, G, R, n, tau):
     """:func:`apply_rows` for every rule (the dispatch on ``kind``)."""
+    n = rows.shape[0] if n < 0 else n
     lr = cfg[LR]
     mu = cfg[MU]
     if kind == SGD:
@@ -82,16 +87,19 @@ def _apply_rows(kind, cfg, W, S1, S2, k, ki, rows, G, R, n, tau):
         else:
             staleness_aware_rows(W, rows, G, lr, tau, n)
     elif kind == DC:
-        dc_rows(W, rows, G, R, lr, cfg[LAM], n)
+        gaps_into(W, rows, R, n)
+        dc_gap_rows(W, rows, G, R, lr, cfg[LAM], n)
     elif kind == DC_ADAPTIVE:
-        dc_adaptive_rows(W, S1, rows, G, R, lr, cfg[LAM0], cfg[M], cfg[EPS], n)
+        gaps_into(W, rows, R, n)
+        dc_adaptive_gap_rows(W, S1, rows, G, R, lr, cfg[LAM0], cfg[M], cfg[EPS], n)
     elif kind == ADAGRAD:
         adagrad_rows(W, S1, rows, G, lr, cfg[EPS], _gscale(cfg, tau), n)
     elif kind == RMSPROP:
         rmsprop_rows(W, S1, rows, G, lr, cfg[ALPHA], cfg[EPS], _gscale(cfg, tau), n)
     else:
         k[ki] += 1
-        gap_aware_rows(W, S2, S1, rows, G, R, lr, mu, cfg[GAMMA], cfg[LR_MAX], k[ki], n)
+        gaps_into(W, rows, R, n)
+        gap_aware_gap_rows(W, S2, S1, rows, G, R, lr, mu, cfg[GAMMA], cfg[LR_MAX], k[ki], n)
 
 
 @njit(cache=True, nogil=True, fastmath=FASTMATH)

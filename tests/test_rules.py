@@ -135,6 +135,34 @@ def test_stale_reads_change_dc_and_ga():
         assert not np.allclose(stale["w"], sgd["w"])
 
 
+def test_apply_leaves_the_read_copies_as_they_were():
+    """The row kernels turn the step core's read buffer into gaps in place
+    (``kernels.delayed.gaps_into``); ``rule.apply`` hands them a copy, so a user's
+    ``Grad.read`` survives the call, and applying the same stale gradient through
+    ``kernels.rule.apply_rows`` on a buffer gives the same parameters bit for bit."""
+    from hogkit.kernels import rule as kr
+    rng = np.random.default_rng(7)
+    for rule in (DelayCompensated(0.1, lam=1.0), DelayCompensated(0.1, adaptive=True),
+                 GapAware(0.1), GapAware(0.1, momentum=0.9)):
+        W = rng.normal(size=(6, 5))
+        rows = np.array([4, 1, 4, 0], np.int64)
+        g = rng.normal(size=(4, 5))
+        read = W[rows] + rng.normal(size=(4, 5)) * (rng.random((4, 1)) < 0.5)
+        kept = read.copy()
+        params, state = {"w": W.copy()}, None
+        state = rule.init(params)
+        rule.apply(params, [Grad("w", g, rows, read)], state, staleness=2)
+        np.testing.assert_array_equal(read, kept)
+        buf, direct = read.copy(), W.copy()
+        s0 = rule.init({"w": direct})
+        n1, n2, _ = rule.slots
+        s1, s2 = (s0[f"{n}/w"] if n else np.empty((0, 5)) for n in (n1, n2))
+        k = s0.get("k/w", np.zeros(1, np.int64))
+        kr.apply_rows(rule.kind, rule.cfg(), direct, s1, s2, k, 0, rows, g, buf, -1, 2)
+        assert not np.array_equal(buf, kept)           # consumed: now the gaps
+        np.testing.assert_array_equal(direct, params["w"])
+
+
 def test_shared_state_vs_private_state():
     """Private (default): each worker has its own buffer. Shared: the same arrays in
     both workers' state dicts behave like one worker applying both updates."""
