@@ -477,6 +477,25 @@ def test_rules_gather_section_comes_from_the_committed_json():
             f"{now['mf']['dc_adaptive']:.2f}x. Still not met.") in text
 
 
+def test_rules_gaps_section_comes_from_the_committed_json():
+    """The in-place gaps step's live-rules table renders its JSON against the gather
+    step's, and the ratios its text quotes are the JSON's."""
+    import json
+    from pathlib import Path
+
+    from hogkit.benchmarks import rules
+    root = Path(__file__).resolve().parent.parent / "benchmarks"
+    r = json.loads((root / "rules_gaps.json").read_text())
+    o = json.loads((root / "rules_gather.json").read_text())
+    results = (root / "RESULTS.md").read_text()
+    assert rules.format_markdown(r, o) in results
+    now = {n: r["by_workload"][n]["over_sgd"] for n in ("mf", "logreg")}
+    text = " ".join(results.split())
+    assert (f"logreg Gap-Aware {now['logreg']['gap_aware']:.2f}x and adaptive DC-ASGD "
+            f"{now['logreg']['dc_adaptive']:.2f}x; mf {now['mf']['gap_aware']:.2f}x and "
+            f"{now['mf']['dc_adaptive']:.2f}x. logreg is at the line") in text
+
+
 def test_explore_section_comes_from_the_committed_json():
     """Issue 29's section: its table renders benchmarks/explore.json, and the stress
     figures its text quotes are the JSON's."""
