@@ -37,8 +37,8 @@ Deterministic: one thread, no races. Nothing here imports hogkit.
 import numpy as np
 from numba import njit
 
-from .clock import (A_RELEASED, DONE, ITER, NADM, STATE, admit, blocked, clock_lag,
-                    finish_iteration)
+from .clock import (A_RELEASED, DONE, ITER, NADM, STATE, admit, blocked_given,
+                    clock_lag, finish_iteration, running_min)
 from .layout import (ADM_WIDTH, C_BATCH, C_EVAL_T, C_EVAL_U, C_KEEP, C_SKIP, C_T_STOP,
                      EV_NONE, F_LAST, F_T, F_WAIT, F_WAIT_SINCE, FINISH, G_NBLOCKED,
                      G_SEQ, G_TOTAL, G_WHO, I_ADM, I_BAD, I_BLOCKED, I_FILLED, I_HELD,
@@ -138,13 +138,14 @@ def _no_event(ist, tree, fst, w):
 def _wake(slots, ist, fst, gi, tree, pol, t):
     """Release, at time ``t``, every blocked worker whose lead is down to its bound, in
     rank order (the scan stops past the last blocked worker, and is skipped when none
-    is)."""
+    is; the clocks are scanned once for all of them: ``clock.blocked_given``)."""
     left = gi[G_NBLOCKED]
+    low = running_min(slots) if left > 0 else 0
     q = 0
     while left > 0:
         if ist[q, I_BLOCKED] != 0:
             left -= 1
-            if not blocked(slots, q, pol, ist[q, I_ADM:I_ADM + NADM]):
+            if not blocked_given(slots, q, pol, ist[q, I_ADM:I_ADM + NADM], low):
                 ist[q, I_BLOCKED] = 0
                 gi[G_NBLOCKED] -= 1
                 fst[q, F_WAIT] += t - fst[q, F_WAIT_SINCE]
