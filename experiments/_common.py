@@ -59,13 +59,14 @@ def tuned(rows, group, n_seeds, y="final_loss"):
 
     ``group(row)`` names a cell without its lr; the lr with the fewest diverged seeds,
     then the lowest mean ``y`` over the seeds that finished, wins (a diverged seed
-    makes an lr lose). ``mean``/``std`` are None where every seed diverged."""
-    from hogkit.sweeps import aggregate
+    makes an lr lose: ``hogkit.sweeps.lr_score``, the order ``hogkit.sweeps.tune``
+    ranks by). ``mean``/``std`` are None where every seed diverged."""
+    from hogkit.sweeps import aggregate, lr_score
     agg = aggregate([{**r, "_g": group(r)} for r in rows], y, ("_g", "lr"))
     best = {}
     for (g, lr), (mean, std, n) in agg.items():
         div = n_seeds - n if mean is not None else n_seeds
-        score = (div, mean if mean is not None else float("inf"), lr)
+        score = lr_score(mean, div, lr)
         if g not in best or score < best[g][0]:
             best[g] = (score, (lr, mean, std, div, n_seeds))
     return {g: v[1] for g, v in best.items()}

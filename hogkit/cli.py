@@ -336,6 +336,14 @@ def _add_sweep(sub):
     sw.add_argument("--plot", default=None, metavar="X:Y[:LINE]",
                     help="also draw Y against knob X, one line per LINE (mean and std "
                          "over the rest) into FILE's .png")
+    sw.add_argument("--tune", action="store_true",
+                    help="tune lr: for every group of cells that differ only in lr and "
+                         "seed, add lrs past an edge while the best sits there, until it "
+                         "is bracketed (or --tune-extend lrs were added at that edge)")
+    sw.add_argument("--tune-factor", type=float, default=2.0, metavar="F",
+                    help="with --tune: each added lr is F times past the edge (2)")
+    sw.add_argument("--tune-extend", type=int, default=3, metavar="N",
+                    help="with --tune: at most N lrs added past each edge (3)")
     sw.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -708,6 +716,8 @@ def _cmd_sweep(args):
         grid = {"seed": [base.pop("seed", 0)]}
     n = len(cells(grid, base))
     print(f"hogkit sweep: {n} cells ({args.mode}), results in {args.out}", file=sys.stderr)
+    if args.tune:
+        return _tune_table(grid, base, args)
     rows = sweep(grid, base=base, out=args.out,
                  mode=args.mode, progress=False if args.no_progress else None)
     knobs = list(grid)
@@ -719,6 +729,25 @@ def _cmd_sweep(args):
         png = os.path.splitext(args.out)[0] + ".png"
         plot(rows, spec[0], spec[1], line=spec[2] if len(spec) == 3 else None, path=png)
         print(f"plot: {png}")
+    print(f"results: {args.out}")
+    return EXIT_OK
+
+
+def _tune_table(grid, base, args):
+    """``hogkit sweep --tune``: one line per group, its best lr and whether a worse lr
+    was tried on both sides (else the bound it hit)."""
+    from hogkit.sweeps import tune
+    groups = tune(grid, base=base, out=args.out, mode=args.mode, factor=args.tune_factor,
+                  extend=args.tune_extend, progress=False if args.no_progress else None)
+    knobs = [k for k in grid if k not in ("lr", "seed")]
+    cols = knobs + ["lr", "mean", "std", "diverged", "bracketed", "lrs tried"]
+    print("  ".join(f"{c:>12}" for c in cols))
+    for g in groups:
+        vals = [g["cell"].get(k) for k in knobs] + [g["lr"], g["mean"], g["std"],
+                                                     f"{g['diverged']}/{g['n']}"]
+        mark = "yes" if g["bracketed"] else f"no ({g['bound']})"
+        tried = ",".join(f"{lr:g}" for lr in g["tried"])
+        print("  ".join(f"{_cell_text(v):>12}" for v in vals) + f"  {mark:>12}  {tried}")
     print(f"results: {args.out}")
     return EXIT_OK
 

@@ -32,6 +32,15 @@ knob the mode cannot take are refused for every cell before the first one runs.
 
 A run that diverges (a non-finite gradient with ``nonfinite="raise"``) is a row with
 ``diverged: true`` and no loss: in a learning-rate grid that is a result, not a crash.
+
+**Tuning that brackets.** :func:`tune` runs a grid the same way, then, for every group
+of cells that differ only in ``lr`` and ``seed``, takes the best lr (fewest diverged
+seeds, then the lowest mean loss) and, while it sits at an edge of the lrs tried, tries
+one more lr past that edge (``factor`` times further), up to ``extend`` times per
+edge. Every tuned cell then has a worse lr on both sides, or says which bound it hit
+(``bracketed: false, bound: "low" | "high"``): a "tuned" method whose optimum lies
+outside the grid is not reported as tuned. ``hogkit sweep --tune`` does it from the
+command line.
 """
 
 from __future__ import annotations
@@ -52,7 +61,7 @@ from hogkit.parse import (parse_batch, parse_delays, parse_density, parse_policy
                           parse_stragglers)
 from hogkit.validation import check_choice
 
-__all__ = ["sweep", "cells", "load", "aggregate", "mean_std", "plot", "KNOBS"]
+__all__ = ["sweep", "tune", "cells", "load", "aggregate", "mean_std", "plot", "KNOBS"]
 
 KNOBS = ("workload", "mode", "workers", "steps", "seconds", "seed", "policy", "rule", "lr",
          "momentum", "density", "batch", "straggler", "delays", "shards", "nonfinite",
@@ -274,6 +283,105 @@ def sweep(grid, *, base=None, out=None, mode="sim", progress=None) -> list:
         if bar is not None:
             bar.close()
     return [done[k] for _, k, _, _ in plans if k in done]
+
+
+def lr_score(mean, diverged, lr):
+    """The order :func:`tune` and the experiments rank learning rates by: fewer diverged
+    seeds first, then the lower mean loss (None: every seed diverged), then the lower
+    lr."""
+    return (diverged, mean if mean is not None else math.inf, lr)
+
+
+def _group_of(cell) -> str:
+    return cell_key({k: v for k, v in cell.items() if k not in ("lr", "seed")})
+
+
+def _lr_table(rows, y):
+    """``{group: {lr: (mean, std, finished, runs)}}`` of a tuning's rows."""
+    out = {}
+    for r in rows:
+        g = _group_of(json.loads(r["key"]))          # the cell as it was given
+        out.setdefault(g, {}).setdefault(r["lr"], []).append(r.get(y))
+    table = {}
+    for g, per in out.items():
+        table[g] = {}
+        for lr, vals in per.items():
+            xs = [float(v) for v in vals if v is not None and math.isfinite(float(v))]
+            m, sd = mean_std(xs) if xs else (None, None)
+            table[g][lr] = (m, sd, len(xs), len(vals))
+    return table
+
+
+def tune(grid, *, base=None, out=None, mode="sim", y="final_loss", factor=2.0, extend=3,
+         progress=None) -> list:
+    """Tune ``lr`` for every group of ``grid``'s cells (cells that differ only in
+    ``lr`` and ``seed``), widening the lrs tried until the best is bracketed (see the
+    module docstring). Every cell must have an ``lr`` (in the grid or ``base``); the
+    lrs of a group start as its cells' lrs. Returns one dict per group, in the grid's
+    order: its knobs (``cell``), the best ``lr`` with its ``mean``/``std`` of ``y`` over
+    the seeds that finished, ``diverged`` and ``n`` seeds, every lr ``tried`` with its
+    mean (None: all diverged), ``bracketed`` and, when not, the ``bound`` it hit.
+    ``out`` keeps every run's row (resumable, as :func:`sweep`)."""
+    if not (isinstance(factor, (int, float)) and factor > 1.0 and math.isfinite(factor)):
+        raise InvalidArgument(f"factor={factor!r}; expected a number > 1 (each new lr is "
+                              f"factor times past the edge; 2 is common)")
+    if not (isinstance(extend, int) and not isinstance(extend, bool) and extend >= 0):
+        raise InvalidArgument(f"extend={extend!r}; expected an int >= 0 (how many lrs "
+                              f"may be added past each edge)")
+    todo = cells(grid, base)
+    if any("lr" not in c or not isinstance(c["lr"], (int, float)) for c in todo):
+        raise InvalidArgument("tune needs a numeric lr in every cell: put lr in the grid "
+                              "(e.g. {'lr': [0.01, 0.1]}) or in base")
+    groups, seeds, added = {}, {}, {}
+    for c in todo:
+        g = _group_of(c)
+        groups.setdefault(g, {k: v for k, v in c.items() if k not in ("lr", "seed")})
+        seeds.setdefault(g, [])
+        if c.get("seed") not in seeds[g]:
+            seeds[g].append(c.get("seed"))
+        added.setdefault(g, {"low": 0, "high": 0})
+    rows = sweep(_explicit(todo), base=None, out=out, mode=mode, progress=progress)
+    while True:
+        table = _lr_table(rows, y)
+        more = []
+        for g in groups:
+            per = table[g]
+            best = min(per, key=lambda lr: lr_score(per[lr][0], per[lr][3] - per[lr][2], lr))
+            lrs = sorted(per)
+            for edge, at, nxt in (("low", lrs[0], lrs[0] / factor),
+                                  ("high", lrs[-1], lrs[-1] * factor)):
+                if best == at and added[g][edge] < extend:
+                    if edge == "high" and per[at][2] == 0:
+                        continue            # it diverged on every seed: higher will too
+                    added[g][edge] += 1
+                    more += [{**groups[g], "lr": _round_lr(nxt),
+                              **({} if s is None else {"seed": s})} for s in seeds[g]]
+        if not more:
+            break
+        rows += sweep(_explicit(more), base=None, out=out, mode=mode, progress=progress)
+    return [_tuned_group(groups[g], table[g], len(seeds[g]), added[g], extend)
+            for g in groups]
+
+
+def _round_lr(lr):
+    return float(f"{lr:.6g}")
+
+
+def _explicit(cells_):
+    """A grid whose cells are exactly ``cells_``."""
+    return [{k: [v] for k, v in c.items()} for c in cells_]
+
+
+def _tuned_group(cell, per, n, added, extend) -> dict:
+    best = min(per, key=lambda lr: lr_score(per[lr][0], per[lr][3] - per[lr][2], lr))
+    lrs = sorted(per)
+    m, sd, fin, runs = per[best]
+    bracketed = lrs[0] < best < lrs[-1]
+    bound = (None if bracketed else "both" if len(lrs) == 1
+             else "low" if best == lrs[0] else "high")
+    return {"cell": cell, "lr": best, "mean": m, "std": sd, "diverged": runs - fin,
+            "n": n, "tried": {lr: per[lr][0] for lr in lrs}, "bracketed": bracketed,
+            "bound": bound, "extended": dict(added), "extend_limit": extend}
 
 
 def _short(cell):

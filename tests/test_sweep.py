@@ -14,6 +14,7 @@ import pytest
 from hogkit import sweep
 from hogkit.errors import InvalidArgument, InvalidType
 from hogkit.sweeps import aggregate, cells, load, plot
+from hogkit.sweeps import tune as sweep_tune
 
 HOT = {"workload": "mf", "o.preset": "hot", "steps": 1500}
 
@@ -166,3 +167,68 @@ def test_sigint_leaves_a_valid_partial_table_and_a_rerun_finishes_it(tmp_path):
     assert rows[:len(done)] == done
     mine = f"hogkit_{p.pid}_"
     assert not [n for n in os.listdir("/dev/shm") if n.startswith(mine)]
+
+
+def _is_bracketed(group):
+    """A worse lr was tried on each side of the best (by the mean over seeds)."""
+    tried = group["tried"]
+    lrs = sorted(tried)
+    i = lrs.index(group["lr"])
+    return 0 < i < len(lrs) - 1
+
+
+def test_tune_widens_the_grid_until_the_best_lr_is_bracketed(tmp_path):
+    """Each group starts from two lrs next to each other; tune adds lrs past whichever
+    edge holds the best until a worse lr lies on both sides, or says which edge it
+    stopped at after `extend` additions. The rows of every run are in the file."""
+    out = tmp_path / "tune.jsonl"
+    got = sweep_tune({"rule": ["sgd", "gap-aware"], "lr": [0.0125, 0.025], "seed": [0, 1]},
+                     base={**HOT, "workers": 4}, out=out, extend=4)
+    assert [g["cell"]["rule"] for g in got] == ["sgd", "gap-aware"]
+    for g in got:
+        assert g["n"] == 2 and len(g["tried"]) >= 3
+        assert g["bracketed"] == _is_bracketed(g)
+        if g["bracketed"]:
+            assert g["bound"] is None
+            assert all(m is None or m >= g["mean"] for m in g["tried"].values())
+        else:
+            assert g["extended"][g["bound"]] == 4
+    assert any(g["bracketed"] for g in got)
+    rows = load(out)
+    assert len(rows) == 2 * sum(len(g["tried"]) for g in got)
+    assert {(r["rule"], r["lr"]) for r in rows} == {
+        (g["cell"]["rule"], lr) for g in got for lr in g["tried"]}
+    # resumable: the same call runs nothing new and gives the same answer
+    again = sweep_tune({"rule": ["sgd", "gap-aware"], "lr": [0.0125, 0.025],
+                        "seed": [0, 1]}, base={**HOT, "workers": 4}, out=out, extend=4)
+    assert again == got and len(load(out)) == len(rows)
+
+
+def test_tune_records_the_bound_it_hit_and_never_climbs_past_divergence(tmp_path):
+    low = sweep_tune({"lr": [1e-5, 2e-5]}, base=HOT, extend=1)[0]
+    assert not low["bracketed"] and low["bound"] == "high"
+    assert sorted(low["tried"]) == [1e-5, 2e-5, 4e-5] and low["extended"]["high"] == 1
+    # a grid that diverges everywhere is widened downwards only
+    div = sweep_tune({"lr": [1e6]}, base=HOT, extend=2)[0]
+    assert div["extended"]["high"] == 0 and min(div["tried"]) < 1e6
+
+
+def test_tune_refuses_what_it_cannot_tune():
+    with pytest.raises(InvalidArgument, match="numeric lr"):
+        sweep_tune({"seed": [0, 1]}, base=HOT)
+    with pytest.raises(InvalidArgument, match="factor"):
+        sweep_tune({"lr": [0.1]}, base=HOT, factor=1.0)
+    with pytest.raises(InvalidArgument, match="extend"):
+        sweep_tune({"lr": [0.1]}, base=HOT, extend=-1)
+
+
+def test_cli_sweep_tune_prints_each_group_and_its_bracket(tmp_path):
+    out = str(tmp_path / "t.jsonl")
+    r = subprocess.run([sys.executable, "-m", "hogkit.cli", "sweep", "--tune", "--out", out,
+                        "--grid", "lr=0.0125,0.025", "--set", "o.preset=hot",
+                        "--set", "steps=1500", "--tune-extend", "1", "--no-progress"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "bracketed" in r.stdout and "lrs tried" in r.stdout
+    row = [x for x in r.stdout.splitlines() if x.strip() and x.split()[0][0].isdigit()]
+    assert len(row) == 1 and ("yes" in row[0] or "no (" in row[0])
