@@ -212,3 +212,61 @@ def test_the_index_links_every_write_up_and_has_a_verdict_per_row():
     for name in linked:
         assert (ROOT / "docs" / "experiments" / f"{name}.md").exists(), name
     assert set(EXPERIMENTS) <= linked
+
+
+def _sweep_tables():
+    """``{experiment: [rows of its sweeps' own tables (cells*.jsonl, live.jsonl)]}``."""
+    out = {}
+    for path in sorted((ROOT / "docs" / "experiments").glob("*/*.jsonl")):
+        with open(path) as f:
+            out.setdefault(path.parent.name, []).extend(json.loads(x) for x in f if x.strip())
+    return out
+
+
+def _results_row(rows, cell):
+    """The one row of a results file that is ``cell`` (a knob the row leaves out, such
+    as the steps its config holds, is not compared)."""
+    got = [r for r in rows if all(k not in r or r[k] == v for k, v in cell.items())]
+    assert len(got) == 1, (cell, len(got))
+    return got[0]
+
+
+def test_results_files_hold_exactly_the_rows_their_sweeps_wrote():
+    """A results.json is the sweep tables' rows, not a copy that may drift: every row of
+    every cells*.jsonl / live.jsonl is exactly one results row with the same loss and
+    update gap, and no results row is left over (an edited results.json figure fails
+    here; the tables rendered from it are held by test_writeup_tables_are_its_results)."""
+    tables = _sweep_tables()
+    assert set(tables) >= {"staleness_rules", "policies", "density_staleness", "batching",
+                           "local_sgd", "rnn_density", "hogwild_sparsity"}
+    for name, rows in tables.items():
+        results = json.loads((ROOT / "docs" / "experiments" / name /
+                              "results.json").read_text())["rows"]
+        assert len(results) == len(rows), name
+        for row in rows:
+            stored = _results_row(results, json.loads(row["key"]))
+            for k in ("final_loss", "gap_mean", "updates", "diverged"):
+                assert stored.get(k) == row.get(k), (name, row["key"], k)
+
+
+def test_a_random_sample_of_simulated_cells_reruns_to_its_stored_figures():
+    """A handful of simulated cells, drawn afresh each run from every experiment's
+    tables (the simulator is deterministic per seed), re-run through hogkit.sweep on
+    today's engine and give their stored loss and update gap exactly. Over CI runs the
+    draws cover the ~1,000 cells cheap enough to redo (mf and logreg on the fused
+    engine); a failure names its seed: HOGKIT_RERUN_SEED=<seed> draws the same cells."""
+    import os
+    import random
+
+    from hogkit import sweep
+    seed = int(os.environ.get("HOGKIT_RERUN_SEED") or random.SystemRandom().randrange(1 << 32))
+    pool = [(name, r) for name, rows in _sweep_tables().items() for r in rows
+            if r.get("mode") == "sim" and r.get("engine") == "fused" and not r["diverged"]
+            and (r.get("wall_s") or 99) < 3]
+    assert len(pool) > 900
+    for name, stored in random.Random(seed).sample(pool, 4):
+        cell = json.loads(stored["key"])
+        row, = sweep({k: [v] for k, v in cell.items()}, mode="sim")
+        where = f"{name} {cell} (HOGKIT_RERUN_SEED={seed})"
+        assert row["final_loss"] == stored["final_loss"], where
+        assert row["gap_mean"] == stored["gap_mean"], where
