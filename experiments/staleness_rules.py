@@ -140,6 +140,41 @@ def tuned(results):
                          len(results["config"]["seeds"]))
 
 
+def at_edge(results, w):
+    """The simulated cells at ``w`` workers whose tuned lr is the lowest or highest lr
+    their group tried: ``[(workload, name)]`` (their optimum may lie outside the grid)."""
+    tried = {}
+    for r in results["rows"]:
+        if r.get("mode", "sim") == "sim" and r["workers"] == w:
+            tried.setdefault((r["workload"], name_of(r)), set()).add(r["lr"])
+    best = tuned(results)
+    return [k for k, lrs in tried.items() if best[k + (w,)][0] in (min(lrs), max(lrs))]
+
+
+def highlight(results) -> str:
+    """The README's line on this experiment, rendered from the results (a test checks
+    the README carries it word for word)."""
+    t, g, w = tuned(results), gaps(results), 64
+    edge = at_edge(results, w)
+
+    def cell(wl, name):
+        return f"{t[(wl, name, w)][1]:.4f} ± {t[(wl, name, w)][2]:.4f}"
+    n = len([k for k in t if k[2] == w])
+    sgd = t[("mf", "SGD", w)]
+    below = [k[1] for k, v in t.items() if k[0] == "mf" and k[2] == w and v[1] is not None
+             and v[1] + v[2] < sgd[1] - sgd[2]]
+    mf = ("no rule ends below plain SGD's" if not below
+          else f"{', '.join(below)} end below plain SGD's")
+    return (f"at W = {w} (mean update gap {g[('logreg', w)]:.1f}), on logreg adaptive "
+            f"DC-ASGD ends at {cell('logreg', 'DC-ASGD (adaptive)')} and Gap-Aware at "
+            f"{cell('logreg', 'Gap-Aware')} against plain SGD's "
+            f"{cell('logreg', 'SGD')}; on mf {mf} {cell('mf', 'SGD')} beyond the spread. "
+            f"Simulated, 3 seeds. {len(edge)} of the {n} tuned cells at W = {w} sit at "
+            f"an edge of their three-point lr grid"
+            + (" (SGD on logreg among them)" if ("logreg", "SGD") in edge else "")
+            + ", so these margins are provisional until the grids are widened.")
+
+
 def gaps(results):
     """Mean update gap per (workload, W) over every converged simulated run."""
     from hogkit.sweeps import aggregate

@@ -270,3 +270,69 @@ def test_a_random_sample_of_simulated_cells_reruns_to_its_stored_figures():
         where = f"{name} {cell} (HOGKIT_RERUN_SEED={seed})"
         assert row["final_loss"] == stored["final_loss"], where
         assert row["gap_mean"] == stored["gap_mean"], where
+
+
+@pytest.mark.parametrize("name", ["staleness_rules", "density_staleness"])
+def test_readme_highlight_is_rendered_from_the_results(name, experiments_on_path):
+    """The README's line on an experiment is its ``highlight(results)``, word for word:
+    a figure edited in the README, or a results file whose figures moved, fails here."""
+    mod = importlib.import_module(name)
+    results = json.loads((ROOT / "docs" / "experiments" / name / "results.json").read_text())
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert " ".join(mod.highlight(results).split()) in readme
+
+
+def _figures(text):
+    import re
+    text = re.sub(r"```.*?```", "", text, flags=re.S)            # commands, not claims
+    return re.findall(r"(?<![\w.])\d+\.\d+(?![\w.])", text)
+
+
+def _tables_block(name):
+    text = (ROOT / "docs" / "experiments" / f"{name}.md").read_text()
+    start, end = "<!-- tables: start -->", "<!-- tables: end -->"
+    before, rest = text.split(start, 1)
+    block, after = rest.split(end, 1)
+    return before + after, block
+
+
+#: figures in a write-up's prose that its rendered tables do not hold: setup values (an
+#: initial loss, a pause length) and derived ratios not rendered yet. Listed one by one,
+#: so any other figure typed into the prose, or one of the tables' figures edited
+#: there, fails test_writeup_prose_figures_come_from_its_tables.
+_PROSE_ONLY = {
+    "batching": {"0.5", "1.0", "1.5"},
+    "density_staleness": {"0.693"},
+    "hogwild_sparsity": {"1.82", "2.0", "2.14"},
+    "local_sgd": {"4.5"},
+    "p3": {"0.27", "0.29", "0.6", "1.00", "1.25", "1.66", "16.4", "8.4"},
+    "policies": set(),
+    "rnn_density": {"0.45", "0.53", "1.0", "2.33", "3.98", "4.6"},
+    "sim_vs_real": {"1.7", "4.58", "4.6", "5.18", "5.3", "5.35"},
+    "staleness_rules": {"0.56", "0.693", "0.989", "1.29", "6.6"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(_PROSE_ONLY))
+def test_writeup_prose_figures_come_from_its_tables(name):
+    """Every decimal figure in a write-up's prose is one its rendered tables hold (the
+    tables are the results file's, test_writeup_tables_are_its_results), bar the listed
+    setup values."""
+    prose, block = _tables_block(name)
+    stray = sorted({f for f in _figures(prose) if f not in block} - _PROSE_ONLY[name])
+    assert not stray, f"{name}.md states {stray}, which its tables do not hold"
+
+
+def test_claim_index_figures_come_from_the_linked_writeups_tables():
+    """Every decimal figure in a row of docs/experiments/README.md (the claim index) is
+    one the rendered tables of the write-up it links hold."""
+    import re
+    rows = [line for line in (ROOT / "docs" / "experiments" / "README.md").read_text()
+            .splitlines() if line.startswith("| ") and "](" in line]
+    assert len(rows) >= 10
+    for line in rows:
+        link = re.findall(r"\]\(([a-z0-9_]+)\.md\)", line)[-1]
+        _, block = _tables_block(link)
+        cells = line.split("|")
+        stray = [f for f in _figures(cells[2] + cells[3]) if f not in block]
+        assert not stray, f"index row for {link}.md states {stray}, not in its tables"
