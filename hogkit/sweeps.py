@@ -6,7 +6,8 @@ learning-rate grid). ``base`` holds the knobs every cell shares. Each cell runs 
 live (:func:`hogkit.train`: real processes) or simulated (:func:`hogkit.simulate`:
 virtual time, any number of workers), and becomes one **row**: the cell's knobs, then
 what it measured (final and initial loss, the workload's metrics as ``m.<name>``, the
-update gap and clock lag summaries, updates, wall and virtual seconds, the engine, the
+update gap and clock lag summaries, updates, wall and virtual seconds, the engine and
+lane, the
 realised straggler slowdown, and the loss curve as ``[t, updates, loss]`` points).
 
 **Resumable.** Rows go to ``out`` (JSON lines), one line per finished cell, flushed and
@@ -199,7 +200,8 @@ def _row(cell, key, mode, run) -> dict:
     row = {"key": key, **_canon(cell), "mode": mode, "diverged": False, "error": None}
     row.update(final_loss=s["final_loss"], initial_loss=s["initial_loss"],
                updates=s["updates"], samples=s.get("samples"), wall_s=s["wall_s"],
-               virtual_s=s.get("virtual_time_s"), engine=s.get("engine"))
+               virtual_s=s.get("virtual_time_s"), engine=s.get("engine"),
+               lane=(run.config or {}).get("lane"))
     for name, v in (s.get("metrics") or {}).items():
         row[f"m.{name}"] = _finite(v)
     for name, part in (("gap", s["staleness"]["update_gap"]),

@@ -458,42 +458,34 @@ def test_dense_section_comes_from_the_committed_json():
         (root / "dense_target.json").read_text())) in text
 
 
-def test_rules_gather_section_comes_from_the_committed_json():
-    """The gather step's live-rules table renders its JSON against the earlier one, and
-    the ratios its text quotes are the JSON's."""
+def _rules_section(now_json, before_json, after_ratios):
+    """A live-rules step's RESULTS.md table renders ``now_json`` against
+    ``before_json``, and its text quotes the JSON's ratios followed by
+    ``after_ratios``."""
     import json
     from pathlib import Path
 
     from hogkit.benchmarks import rules
     root = Path(__file__).resolve().parent.parent / "benchmarks"
-    r = json.loads((root / "rules_gather.json").read_text())
-    o = json.loads((root / "rules.json").read_text())
+    r = json.loads((root / now_json).read_text())
+    o = json.loads((root / before_json).read_text())
     results = (root / "RESULTS.md").read_text()
     assert rules.format_markdown(r, o) in results
     now = {n: r["by_workload"][n]["over_sgd"] for n in ("mf", "logreg")}
     text = " ".join(results.split())
     assert (f"logreg Gap-Aware {now['logreg']['gap_aware']:.2f}x and adaptive DC-ASGD "
             f"{now['logreg']['dc_adaptive']:.2f}x; mf {now['mf']['gap_aware']:.2f}x and "
-            f"{now['mf']['dc_adaptive']:.2f}x. Still not met.") in text
+            f"{now['mf']['dc_adaptive']:.2f}x. {after_ratios}") in text
+
+
+def test_rules_gather_section_comes_from_the_committed_json():
+    """The gather step's live-rules table and the ratios its text quotes."""
+    _rules_section("rules_gather.json", "rules.json", "Still not met.")
 
 
 def test_rules_gaps_section_comes_from_the_committed_json():
-    """The in-place gaps step's live-rules table renders its JSON against the gather
-    step's, and the ratios its text quotes are the JSON's."""
-    import json
-    from pathlib import Path
-
-    from hogkit.benchmarks import rules
-    root = Path(__file__).resolve().parent.parent / "benchmarks"
-    r = json.loads((root / "rules_gaps.json").read_text())
-    o = json.loads((root / "rules_gather.json").read_text())
-    results = (root / "RESULTS.md").read_text()
-    assert rules.format_markdown(r, o) in results
-    now = {n: r["by_workload"][n]["over_sgd"] for n in ("mf", "logreg")}
-    text = " ".join(results.split())
-    assert (f"logreg Gap-Aware {now['logreg']['gap_aware']:.2f}x and adaptive DC-ASGD "
-            f"{now['logreg']['dc_adaptive']:.2f}x; mf {now['mf']['gap_aware']:.2f}x and "
-            f"{now['mf']['dc_adaptive']:.2f}x. logreg is at the line") in text
+    """The in-place gaps step's live-rules table and the ratios its text quotes."""
+    _rules_section("rules_gaps.json", "rules_gather.json", "logreg is at the line")
 
 
 def test_explore_section_comes_from_the_committed_json():

@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENTS = ["density_staleness", "staleness_rules", "sim_vs_real", "hogwild_sparsity",
-               "p3", "policies", "batching", "local_sgd", "rnn_density"]
+               "p3", "policies", "batching", "local_sgd", "rnn_density", "live_density"]
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +66,7 @@ def test_sweep_experiments_run_on_their_quick_grid(name, tmp_path, experiments_o
 
 @pytest.mark.parametrize("name", ["p3", "staleness_rules", "policies", "batching",
                                   "local_sgd", "density_staleness", "rnn_density",
-                                  "sim_vs_real", "hogwild_sparsity"])
+                                  "sim_vs_real", "hogwild_sparsity", "live_density"])
 def test_writeup_tables_are_its_results(name, experiments_on_path):
     """Every number in the write-up's tables is rendered from its results file by the
     experiment's own code: the block between the markers must be exactly what
@@ -223,10 +223,11 @@ def _sweep_tables():
     return out
 
 
-def _results_row(rows, cell):
-    """The one row of a results file that is ``cell`` (a knob the row leaves out, such
-    as the steps its config holds, is not compared)."""
-    got = [r for r in rows if all(k not in r or r[k] == v for k, v in cell.items())]
+def _results_row(rows, cell, mode):
+    """The one row of a results file that is ``cell`` run in ``mode`` (a knob the row
+    leaves out, such as the steps its config holds, is not compared)."""
+    got = [r for r in rows if r.get("mode", "sim") == mode
+           and all(k not in r or r[k] == v for k, v in cell.items())]
     assert len(got) == 1, (cell, len(got))
     return got[0]
 
@@ -238,13 +239,13 @@ def test_results_files_hold_exactly_the_rows_their_sweeps_wrote():
     here; the tables rendered from it are held by test_writeup_tables_are_its_results)."""
     tables = _sweep_tables()
     assert set(tables) >= {"staleness_rules", "policies", "density_staleness", "batching",
-                           "local_sgd", "rnn_density", "hogwild_sparsity"}
+                           "local_sgd", "rnn_density", "hogwild_sparsity", "live_density"}
     for name, rows in tables.items():
         results = json.loads((ROOT / "docs" / "experiments" / name /
                               "results.json").read_text())["rows"]
         assert len(results) == len(rows), name
         for row in rows:
-            stored = _results_row(results, json.loads(row["key"]))
+            stored = _results_row(results, json.loads(row["key"]), row["mode"])
             for k in ("final_loss", "gap_mean", "updates", "diverged"):
                 assert stored.get(k) == row.get(k), (name, row["key"], k)
 
@@ -304,6 +305,7 @@ _PROSE_ONLY = {
     "batching": {"0.5", "1.0", "1.5"},
     "density_staleness": {"0.693"},
     "hogwild_sparsity": {"1.82", "2.0", "2.14"},
+    "live_density": {"0.58"},
     "local_sgd": {"4.5"},
     "p3": {"0.27", "0.29", "0.6", "1.00", "1.25", "1.66", "16.4", "8.4"},
     "policies": set(),
