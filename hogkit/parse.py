@@ -66,7 +66,9 @@ _ADAPTIVE = {"adagrad": rules.AdaGrad, "rmsprop": rules.RMSProp}
 def parse_rule(name, *, lr=None, momentum=0.0, workload=None):
     """The update rule ``name`` (one of :data:`RULES`) with learning rate ``lr`` (None:
     ``workload.default_lr``) and ``momentum``; ``adagrad`` / ``rmsprop`` take the
-    defaults of torch's (``-rowwise``: one accumulator per row, as LIBMF's)."""
+    defaults of torch's (``-rowwise``: one accumulator per row, as LIBMF's);
+    ``dc-asgd:LAMBDA`` / ``dc-asgd-adaptive:LAMBDA0`` set DC-ASGD's compensation
+    strength (default 0.04 / 2.0, the paper's)."""
     if lr is None:
         if workload is None:
             raise InvalidArgument(f"rule {name!r} needs lr=... (or a workload whose "
@@ -76,12 +78,24 @@ def parse_rule(name, *, lr=None, momentum=0.0, workload=None):
         return rules.SGD(lr=lr, momentum=momentum)
     if name == "staleness-aware":
         return rules.StalenessAware(lr=lr, momentum=momentum)
-    if name in ("dc-asgd", "dc-asgd-adaptive"):
+    base, _, lam = name.partition(":")
+    if base in ("dc-asgd", "dc-asgd-adaptive"):
         if momentum:
             raise InvalidArgument(f"--momentum {momentum} with --rule {name}: DC-ASGD has no "
                                   f"momentum term; drop --momentum or pick sgd, "
                                   f"staleness-aware or gap-aware")
-        return rules.DelayCompensated(lr=lr, adaptive=name == "dc-asgd-adaptive")
+        adaptive = base == "dc-asgd-adaptive"
+        if not lam:
+            return rules.DelayCompensated(lr=lr, adaptive=adaptive)
+        try:
+            value = float(lam)
+        except ValueError:
+            raise InvalidArgument(f"rule {name!r}: {lam!r} is not a number; write "
+                                  f"{base}:LAMBDA, e.g. {base}:0.2 (the "
+                                  f"{'initial ' if adaptive else ''}delay-compensation "
+                                  f"strength)") from None
+        return rules.DelayCompensated(lr=lr, adaptive=adaptive,
+                                      **({"lam0": value} if adaptive else {"lam": value}))
     if name == "gap-aware":
         return rules.GapAware(lr=lr, momentum=momentum)
     base = name[:-len("-rowwise")] if name.endswith("-rowwise") else name

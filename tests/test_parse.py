@@ -45,6 +45,19 @@ def test_policy_errors_name_the_forms(text, match):
     assert "dssp:LO:HI" in str(e.value)
 
 
+def test_dc_asgd_takes_its_compensation_strength():
+    """``dc-asgd:LAMBDA`` / ``dc-asgd-adaptive:LAMBDA0`` (a sweep over lambda); a value
+    that is not a number, or a negative one, is refused with the form to write."""
+    r = parse_rule("dc-asgd:0.2", lr=0.1)
+    assert (r.lam, r.adaptive, r.lr) == (0.2, False, 0.1)
+    assert parse_rule("dc-asgd-adaptive:1", lr=0.1).lam0 == 1.0
+    assert parse_rule("dc-asgd", lr=0.1).lam == 0.04          # the paper's default
+    with pytest.raises(InvalidArgument, match="dc-asgd:LAMBDA"):
+        parse_rule("dc-asgd:strong", lr=0.1)
+    with pytest.raises(InvalidArgument, match="lam"):
+        parse_rule("dc-asgd:-1", lr=0.1)
+
+
 def test_rules_take_the_workload_default_lr():
     from hogkit import workloads
     wl = workloads.get("mf", preset="hot")
