@@ -107,6 +107,21 @@ def tables(results) -> str:
     return "\n".join(lines).rstrip()
 
 
+def highlight(results) -> str:
+    """The README's line on this experiment, rendered from the results (a test checks
+    the README carries it word for word)."""
+    by = {(g["cell"]["workload"], g["name"]): g for g in results["tuned"]}
+
+    def cell(wl, name):
+        g = by[(wl, name)]
+        edge = "" if g["bracketed"] else f", at its {g['bound']} bound"
+        return f"{g['mean']:.4f} ± {g['std']:.4f} (lr {g['lr']:g}{edge})"
+    return (f"with every lr bracketed at W = {results['config']['workers']}, on logreg "
+            f"Gap-Aware reaches {cell('logreg', 'Gap-Aware')} and adaptive DC-ASGD "
+            f"{cell('logreg', 'DC-ASGD (adaptive)')} against plain SGD's "
+            f"{cell('logreg', 'SGD')}; on mf plain SGD's {cell('mf', 'SGD')} stays best.")
+
+
 def plot(results: dict, out_dir: str) -> str:
     """Mean final loss against lr for every rule (one panel per workload): the
     brackets the tuning found."""
@@ -123,6 +138,12 @@ def plot(results: dict, out_dir: str) -> str:
                         ls="-" if i < 10 else "--", label=g["name"])
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
+        sgd = next(g for g in results["tuned"] if g["cell"]["workload"] == wl
+                   and g["name"] == "SGD")
+        low = min((m for g in results["tuned"] if g["cell"]["workload"] == wl
+                   for _, m in g["tried"] if m is not None), default=None)
+        if sgd["mean"] is not None and low is not None:   # a diverging lr's loss
+            ax.set_ylim(0.7 * low, 20 * sgd["mean"])       # would flatten the rest
         ax.set_xlabel("lr")
         ax.set_ylabel("mean final training loss (3 seeds)")
         ax.set_title(f"{wl}: W = {cfg['workers']}, simulated", fontsize=9)

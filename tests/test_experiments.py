@@ -13,7 +13,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENTS = ["density_staleness", "staleness_rules", "sim_vs_real", "hogwild_sparsity",
-               "p3", "policies", "batching", "local_sgd", "rnn_density", "live_density"]
+               "p3", "policies", "batching", "local_sgd", "rnn_density", "live_density",
+               "fair_rules"]
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +67,8 @@ def test_sweep_experiments_run_on_their_quick_grid(name, tmp_path, experiments_o
 
 @pytest.mark.parametrize("name", ["p3", "staleness_rules", "policies", "batching",
                                   "local_sgd", "density_staleness", "rnn_density",
-                                  "sim_vs_real", "hogwild_sparsity", "live_density"])
+                                  "sim_vs_real", "hogwild_sparsity", "live_density",
+                                  "fair_rules"])
 def test_writeup_tables_are_its_results(name, experiments_on_path):
     """Every number in the write-up's tables is rendered from its results file by the
     experiment's own code: the block between the markers must be exactly what
@@ -239,7 +241,8 @@ def test_results_files_hold_exactly_the_rows_their_sweeps_wrote():
     here; the tables rendered from it are held by test_writeup_tables_are_its_results)."""
     tables = _sweep_tables()
     assert set(tables) >= {"staleness_rules", "policies", "density_staleness", "batching",
-                           "local_sgd", "rnn_density", "hogwild_sparsity", "live_density"}
+                           "local_sgd", "rnn_density", "hogwild_sparsity", "live_density",
+                           "fair_rules"}
     for name, rows in tables.items():
         results = json.loads((ROOT / "docs" / "experiments" / name /
                               "results.json").read_text())["rows"]
@@ -273,7 +276,7 @@ def test_a_random_sample_of_simulated_cells_reruns_to_its_stored_figures():
         assert row["gap_mean"] == stored["gap_mean"], where
 
 
-@pytest.mark.parametrize("name", ["staleness_rules", "density_staleness"])
+@pytest.mark.parametrize("name", ["staleness_rules", "density_staleness", "fair_rules"])
 def test_readme_highlight_is_rendered_from_the_results(name, experiments_on_path):
     """The README's line on an experiment is its ``highlight(results)``, word for word:
     a figure edited in the README, or a results file whose figures moved, fails here."""
@@ -305,6 +308,7 @@ _PROSE_ONLY = {
     "batching": {"0.5", "1.0", "1.5"},
     "density_staleness": {"0.693"},
     "hogwild_sparsity": {"1.82", "2.0", "2.14"},
+    "fair_rules": {"0.5"},
     "live_density": {"0.58"},
     "local_sgd": {"4.5"},
     "p3": {"0.27", "0.29", "0.6", "1.00", "1.25", "1.66", "16.4", "8.4"},
