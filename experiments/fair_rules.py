@@ -35,7 +35,7 @@ CONFIG = {
     "seeds": [0, 1, 2],
     "scale": 64,                    # staleness-aware's lrs start at SGD's x this
     "lambdas": [0.01, 0.04, 0.2, 1.0],
-    "extend": 4,
+    "extend": 6,
 }
 QUICK = {**CONFIG, "workloads": {"mf": [0.05, 0.1]}, "workers": 16, "steps": 4_000,
          "seeds": [0], "lambdas": [0.04], "extend": 1}
