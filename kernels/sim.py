@@ -22,11 +22,12 @@ bit-identical results for the same seed:
 - admission is ``clock.admit`` on the policy's encoded row (SSP, BSP, Async, DSSP,
   bounded delay: the live state machine): a worker that may not start blocks until a
   finish event changes the clocks; after every finish (and every retirement) the
-  blocked workers are re-checked in rank order (``clock.blocked``; ``gi[G_NBLOCKED]``
-  counts them, so the scan stops after the last) and released at that time; a released worker proceeds once without a new check, as after a live
-  wait (for the SSP family the check would pass anyway: at the same instant clocks
-  only grow and DONE workers only leave the minimum); DONE workers leave the
-  minimum.
+  blocked workers are re-checked in rank order (``clock.blocked_given``, with one scan
+  of the clocks for all of them; ``gi[G_NBLOCKED]`` counts them, so the scan stops
+  after the last) and released at that time; a released worker proceeds once without
+  a new check, as after a live wait (for the SSP family the check would pass anyway:
+  at the same instant clocks only grow and DONE workers only leave the minimum); DONE
+  workers leave the minimum.
 
 State lives in arrays so the loop can return to Python (to evaluate the loss, to
 refill a worker's pre-drawn step times, to raise on a non-finite gradient) and
