@@ -18,7 +18,9 @@ engine; the loop reaches ≥ 200k updates/s at batch ≤ 16.
 ``ssp``: issue 26's configuration, ``hogkit sim --workload logreg --workers 64 --policy
 ssp:3 --batch 16`` (200,000 updates, the default step times and evaluation points),
 the fused engine's ``engine_updates_per_s`` after a first run that loads the kernels,
-median over rounds, with evaluation points and without (``eval_every=None``).
+median over rounds, with evaluation points and without (``eval_every=None``); and the
+same at 512 workers without evaluation points (where finding the next event among
+the workers weighs most).
 """
 
 from __future__ import annotations
@@ -50,6 +52,12 @@ def _ssp(steps, rounds):
                           eval_every=every, keep_params=False).extra["engine_updates_per_s"]
                  for _ in range(rounds)]
         out[label] = {"updates_per_s": statistics.median(rates), "all": rates}
+    simulate("logreg", workers=512, policy=SSP(3), batch=16, steps=steps // 10,
+             eval_every=None, keep_params=False)
+    rates = [simulate("logreg", workers=512, policy=SSP(3), batch=16, steps=steps,
+                      eval_every=None, keep_params=False).extra["engine_updates_per_s"]
+             for _ in range(rounds)]
+    out["w512_no_evals"] = {"updates_per_s": statistics.median(rates), "all": rates}
     return {"workers": 64, "policy": "ssp:3", "batch": 16, "steps": steps, **out}
 
 
@@ -116,4 +124,9 @@ def format_markdown(result, before=None) -> str:
                            ("no_evals", "without evaluation points")):
             then = before["ssp"][key]["updates_per_s"] if before else None
             row(f"SSP(3), batch 16, {label}", result["ssp"][key]["updates_per_s"], then)
+        if "w512_no_evals" in result["ssp"] and (not before or "w512_no_evals"
+                                                 in before["ssp"]):
+            then = before["ssp"]["w512_no_evals"]["updates_per_s"] if before else None
+            row("SSP(3), batch 16, 512 workers, without evaluation points",
+                result["ssp"]["w512_no_evals"]["updates_per_s"], then)
     return "\n".join(rows)

@@ -233,29 +233,6 @@ def blocked(slots, me, pol, adm):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def running_min(slots):
-    """The smallest iteration clock of the workers that are not DONE (the clock lag's
-    reference: a running worker's lag is its clock minus this)."""
-    low = np.iinfo(np.int64).max
-    for q in range(slots.shape[0]):
-        if slots[q, STATE] != DONE and slots[q, ITER] < low:
-            low = slots[q, ITER]
-    return low
-
-
-@njit(cache=True, nogil=True, inline="always")
-def blocked_given(slots, me, pol, adm, low):
-    """:func:`blocked` for a running (not DONE) worker ``me``, given the running
-    workers' smallest clock ``low`` (:func:`running_min`): the SSP family's lead is
-    then ``c_me - low`` without a scan, so the simulator re-checks B blocked workers
-    with one scan of the clocks instead of B. Bounded delay's lead is computed as
-    :func:`blocked` does."""
-    if pol[P_KIND] == K_DELAY:
-        return update_lead(slots, me) > adm[A_WAIT]
-    return slots[me, ITER] - low > adm[A_WAIT]
-
-
-@njit(cache=True, nogil=True, inline="always")
 def proceed_released(adm):
     """A worker released from a wait proceeds now; DSSP decides afresh next time."""
     adm[A_RELEASED] = 0

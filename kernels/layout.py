@@ -83,9 +83,9 @@ NF = 4
 
 #: ``gi`` (int64) globals: written by the loop (the Python engine adds its updates to
 #: G_TOTAL): the next event's sequence number, the updates applied, the worker a return
-#: code is about, the workers blocked now.
-G_SEQ, G_TOTAL, G_WHO, G_NBLOCKED = range(4)
-NG = 4
+#: code is about.
+G_SEQ, G_TOTAL, G_WHO = range(3)
+NG = 3
 
 #: ``cfg`` (float64) of the event loop: written by the simulator (it moves the
 #: evaluation points on), read by the loop: the next loss evaluation's virtual time and

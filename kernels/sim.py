@@ -14,20 +14,18 @@ bit-identical results for the same seed:
   (:func:`step.end`: density, gap, rule, tick; then the record); the next event is the
   smallest ``(time, kind, seq)`` with ``FINISH = 0 < START = 1`` (updates that finish at
   time t are visible to reads at t) and ``seq`` a global counter (FIFO among equal
-  times), kept by a tournament tree over the workers (``tree``: each event replays
-  one leaf-to-root path, log2 W matches);
+  times);
 - the clocks are a private slot matrix (``clock.py`` layout), so clock lag, others'
   updates, SSP admission and DSSP's grant are the live definitions; virtual times are
   kept in ns + 1 in the ``BEAT`` slot (0 means "never");
 - admission is ``clock.admit`` on the policy's encoded row (SSP, BSP, Async, DSSP,
   bounded delay: the live state machine): a worker that may not start blocks until a
   finish event changes the clocks; after every finish (and every retirement) the
-  blocked workers are re-checked in rank order (``clock.blocked_given``, with one scan
-  of the clocks for all of them; ``gi[G_NBLOCKED]`` counts them, so the scan stops
-  after the last) and released at that time; a released worker proceeds once without
-  a new check, as after a live wait (for the SSP family the check would pass anyway:
-  at the same instant clocks only grow and DONE workers only leave the minimum); DONE
-  workers leave the minimum.
+  blocked workers are re-checked in rank order (``clock.blocked``) and released at
+  that time; a released worker proceeds once without a new check, as after a live
+  wait (for the SSP family the check would pass anyway: at the same instant clocks
+  only grow and DONE workers only leave the minimum); DONE workers leave the
+  minimum.
 
 State lives in arrays so the loop can return to Python (to evaluate the loss, to
 refill a worker's pre-drawn step times, to raise on a non-finite gradient) and
@@ -38,14 +36,14 @@ Deterministic: one thread, no races. Nothing here imports hogkit.
 import numpy as np
 from numba import njit
 
-from .clock import (A_RELEASED, DONE, ITER, NADM, STATE, admit, blocked_given,
-                    clock_lag, finish_iteration, running_min)
+from .clock import (A_RELEASED, DONE, ITER, NADM, STATE, admit, blocked, clock_lag,
+                    finish_iteration)
 from .layout import (ADM_WIDTH, C_BATCH, C_EVAL_T, C_EVAL_U, C_KEEP, C_SKIP, C_T_STOP,
-                     EV_NONE, F_LAST, F_T, F_WAIT, F_WAIT_SINCE, FINISH, G_NBLOCKED,
-                     G_SEQ, G_TOTAL, G_WHO, I_ADM, I_BAD, I_BLOCKED, I_FILLED, I_HELD,
-                     I_KIND, I_LAG, I_OREAD, I_PHASE, I_QUOTA, I_SEQ, I_SKIPPED,
-                     I_STARTED, R_BEGIN, R_DONE, R_END, R_EVAL_T, R_EVAL_U, R_NONFINITE,
-                     R_REFILL, R_RETIRE, START)
+                     EV_NONE, F_LAST, F_T, F_WAIT, F_WAIT_SINCE, FINISH, G_SEQ, G_TOTAL,
+                     G_WHO, I_ADM, I_BAD, I_BLOCKED, I_FILLED, I_HELD, I_KIND, I_LAG,
+                     I_OREAD, I_PHASE, I_QUOTA, I_SEQ, I_SKIPPED, I_STARTED, R_BEGIN,
+                     R_DONE, R_END, R_EVAL_T, R_EVAL_U, R_NONFINITE, R_REFILL, R_RETIRE,
+                     START)
 from .pacer import load_factor
 from .rule import FASTMATH
 from .staleness import record_event
@@ -76,103 +74,60 @@ def vt_ns(t):
     return np.int64(t * 1e9)
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _first(ist, fst, a, b):
-    """Of workers ``a`` and ``b`` (-1: none), the one whose pending event comes first:
-    the smaller ``(time, kind, seq)``; ``seq`` is unique, so the order is total."""
-    if a < 0:
-        return b
-    if b < 0:
-        return a
-    ta, tb = fst[a, F_T], fst[b, F_T]
-    if ta != tb:
-        return a if ta < tb else b
-    ka, kb = ist[a, I_KIND], ist[b, I_KIND]
-    if ka != kb:
-        return a if ka < kb else b
-    return a if ist[a, I_SEQ] < ist[b, I_SEQ] else b
+@njit(cache=True, nogil=True)
+def _pop(ist, fst):
+    best = -1
+    for q in range(ist.shape[0]):
+        k = ist[q, I_KIND]
+        if k == EV_NONE:
+            continue
+        if best < 0:
+            best = q
+            continue
+        tq, tb = fst[q, F_T], fst[best, F_T]
+        if tq < tb or (tq == tb and (k < ist[best, I_KIND] or (
+                k == ist[best, I_KIND] and ist[q, I_SEQ] < ist[best, I_SEQ]))):
+            best = q
+    return best
 
 
 @njit(cache=True, nogil=True)
-def _build(tree, ist, fst):
-    """The tournament over every worker's pending event: ``tree`` holds ``2P`` int64
-    (``P`` a power of two >= the workers), leaf ``P + w`` is worker ``w`` (-1: no
-    event), node ``n`` the first of its children ``2n`` and ``2n + 1``, so ``tree[1]``
-    is the next event's worker; ``tree[0]`` = 1 once built."""
-    P = tree.shape[0] // 2
-    for q in range(P):
-        tree[P + q] = q if q < ist.shape[0] and ist[q, I_KIND] != EV_NONE else -1
-    for n in range(P - 1, 0, -1):
-        tree[n] = _first(ist, fst, tree[2 * n], tree[2 * n + 1])
-    tree[0] = 1
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _replay(tree, ist, fst, w):
-    """Worker ``w``'s pending event changed: replay its path of the tournament
-    (log2 P matches, where a scan of every worker cost ~0.4 µs an event at 64)."""
-    P = tree.shape[0] // 2
-    n = P + w
-    tree[n] = w if ist[w, I_KIND] != EV_NONE else -1
-    n >>= 1
-    while n >= 1:
-        tree[n] = _first(ist, fst, tree[2 * n], tree[2 * n + 1])
-        n >>= 1
-
-
-@njit(cache=True, nogil=True)
-def _schedule(ist, fst, gi, tree, w, t, kind):
+def _schedule(ist, fst, gi, w, t, kind):
     fst[w, F_T] = t
     ist[w, I_KIND] = kind
     ist[w, I_SEQ] = gi[G_SEQ]
     gi[G_SEQ] += 1
-    _replay(tree, ist, fst, w)
 
 
 @njit(cache=True, nogil=True)
-def _no_event(ist, tree, fst, w):
-    ist[w, I_KIND] = EV_NONE
-    _replay(tree, ist, fst, w)
-
-
-@njit(cache=True, nogil=True)
-def _wake(slots, ist, fst, gi, tree, pol, t):
-    """Release, at time ``t``, every blocked worker whose lead is down to its bound, in
-    rank order (the scan stops past the last blocked worker, and is skipped when none
-    is; the clocks are scanned once for all of them: ``clock.blocked_given``)."""
-    left = gi[G_NBLOCKED]
-    low = running_min(slots) if left > 0 else 0
-    q = 0
-    while left > 0:
-        if ist[q, I_BLOCKED] != 0:
-            left -= 1
-            if not blocked_given(slots, q, pol, ist[q, I_ADM:I_ADM + NADM], low):
-                ist[q, I_BLOCKED] = 0
-                gi[G_NBLOCKED] -= 1
-                fst[q, F_WAIT] += t - fst[q, F_WAIT_SINCE]
-                ist[q, I_ADM + A_RELEASED] = 1
-                _schedule(ist, fst, gi, tree, q, t, START)
-        q += 1
+def _wake(slots, ist, fst, gi, pol, t):
+    """Release, at time ``t``, every blocked worker whose lead is down to its bound."""
+    for q in range(ist.shape[0]):
+        if ist[q, I_BLOCKED] != 0 and not blocked(slots, q, pol,
+                                                  ist[q, I_ADM:I_ADM + NADM]):
+            ist[q, I_BLOCKED] = 0
+            fst[q, F_WAIT] += t - fst[q, F_WAIT_SINCE]
+            ist[q, I_ADM + A_RELEASED] = 1
+            _schedule(ist, fst, gi, q, t, START)
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _admit_start(slots, ist, fst, gi, tree, cfg, pol, grants, w, k, t):
+def _admit_start(slots, ist, fst, gi, cfg, pol, grants, w, k, t):
     """Worker ``w``'s START at ``t``, before its step: R_RETIRE (DONE by the time
     budget: it leaves the minimum), R_REFILL (out of step times), else the policy's
     admission: ``_BLOCK`` (blocked until a finish wakes it) or ``_GO`` (its clock lag
     kept for the record)."""
     if t >= cfg[C_T_STOP]:
-        _no_event(ist, tree, fst, w)
+        ist[w, I_KIND] = EV_NONE
         slots[w, STATE] = DONE
-        _wake(slots, ist, fst, gi, tree, pol, t)
+        _wake(slots, ist, fst, gi, pol, t)
         return R_RETIRE
     if k >= ist[w, I_FILLED]:
         return R_REFILL
     lag = clock_lag(slots, w)
     if not admit(slots, w, pol, ist[w, I_ADM:I_ADM + NADM], grants, lag):
-        _no_event(ist, tree, fst, w)
+        ist[w, I_KIND] = EV_NONE
         ist[w, I_BLOCKED] = 1
-        gi[G_NBLOCKED] += 1
         fst[w, F_WAIT_SINCE] = t
         return _BLOCK
     ist[w, I_LAG] = lag
@@ -180,17 +135,17 @@ def _admit_start(slots, ist, fst, gi, tree, cfg, pol, grants, w, k, t):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _finished(slots, ist, fst, gi, tree, pol, w, k, t):
+def _finished(slots, ist, fst, gi, pol, w, k, t):
     """The end of worker ``w``'s iteration ``k`` at ``t``: tick its clock, then its
     next START at ``t`` (or DONE at its quota), then wake who may go now."""
     finish_iteration(slots, w, vt_ns(t) + 1)
     fst[w, F_LAST] = t
     if k + 1 >= ist[w, I_QUOTA]:
-        _no_event(ist, tree, fst, w)
+        ist[w, I_KIND] = EV_NONE
         slots[w, STATE] = DONE
     else:
-        _schedule(ist, fst, gi, tree, w, t, START)
-    _wake(slots, ist, fst, gi, tree, pol, t)
+        _schedule(ist, fst, gi, w, t, START)
+    _wake(slots, ist, fst, gi, pol, t)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -205,15 +160,13 @@ def _count(gh, lh, stats, ring, ist, gi, w, k, gap, t):
 
 
 def _run_events(wl, rngs, cursors, params, wbufs, rule, wrule, dens, wdens, mask, slots,
-                log, times, ist, fst, gi, tree, cfg, policy):
+                log, times, ist, fst, gi, cfg, policy):
     """Run the event loop until it is done or must return to Python; returns a code.
 
     ``rule`` = ``(kind, rcfg)``, ``wrule[w]`` = worker w's ``(S1, S2, K)``; ``dens`` =
     ``(how, fraction, threshold, residual, every, seed)``, ``wdens[w]`` its residuals;
     ``wbufs[w]`` its step buffers; ``rngs[w]`` its generator (None: the sampler draws
     nothing), ``cursors[w]`` its cursor (all may be None when ``wl`` is None).
-    ``tree`` (int64, ``2P``, zeros the first time) the tournament over the pending
-    events (:func:`_build`).
     ``times`` = (base (W, C), pause (W, C), speed, amp, period (W,)): worker w's step k
     uses slot k % C, valid while ``ist[w, I_STARTED] < ist[w, I_FILLED]``. ``policy`` =
     ``(pol, grants)``: the encoded row and the DSSP grants (``clock.admit``).
@@ -234,10 +187,8 @@ def _run_events(wl, rngs, cursors, params, wbufs, rule, wrule, dens, wdens, mask
     C = base.shape[1]
     keep = cfg[C_KEEP] != 0.0
     nb = int(cfg[C_BATCH])
-    if tree[0] == 0:
-        _build(tree, ist, fst)
     while True:
-        w = tree[1]
+        w = _pop(ist, fst)
         if w < 0:
             return R_DONE
         t = fst[w, F_T]
@@ -247,8 +198,7 @@ def _run_events(wl, rngs, cursors, params, wbufs, rule, wrule, dens, wdens, mask
         k = ist[w, I_STARTED]
         if ist[w, I_KIND] == START:
             if ist[w, I_PHASE] == 0:
-                code = _admit_start(slots, ist, fst, gi, tree, cfg, pol, grants, w, k,
-                                    t)
+                code = _admit_start(slots, ist, fst, gi, cfg, pol, grants, w, k, t)
                 if code == R_REFILL or (code == R_RETIRE and wl is None):
                     return code
                 if code != _GO:
@@ -263,7 +213,7 @@ def _run_events(wl, rngs, cursors, params, wbufs, rule, wrule, dens, wdens, mask
             ist[w, I_PHASE] = 0
             ist[w, I_STARTED] = k + 1
             dt = step_time(base[w, k % C], speed[w], amp[w], period[w], t, pause[w, k % C])
-            _schedule(ist, fst, gi, tree, w, t + dt, FINISH)
+            _schedule(ist, fst, gi, w, t + dt, FINISH)
             continue
         k = slots[w, ITER]                                  # FINISH
         if ist[w, I_PHASE] == 0:
@@ -280,7 +230,7 @@ def _run_events(wl, rngs, cursors, params, wbufs, rule, wrule, dens, wdens, mask
                           slots, (w, ist[w, I_OREAD], k))
                 _count(gh, lh, stats, ring, ist, gi, w, k, gap, t)
         ist[w, I_PHASE] = 0
-        _finished(slots, ist, fst, gi, tree, pol, w, k, t)
+        _finished(slots, ist, fst, gi, pol, w, k, t)
         if gi[G_TOTAL] >= cfg[C_EVAL_U]:
             return R_EVAL_U
 

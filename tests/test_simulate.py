@@ -325,34 +325,3 @@ def test_lr_alone_is_plain_sgd_and_lr_with_a_rule_is_refused():
     with pytest.raises(InvalidArgument, match="lr"):
         simulate(lr=-1.0, **kw)
 
-
-@settings(max_examples=60, deadline=None)
-@given(st.integers(1, 40), st.data())
-def test_event_tournament_picks_what_a_scan_of_every_worker_picks(workers, data):
-    """The event loop's tournament tree (``kernels.sim._build`` / ``_replay``) names the
-    same next event as scanning every worker for the smallest (time, kind, seq), after
-    any sequence of reschedules and retirements, ties in time included."""
-    from hogkit.kernels import layout as L
-    from hogkit.kernels import sim as K
-    ist = np.zeros((workers, L.NI), np.int64)
-    fst = np.zeros((workers, L.NF))
-    ist[:, L.I_KIND] = L.START
-    ist[:, L.I_SEQ] = np.arange(workers)
-    tree = np.zeros(2 << max(0, (workers - 1).bit_length()), np.int64)
-    K._build(tree, ist, fst)
-    seq = workers
-
-    def scan():
-        live = [w for w in range(workers) if ist[w, L.I_KIND] != L.EV_NONE]
-        return min(live, key=lambda w: (fst[w, L.F_T], ist[w, L.I_KIND], ist[w, L.I_SEQ]),
-                   default=-1)
-
-    for w, t, kind in data.draw(st.lists(st.tuples(
-            st.integers(0, workers - 1), st.sampled_from([0.0, 0.5, 1.0, 2.5]),
-            st.sampled_from([L.START, L.FINISH, L.EV_NONE])), max_size=60)):
-        fst[w, L.F_T] = t
-        ist[w, L.I_KIND] = kind
-        ist[w, L.I_SEQ] = seq
-        seq += 1
-        K._replay(tree, ist, fst, w)
-        assert tree[1] == scan()

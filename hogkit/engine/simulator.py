@@ -254,7 +254,6 @@ def _loop_state(S):
     fst = np.zeros((W, L.NF))
     gi = np.zeros(L.NG, np.int64)
     gi[L.G_SEQ] = W
-    tree = np.zeros(2 << max(0, (W - 1).bit_length()), np.int64)   # the event tournament
     cfg = np.zeros(L.NC)
     cfg[L.C_EVAL_T] = S.eval_every if S.eval_every is not None else math.inf
     cfg[L.C_EVAL_U] = S.eval_updates
@@ -266,8 +265,8 @@ def _loop_state(S):
     times = (np.zeros((W, CHUNK)), np.zeros((W, CHUNK)), speed, amp, period)
     streams = [S.times.stream(S.seed, r) for r in range(W)]
     policy = (S.policy.encode(), np.zeros(_kc.GRANT_BINS, np.int64))
-    return {"slots": slots, "ist": ist, "fst": fst, "gi": gi, "tree": tree, "cfg": cfg,
-            "policy": policy, "times": times, "streams": streams}
+    return {"slots": slots, "ist": ist, "fst": fst, "gi": gi, "cfg": cfg, "policy": policy,
+            "times": times, "streams": streams}
 
 
 def _drive(S, st, run, args, on_step=None):
@@ -333,7 +332,7 @@ def _run_fused(S):
             cursors, params, typed.List([c.bufs() for c in ctxs]), rules[0][:2],
             typed.List([r[2:] for r in rules]), dens[0][:6], typed.List([d[6] for d in dens]),
             dens[0][7], st["slots"], _log_arrays(S), st["times"], st["ist"], st["fst"],
-            st["gi"], st["tree"], st["cfg"], st["policy"])
+            st["gi"], st["cfg"], st["policy"])
     run = K.run_events if cacheable(type(args[0])) else K.run_events_uncached
     return _drive(S, st, run, args)
 
@@ -401,7 +400,7 @@ def _run_python(S):
 
     args = (None, None, None, None, None, (0, np.zeros(1)), None,
             (0, 1.0, 0.0, False, 1, 0), None, None, slots, _log_arrays(S), st["times"],
-            ist, fst, gi, st["tree"], st["cfg"], st["policy"])
+            ist, fst, gi, st["cfg"], st["policy"])
     return _drive(S, st, K.run_events, args, on_step)
 
 
