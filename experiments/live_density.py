@@ -150,17 +150,17 @@ def tables(results) -> str:
                 + (pm(x["rate"], ".2f") if x["rate"] else "–") + " | "
                 + (pm(x["updates"], ",.0f") if x["updates"] else "–") + " | "
                 + (pm(x["sim"]) if x["sim"] else "–") + " |")
-        inside, n = agreement(results, wl)
+        inside, n = agreement(s, wl)
         lines += ["", f"Simulated within the seeds' spread of live (|difference| <= the sum "
                       f"of the two stds): {inside} of {n} cells.", ""]
     return "\n".join(lines).rstrip()
 
 
-def agreement(results, workload) -> tuple:
+def agreement(summarised, workload) -> tuple:
     """``(cells whose simulated twin is within the seeds' spread of the live loss,
-    cells with both)`` for ``workload``."""
+    cells with both)`` for ``workload``, from :func:`summary`'s dict."""
     inside = n = 0
-    for (wl, _), x in summary(results).items():
+    for (wl, _), x in summarised.items():
         g = x["tuned"]
         if wl != workload or x["sim"] is None or g["mean"] is None:
             continue

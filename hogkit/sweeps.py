@@ -348,7 +348,7 @@ def tune(grid, *, base=None, out=None, mode="sim", y="final_loss", factor=2.0, e
         more = []
         for g in groups:
             per = table[g]
-            best = min(per, key=lambda lr: lr_score(per[lr][0], per[lr][3] - per[lr][2], lr))
+            best = _best_lr(per)
             lrs = sorted(per)
             for edge, at, nxt in (("low", lrs[0], lrs[0] / factor),
                                   ("high", lrs[-1], lrs[-1] * factor)):
@@ -374,8 +374,13 @@ def _explicit(cells_):
     return [{k: [v] for k, v in c.items()} for c in cells_]
 
 
+def _best_lr(per):
+    """The best lr of a group's ``{lr: (mean, std, finished, runs)}`` (:func:`lr_score`)."""
+    return min(per, key=lambda lr: lr_score(per[lr][0], per[lr][3] - per[lr][2], lr))
+
+
 def _tuned_group(cell, per, n, added, extend) -> dict:
-    best = min(per, key=lambda lr: lr_score(per[lr][0], per[lr][3] - per[lr][2], lr))
+    best = _best_lr(per)
     lrs = sorted(per)
     m, sd, fin, runs = per[best]
     bracketed = lrs[0] < best < lrs[-1]

@@ -26,7 +26,7 @@ gives the same bits.
 Scalars are cast to the parameter dtype once per call. Nothing is checked here;
 ``hogkit.rules.core`` validates shapes, dtypes and row ranges first (numba does no bounds
 checking). Hogwild! races as in ``sparse.py``: deterministic with one writer. Row
-kernels prefetch rows ahead: the gather 16 batch entries ahead (one row in flight
+kernels prefetch rows ahead: the gap pass 16 batch entries ahead (one row in flight
 per entry: 16 measured 1.2x faster than 8 on a 256 MB table), the update pass its state
 rows 8 ahead (with 2-3 tables per entry 16 was slower than 8); square roots use
 the ``llvm.sqrt`` intrinsic so the loops vectorise (``_intrinsics.py``).
@@ -203,7 +203,6 @@ def dc_adaptive_gap_rows(W, MS, rows, G, D, lr, lam0, m, eps, n):
     mm = W.dtype.type(m)
     m1 = W.dtype.type(1.0 - m)
     e = W.dtype.type(eps)
-    one = W.dtype.type(1.0)
     d = W.shape[1]
     pf = prefetched(MS)
     if d == 1:
