@@ -16,6 +16,10 @@ each remove one suspect:
   (``LocalSGD(h, merge="sum")``, ``shared += Δ``: Hogwild!'s full-weight updates,
   written in bulk every h steps; DimmWitted's per-core replication).
 
+``--only target``: time to a loss target at bracketed lrs, the replicas also through
+``replication="worker:K"``; ``--only replication``: ``replication=`` shared, worker
+and auto on five workloads (:func:`replication`).
+
 A round runs every variant at every worker count for ``seconds``, the order of the
 variants rotating by one each round, so the machine's drift falls on all of them; the
 figures are medians over rounds of samples/s (each run's samples over its training
@@ -58,11 +62,14 @@ def _one(wl, workers, seconds, opts):
             "updates_per_s": run.updates_per_s, "final_loss": run.final_loss}
 
 
-#: time to a loss target: (name, workers, policy or None, lrs), each at three seeds
-TARGET_RUNS = (("sample", 1, None, (2.0, 4.0, 8.0, 16.0)),
-               ("sample", 2, None, (2.0, 4.0, 8.0, 16.0)),
-               ("sum16", 2, "local:16:sum", (1.0, 2.0, 4.0, 8.0)),
-               ("sum256", 2, "local:256:sum", (1.0, 2.0, 4.0, 8.0)))
+#: time to a loss target: (name, workers, knobs, lrs), each at three seeds; knobs:
+#: a policy spelling and/or a replication for train()
+TARGET_RUNS = (("sample", 1, {}, (2.0, 4.0, 8.0, 16.0)),
+               ("sample", 2, {}, (2.0, 4.0, 8.0, 16.0)),
+               ("sum16", 2, {"policy": "local:16:sum"}, (1.0, 2.0, 4.0, 8.0, 16.0)),
+               ("sum256", 2, {"policy": "local:256:sum"}, (1.0, 2.0, 4.0, 8.0)),
+               ("worker4", 2, {"replication": "worker:4"}, (2.0, 4.0, 8.0, 16.0)),
+               ("worker16", 2, {"replication": "worker:16"}, (1.0, 2.0, 4.0, 8.0, 16.0)))
 TARGET_LOSS, TARGET_SECONDS, TARGET_SEEDS = 0.09, 4.0, (0, 1, 2)
 
 
@@ -79,13 +86,15 @@ def time_to_target(quick=False) -> dict:
     seconds, seeds = (0.5, (0,)) if quick else (TARGET_SECONDS, TARGET_SEEDS)
     out = {"target_loss": TARGET_LOSS, "seconds": seconds, "seeds": list(seeds),
            "contenders": {}}
-    for name, workers, policy, lrs in TARGET_RUNS[:2] if quick else TARGET_RUNS:
+    for name, workers, knobs, lrs in TARGET_RUNS[:2] if quick else TARGET_RUNS:
         key = f"{name}_{workers}w"
+        policy = knobs.get("policy")
         by_lr = {}
         for lr in lrs[1:2] if quick else lrs:
             times, finals = [], []
             for seed in seeds:
                 kw = {"policy": parse_policy(policy)} if policy else {}
+                kw.update({k: v for k, v in knobs.items() if k != "policy"})
                 r = train(wl, workers=workers, seconds=seconds, rule=SGD(lr), seed=seed,
                           eval_every=0.1, progress=False, keep_params=False, **kw)
                 hit = [c["t"] for c in r.loss_curve if c["loss"] <= TARGET_LOSS]
@@ -95,11 +104,84 @@ def time_to_target(quick=False) -> dict:
                               "final_loss": finals}
         best = min(by_lr, key=lambda k: by_lr[k]["median_s"])
         out["contenders"][key] = {"workers": workers, "policy": policy or "async",
+                                  **({"replication": knobs["replication"]}
+                                     if "replication" in knobs else {}),
                                   "by_lr": by_lr, "best_lr": float(best),
                                   "median_s": by_lr[best]["median_s"],
                                   "range_s": [min(by_lr[best]["seconds"]),
                                               max(by_lr[best]["seconds"])]}
     return out
+
+
+#: replication=: (label, workload, workload options) x (workers, replication)
+REPLICATION_WORKLOADS = (("logreg", "logreg", {}), ("logreg_zipf0", "logreg", {"zipf": 0.0}),
+                         ("mf_hot_sweep", "mf", {"preset": "hot", "order": "sweep"}),
+                         ("mf_hot_blocks", "mf", {"preset": "hot"}), ("mlp", "mlp", {}))
+REPLICATION_CASES = ((1, "shared"), (2, "shared"), (2, "worker"), (2, "auto"))
+
+
+def replication(quick=False) -> dict:
+    """``replication=`` on each workload of :data:`REPLICATION_WORKLOADS`: one worker
+    on the shared copy, then two on the shared copy, on replicas (the default merge
+    period) and on what "auto" picks, ``seconds`` each at the workload's default lr
+    and lane, three seeds (the order of the cases rotating with the seed); medians of
+    samples/s and of the final loss, with the seeds' range."""
+    from hogkit.engine.runtime import train
+    seconds, seeds = (0.3, (0,)) if quick else (2.0, (0, 1, 2))
+    names = REPLICATION_WORKLOADS[:1] if quick else REPLICATION_WORKLOADS
+    raw = {(n, w, r): [] for n, _, _ in names for w, r in REPLICATION_CASES}
+    chosen = {}
+    for seed in seeds:
+        cases = REPLICATION_CASES[seed % 4:] + REPLICATION_CASES[:seed % 4]
+        for label, wl, opts in names:
+            for w, rep in cases:
+                run = train(wl, workers=w, seconds=seconds, seed=seed, replication=rep,
+                            workload_options=opts, eval_every=None, progress=False,
+                            keep_params=False)
+                raw[(label, w, rep)].append({
+                    "samples_per_s": run.extra["samples"] / run.wall_s,
+                    "samples": run.extra["samples"], "final_loss": run.final_loss,
+                    "gap_mean": run.staleness["update_gap"]["mean"]})
+                if rep == "auto":
+                    chosen[label] = run.config.get("replication")
+    out = {"seconds": seconds, "seeds": list(seeds), "workloads": {}}
+    for label, wl, opts in names:
+        rows = {}
+        for w, rep in REPLICATION_CASES:
+            got = raw[(label, w, rep)]
+            rows[f"{w}w_{rep}"] = {
+                "samples_per_s": statistics.median(g["samples_per_s"] for g in got),
+                "final_loss": statistics.median(g["final_loss"] for g in got),
+                "loss_range": [min(g["final_loss"] for g in got),
+                               max(g["final_loss"] for g in got)],
+                "all": got}
+        base = rows["1w_shared"]["samples_per_s"]
+        for r in rows.values():
+            r["speedup"] = r["samples_per_s"] / base
+        out["workloads"][label] = {"workload": wl, "options": opts, "auto": chosen.get(label),
+                                   "cases": rows}
+    return out
+
+
+def format_replication_markdown(result) -> str:
+    """The RESULTS.md table of :func:`replication`: per workload and case, M samples/s
+    (x one worker on the shared copy) and the final loss, median [range]; what auto
+    chose and the overlap it measured."""
+    r = result["replication"]
+    rows = ["| workload | " + " | ".join(f"{w} w {rep}" for w, rep in REPLICATION_CASES)
+            + " | auto chose (overlap) |", "|---|" + "---|" * (len(REPLICATION_CASES) + 1)]
+    for label, v in r["workloads"].items():
+        cells = []
+        for w, rep in REPLICATION_CASES:
+            c = v["cases"][f"{w}w_{rep}"]
+            cells.append(f"{c['samples_per_s'] / 1e6:.2f} ({c['speedup']:.2f}x), "
+                         f"{c['final_loss']:.4f} [{c['loss_range'][0]:.4f}-"
+                         f"{c['loss_range'][1]:.4f}]")
+        a = v["auto"] or {}
+        ov = a.get("write_overlap")
+        cells.append(f"{a.get('mode', '?')} ({'-' if ov is None else f'{ov:.3f}'})")
+        rows.append(f"| `{label}` | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
 
 
 def run(quick=False, workers=None, rounds=None, seconds=None, counts=None,
@@ -111,6 +193,11 @@ def run(quick=False, workers=None, rounds=None, seconds=None, counts=None,
         r = time_to_target(quick)
         return {"scenario": "dense", "target": r, "ratios": {
             f"{k}_s": v["median_s"] for k, v in r["contenders"].items()}}
+    if only == "replication":
+        r = replication(quick)
+        return {"scenario": "dense", "replication": r, "ratios": {
+            f"{n}_{c}_speedup": x["speedup"] for n, v in r["workloads"].items()
+            for c, x in v["cases"].items() if c != "1w_shared"}}
     from hogkit import workloads
     top = workers or min(os.cpu_count() or 1, 2)
     counts = tuple(counts) if counts else (1, 2) if quick else _counts(top)
@@ -141,6 +228,8 @@ def run(quick=False, workers=None, rounds=None, seconds=None, counts=None,
 
 
 def format_table(result) -> str:
+    if "replication" in result:
+        return format_replication_markdown(result)
     if "target" in result:
         t = result["target"]
         lines = [f"time to loss {t['target_loss']} (logreg), best lr per contender, "

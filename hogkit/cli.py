@@ -115,6 +115,12 @@ def _add_training_options(p):
                         "time-varying slowdown, RANK:pauses:PROB:SECONDS for random "
                         "pauses (repeatable; default: none)")
     p.add_argument("--nonfinite", default="raise", choices=("raise", "skip"))
+    p.add_argument("--replication", default="shared", metavar="MODE",
+                   help="where the workers write: shared (one copy: Hogwild!), worker or "
+                        "worker:K (a replica per worker, its change added to the shared "
+                        "copy every K steps, 16 by default; async only), auto (replicas "
+                        "where two workers' steps both write 15%% or more of the model's "
+                        "cache lines)")
     p.add_argument("--shards", type=_positive_int, default=1,
                    help="per-shard staleness: count a sparse update's gap only over "
                         "others' updates to the same row ranges (default 1: global)")
@@ -280,7 +286,8 @@ def _add_bench(sub):
     bench.add_argument("--only", default=None, metavar="SECTIONS",
                        help="a comma-separated part of a scenario, for those that have "
                             "parts (peers: mf,logreg,mlp; dense: target, the time to a "
-                            "loss target at bracketed lrs)")
+                            "loss target at bracketed lrs, or replication, shared against "
+                            "per-worker replicas on five workloads)")
     bench.add_argument("--presets", default=None, metavar="NAMES",
                        help="comma-separated mf presets, for scenarios that take them "
                             "(peers, lane; default: default,large)")
@@ -414,6 +421,13 @@ def print_summary(summary, out=None):
     engine = f", {summary['engine']} engine" if summary.get("engine") else ""
     if cfg.get("lane") == "sample" and not sim:
         engine += f", per-sample lane ({cfg.get('batch')} samples a step)"
+    rep = cfg.get("replication") or {}
+    if rep.get("mode") == "worker":
+        engine += f", a replica per worker merged every {rep.get('merge_every')} steps"
+    if rep.get("chosen_by") == "auto":
+        engine += (f" (auto: two workers' steps both write {rep['write_overlap']:.0%} of "
+                   f"the model's cache lines)" if rep.get("write_overlap") is not None
+                   else " (auto)")
     print(f"workload {cfg['workload']}, {summary['workers']} workers, policy "
           f"{(cfg.get('policy') or {}).get('name', cfg.get('policy'))}{sim}{engine}",
           file=out)
@@ -461,7 +475,8 @@ def _knobs(args):
                 "density": None if args.density is None else parse_density(args.density),
                 "stragglers": parse_stragglers(args.straggler),
                 "steps": steps, "seconds": seconds, "seed": args.seed,
-                "nonfinite": args.nonfinite, "batch": batch, "shards": args.shards}
+                "nonfinite": args.nonfinite, "batch": batch, "shards": args.shards,
+                "replication": args.replication}
 
 
 def _rule(args, wl):
@@ -623,6 +638,9 @@ def _cluster_run(args, wl, out, knobs):
     """``hogkit.cluster.train`` for ``hogkit run --backend ray``; what a cluster run
     cannot do yet is refused now."""
     from hogkit.cluster import train
+    if knobs.pop("replication") != "shared":
+        raise InvalidArgument("--replication is for a run on one machine (a cluster node's "
+                              "workers write its shared copy); drop it with --backend ray")
     for flag, given in (("--resume", args.resume is not None),
                         ("--on-failure restart", args.on_failure != "stop"),
                         ("--checkpoint-every", args.checkpoint_every is not None)):

@@ -66,7 +66,7 @@ __all__ = ["sweep", "tune", "cells", "load", "aggregate", "mean_std", "plot", "K
 
 KNOBS = ("workload", "mode", "workers", "steps", "seconds", "seed", "policy", "rule", "lr",
          "momentum", "density", "batch", "straggler", "delays", "shards", "nonfinite",
-         "eval_every", "engine")
+         "eval_every", "engine", "replication")
 MODES = ("live", "sim")
 #: what a live worker's NonFiniteGradient reaches the parent as (WorkerFailed.cause)
 _NONFINITE = f"{NonFiniteGradient.__module__}.{NonFiniteGradient.__qualname__}"

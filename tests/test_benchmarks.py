@@ -447,6 +447,8 @@ def test_dense_section_comes_from_the_committed_json():
     import json
     from pathlib import Path
 
+    import numpy as np
+
     from hogkit.benchmarks import dense, scaling
     root = Path(__file__).resolve().parent.parent / "benchmarks"
     text = (root / "RESULTS.md").read_text()
@@ -454,8 +456,28 @@ def test_dense_section_comes_from_the_committed_json():
         assert dense.format_markdown(json.loads((root / name).read_text())) in text, name
     assert scaling.format_markdown(json.loads(
         (root / "scaling_16cores.json").read_text())) in text
-    assert dense.format_target_markdown(json.loads(
-        (root / "dense_target.json").read_text())) in text
+    for name in ("dense_target.json", "dense_target_replication.json"):
+        assert dense.format_target_markdown(json.loads((root / name).read_text())) in text
+    rep = json.loads((root / "dense_replication.json").read_text())
+    assert dense.format_replication_markdown(rep) in text
+    # the prose's count of runs that ended above the zero model's loss (ln 2)
+    tgt = json.loads((root / "dense_target_replication.json").read_text())["target"]
+    above = {k: (sum(x > np.log(2) for lr in v["by_lr"].values() for x in lr["final_loss"]),
+                 sum(len(lr["final_loss"]) for lr in v["by_lr"].values()))
+             for k, v in tgt["contenders"].items()}
+    k16 = [a + b for a, b in zip(above["sum16_2w"], above["worker16_2w"])]
+    assert (f"were\n  {above['sum256_2w'][0]} of {above['sum256_2w'][1]} at K = 256" in text
+            and f"{k16[0]} of {k16[1]} at K = 16" in text), above
+    # the README's line on replicas quotes the JSON's logreg figures
+    lg = rep["replication"]["workloads"]["logreg"]["cases"]
+    readme = " ".join((root.parent / "README.md").read_text().split())
+    assert (f"run {lg['2w_worker']['speedup']:.2f}x one worker's samples/s on replicas "
+            f"against {lg['2w_shared']['speedup']:.2f}x on the shared copy") in readme
+    # what the prose says auto did: the faster of shared and worker on every workload
+    for label, v in rep["replication"]["workloads"].items():
+        cases = v["cases"]
+        faster = max(("shared", "worker"), key=lambda m: cases[f"2w_{m}"]["samples_per_s"])
+        assert v["auto"]["mode"] == faster, label
 
 
 def _rules_section(now_json, before_json, after_ratios):

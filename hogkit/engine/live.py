@@ -19,6 +19,7 @@ histograms, counters and loss curve where the run was.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import tempfile
@@ -178,6 +179,16 @@ class LiveRun:
         if hasattr(err, "add_note"):
             err.add_note(note)
 
+    def _replication(self, p, params0, data0):
+        """``p`` with ``replication="auto"`` decided on the built model
+        (:func:`hogkit.engine.replication.resolve_auto`), recorded in the config."""
+        from hogkit.engine.replication import resolve_auto
+        p, chosen = resolve_auto(p, params0, data0)
+        if chosen is not None:
+            self.plan = p
+            self.config["replication"] = chosen
+        return p
+
     def _share(self, stack) -> float:
         """Build the workload, compile its kernels, put parameters and data in shared
         memory; returns the initial loss."""
@@ -198,6 +209,7 @@ class LiveRun:
                          else "the initial parameters",
                          "resume from an earlier run folder or start afresh"
                          if self.resume_dir else "fix the workload's build() (its init)")
+        p = self._replication(p, params0, data0)
         wstate = worker_state.initial(p.rule, p.density, params0, p.workers)
         check_room(store_bytes(params0, data0, wstate, control=control_specs(
             p.workers, self._shards(len(params0)), gate=self.gate_rows)))  # before compiling
@@ -208,7 +220,7 @@ class LiveRun:
         t = time.monotonic()
         warm(wl, p.rule, p.density, params0, data0, p.seed, p.worker_batch(), self.engine,
              lane=p.lane, lane_lr_scale=lane_lr_scale(p),
-             local=getattr(p.policy, "local_steps", 0) > 0)
+             local=p.local is not None)
         Interrupted.check()     # a signal whose raise numba's compile swallowed
         self.progress.stage(f"kernels ready ({time.monotonic() - t:.1f} s)")
         initial_loss = float(wl.loss(params0, data0))

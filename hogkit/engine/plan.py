@@ -59,6 +59,15 @@ class RunPlan:
     events: str = "sampled"     # what events.jsonl keeps of the updates (see EVENTS)
     stream: int = 0             # 0, or the segment number of a resumed run
     lane: str = "batch"         # "auto" until the engine is chosen, then "batch"|"sample"
+    replication: object = None  # a Replication ("auto" until the workload is built)
+
+    @property
+    def local(self):
+        """The workers' replica and merges (:func:`~hogkit.engine.replication.local_plan`:
+        LocalSGD's phases or ``replication="worker"``), or None: steps write the shared
+        copy."""
+        from hogkit.engine.replication import local_plan
+        return local_plan(self.policy, self.replication, self.workers)
 
     @property
     def worker_seed(self) -> int:
@@ -105,6 +114,8 @@ class RunPlan:
                 "batch": batch, "steps": self.steps, "seconds": self.seconds,
                 "seed": self.seed, "nonfinite": self.nonfinite, "shards": self.shards,
                 "lane": self.lane,
+                **({"replication": self.replication.config()} if self.replication is not None
+                   and self.replication.mode != "shared" else {}),
                 "stragglers": {str(r): config_of(m) for r, m in self.stragglers.items()},
                 **extra}
 
@@ -126,7 +137,8 @@ def make_plan(workload="mf", *, workers=2, policy=None, rule=None, density=None,
               batch=None, steps=None, seconds=None, seed=0, nonfinite="raise",
               stragglers=None, eval_every="auto", shards=1, out=None,
               workload_options=None, keep_params=True, time_unit="wall time",
-              max_workers=4096, events="sampled", spawn=False, lane="auto") -> RunPlan:
+              max_workers=4096, events="sampled", spawn=False, lane="auto",
+              replication="shared") -> RunPlan:
     """Check and resolve the knobs ``train`` and ``simulate`` share (their docstrings
     describe them); nothing is built or spawned. ``time_unit`` names what ``seconds``
     and ``eval_every`` count in messages; ``spawn``: the workload goes to worker
@@ -168,11 +180,15 @@ def make_plan(workload="mf", *, workers=2, policy=None, rule=None, density=None,
     check_choice("events", events, EVENTS)
     from hogkit.engine.step import LANES
     check_choice("lane", lane, LANES)
+    from hogkit.engine.replication import check_with_policy, parse_replication
+    replication = parse_replication(replication)
+    check_with_policy(replication, policy, workers, shards)
     return RunPlan(workload=wl, workers=workers, policy=policy, rule=rule, density=density,
                    batch=batch, global_batch=global_batch, epoch_steps=epoch_steps,
                    steps=steps, seconds=seconds, seed=seed, nonfinite=nonfinite,
                    stragglers=stragglers, eval_every=eval_every, shards=shards,
-                   out=out, keep_params=keep_params, events=events, lane=lane)
+                   out=out, keep_params=keep_params, events=events, lane=lane,
+                   replication=replication)
 
 
 # --------------------------------------------------------------------------- pieces

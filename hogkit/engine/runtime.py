@@ -35,7 +35,7 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
           eval_every="auto", out=None, progress=None, wait_timeout=60.0, grace=2.0,
           workload_options=None, keep_params=True, shards=1, engine="auto",
           events="sampled", checkpoint_every="auto", resume=None, on_failure="stop",
-          max_restarts=3, lane="auto", lr=None) -> Run:
+          max_restarts=3, lane="auto", lr=None, replication="shared") -> Run:
     """Train ``workload`` with ``workers`` processes sharing one parameter store.
 
     workload : ``"mf"``, ``"logreg"``, ``"mlp"``, ... (:mod:`hogkit.workloads`; its
@@ -55,14 +55,11 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
     out : folder for ``summary.json``, ``events.jsonl``, ``loss.csv``, plots and
         ``checkpoint.npz``; None writes nothing. ``keep_params``: the final parameters
         in ``Run.params``. ``progress``: a tqdm bar (None: when stderr is a terminal).
-    events : what ``events.jsonl`` keeps of the per-update staleness events:
-        ``"sampled"`` (default: at most 400 a second of run time, evenly spread),
-        ``"all"`` (every event the rings hold: tens of MB a minute), ``"none"``; the
+    events : what ``events.jsonl`` keeps of the staleness events: ``"sampled"`` (at most
+        400 a second, evenly spread), ``"all"`` (tens of MB a minute), ``"none"``; the
         histograms and the summary count every update (``summary["events"]``).
-    shards : per-shard staleness (docs/algorithms.md §1): with S > 1 each parameter's
-        rows are cut into S ranges and a sparse update's gap counts only others'
-        updates to its shards (rows nobody else wrote read as fresh); dense updates
-        touch every shard.
+    shards : per-shard staleness (docs/algorithms.md §1): with S > 1 a sparse update's
+        gap counts only others' updates to its S row ranges; dense ones touch all.
     engine : ``"auto"`` (the compiled step core wherever it can run the workload and
         knobs, else the Python step with a one-line notice), ``"compiled"`` (refuse what
         it cannot run) or ``"python"`` (the reference); the summary says which ran.
@@ -82,6 +79,8 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
     resume : the results folder of an earlier run of the same workload, options,
         workers and shards: go on from its checkpoint with the budget that is left
         (``steps``/``seconds`` count the whole run); results go there unless ``out``.
+    replication : ``"shared"`` (one copy, Hogwild!), ``"worker[:K]"`` (a replica per
+        worker, its change added every K=16 steps; Async) or ``"auto"`` (replication.py).
     wait_timeout : seconds a policy wait, the start barrier or a silent worker may take
         before the run fails. ``grace``: seconds between stop flag, SIGTERM and SIGKILL.
 
@@ -97,8 +96,9 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
     plan = make_plan(workload, workers=workers, policy=policy, rule=rule_from_lr(rule, lr),
                      density=density, batch=batch, steps=steps, seconds=seconds, seed=seed,
                      nonfinite=nonfinite, stragglers=stragglers, eval_every=eval_every,
-                     shards=shards, out=out, workload_options=workload_options,
-                     keep_params=keep_params, events=events, spawn=True, lane=lane)
+                     shards=shards, out=out, workload_options=workload_options, lane=lane,
+                     keep_params=keep_params, events=events, spawn=True,
+                     replication=replication)
     checkpoint_every = _checkpoint_every(checkpoint_every, plan)
     engine = choose_engine(engine, plan.workload, rule=plan.rule, density=plan.density,
                            batch=plan.batch, shards=plan.shards, policy=plan.policy,

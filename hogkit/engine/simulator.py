@@ -32,6 +32,8 @@ the event loop is ``hogkit.kernels.sim.run_events``):
   ``overlap=False``): private replicas, a merge
   ``shared += Δ/W`` at the finish of every h-th step (its gap = merges by others
   since the worker's last pull), then a pull. ``overlap=True`` is not simulated.
+  ``replication="worker:K"`` is the same with ``shared += Δ`` every K steps and a merge
+  counted as its K steps (its gap = others' steps merged since the pull).
 
 **What is not modelled**: element-level races *inside* one apply (an apply is
 atomic in virtual time; :mod:`hogkit.races` models those explicitly), torn reads,
@@ -41,8 +43,8 @@ worker count), the cost of the policy wait itself, and adaptive batch sizing.
 **Engines** (the same event loop, two implementations of the step, as in
 :mod:`hogkit.engine.step`): ``engine="fused"`` runs the compiled step core's halves inside
 the loop (compiled workloads: ``mf``, ``logreg``, a user's own; every rule, density
-and policy but local SGD); ``engine="python"`` hands each half back to the Python
-reference step (any workload, local SGD). ``engine="auto"`` takes the fused one where
+and policy but local SGD and replicas); ``engine="python"`` hands each half back to
+the Python reference step (any workload, local SGD, replicas). ``engine="auto"`` takes the fused one where
 it can. Both give bit-identical results (``tests/test_simulate.py``).
 
 Calibration against real runs lives in :mod:`hogkit.calibrate`; replaying
@@ -60,6 +62,7 @@ import numpy as np
 
 from hogkit.state.clocks import RUNNING, Clocks
 from hogkit.engine.delays import CHUNK, StepTimes, step_times
+from hogkit.engine.replication import resolve_auto
 from hogkit.errors import InvalidArgument, NonFiniteGradient
 from hogkit.kernels import clock as _kc
 from hogkit.kernels import layout as L
@@ -93,11 +96,14 @@ def strip_wall(summary: dict) -> dict:
     return {k: v for k, v in summary.items() if k not in _WALL_KEYS}
 
 
-def fused_supported(workload, rule, policy, density, batch=None) -> Optional[str]:
-    """None when the fused engine can run this combination, else the reason."""
+def fused_supported(workload, rule, policy, density, batch=None, local=None) -> Optional[str]:
+    """None when the fused engine can run this combination, else the reason
+    (``local``: the run's :attr:`~hogkit.engine.plan.RunPlan.local` phase)."""
     from hogkit.engine.step import compiled_support
     if getattr(policy, "local_steps", 0):
         return f"policy {policy!r} (local SGD runs on the Python engine)"
+    if local is not None:
+        return "replication='worker' (replicas run on the Python engine)"
     return compiled_support(workload, rule=rule, density=density, policy=policy,
                             batch=workload.default_batch if batch is None else batch)
 
@@ -123,18 +129,21 @@ class _Setup:
     eval_every: Optional[float]
     eval_updates: float
     curve: list = field(default_factory=list)
+    local: object = None        # the workers' replica and merges (RunPlan.local), or None
 
 
 def simulate(workload="mf", *, workers=2, policy=None, rule=None, density=None, batch=None,
              delays=None, stragglers=None, steps=None, seconds=None, seed=0,
              nonfinite="raise", eval_every="auto", evals=20, engine="auto", out=None,
-             workload_options=None, keep_params=True, shards=1, lr=None) -> Run:
+             workload_options=None, keep_params=True, shards=1, lr=None,
+             replication="shared") -> Run:
     """Simulate a Hogwild! run of ``workers`` virtual workers; returns a :class:`Run`.
 
     Arguments as :func:`hogkit.train`, with the same defaults (``workload``,
     ``workers``, ``policy``, ``rule``, ``lr``, ``density``, ``batch`` (an int),
     ``steps`` = total iterations split evenly over the workers, ``seed``, ``nonfinite``,
-    ``stragglers``, ``out``, ``keep_params``, ``shards`` (1 only)), plus:
+    ``stragglers``, ``out``, ``keep_params``, ``shards`` (1 only), ``replication``),
+    plus:
 
     delays : compute-time model: ``None`` (``Constant(1e-3)``), a string for
         :func:`parse_delays` (``"lognormal:1e-3:0.5,straggler:3:4"``), or a
@@ -161,21 +170,24 @@ def simulate(workload="mf", *, workers=2, policy=None, rule=None, density=None, 
                      nonfinite=nonfinite, stragglers=stragglers, eval_every=eval_every,
                      out=out, workload_options=workload_options, keep_params=keep_params,
                      shards=shards, time_unit="virtual seconds", max_workers=1 << 20,
-                     lane="batch")
+                     lane="batch", replication=replication)
     plan.simulable()
     check_choice("engine", engine, ("auto", "fused", "python"))
     times = step_times(delays, plan.stragglers)
     times.arrays(plan.workers)          # checks straggler ranks against W
     every, every_updates = eval_interval(plan, live=False, evals=evals)
-    why = fused_supported(plan.workload, plan.rule, plan.policy, plan.density, plan.batch)
+    wl = plan.workload
+    params, data = wl.build(plan.seed)
+    plan, chosen = resolve_auto(plan, params, data)
+    why = fused_supported(plan.workload, plan.rule, plan.policy, plan.density, plan.batch,
+                          local=plan.local)
     if engine == "fused" and why is not None:
         raise InvalidArgument(f"engine='fused' cannot run this: {why}; use "
                               f"engine='python' or engine='auto'")
     use_fused = engine == "fused" or (engine == "auto" and why is None)
     config = plan.config(stragglers={}, delays=times.config(), environment=_environment())
-
-    wl = plan.workload
-    params, data = wl.build(plan.seed)
+    if chosen is not None:
+        config["replication"] = chosen
     initial_loss = float(wl.loss(params, data))
     W = plan.workers
     quotas = plan.quotas() if plan.steps is not None else [1 << 62] * W
@@ -186,7 +198,7 @@ def simulate(workload="mf", *, workers=2, policy=None, rule=None, density=None, 
                t_stop=plan.seconds if plan.seconds is not None else math.inf, times=times,
                seed=plan.seed, nonfinite=plan.nonfinite, log=log,
                eval_every=None if every == math.inf else every, eval_updates=every_updates,
-               curve=[{"t": 0.0, "updates": 0, "loss": initial_loss}])
+               curve=[{"t": 0.0, "updates": 0, "loss": initial_loss}], local=plan.local)
     t_loop = time.perf_counter()
     res = _run_fused(S) if use_fused else _run_python(S)
     loop_s = time.perf_counter() - t_loop
@@ -345,9 +357,10 @@ def _run_python(S):
     views = {"clk_slots": slots, "clk_shard_updates": np.zeros((W, 1), np.int64),
              "clk_stop": np.zeros(8, np.int64)}
     clocks = Clocks(views)
-    local = S.policy.local_steps > 0
-    phases = ([LocalPhase(S.params, S.policy.merge_divisor(W)) for _ in range(W)]
-              if local else None)
+    lp = S.local
+    local = lp is not None
+    phases = [LocalPhase(S.params, lp.divisor) for _ in range(W)] if local else None
+    merged = [0] * W                       # each worker's steps merged so far
     replicas = [ph.replica for ph in phases] if local else [S.params] * W
     readers = [Reader(clocks, S.log, r) for r in range(W)]
     steps = []
@@ -364,12 +377,14 @@ def _run_python(S):
     rngs = [np.random.default_rng([S.seed, r]) for r in range(W)]
     pending = [None] * W
 
-    def merge_local(w, k, t):
+    def merge_local(w, k, t, done):
         gap = readers[w].gap()             # as the live worker's merge: gap, merge and
         phases[w].merge()                  # pull, tick, record, read
-        clocks.tick_update(w)
+        n = max(0, done - merged[w]) if lp.count_steps else 1
+        clocks.tick_update(w, count=n)
+        merged[w] = done
         readers[w].commit(k, gap, t_ns=int(K.vt_ns(t)))
-        gi[L.G_TOTAL] += 1
+        gi[L.G_TOTAL] += n
         readers[w].read()
 
     def pending_local(w):
@@ -384,7 +399,7 @@ def _run_python(S):
             return
         if code == L.R_RETIRE:
             if local and pending_local(w):
-                merge_local(w, int(slots[w, _kc.ITER]), t)
+                merge_local(w, int(slots[w, _kc.ITER]), t, int(slots[w, _kc.ITER]))
             return
         k = int(slots[w, _kc.ITER])                      # R_END
         grads, pending[w] = pending[w], None
@@ -393,10 +408,10 @@ def _run_python(S):
             ist[w, L.I_HELD] += 1
         elif not local:
             gi[L.G_TOTAL] += 1
-        if local and S.policy.merges_after(k):
-            merge_local(w, k, t)
+        if local and lp.merges_after(k):
+            merge_local(w, k, t, k + 1)
         if local and k + 1 >= S.quotas[w] and pending_local(w):
-            merge_local(w, k + 1, t)
+            merge_local(w, k + 1, t, k + 1)
 
     args = (None, None, None, None, None, (0, np.zeros(1)), None,
             (0, 1.0, 0.0, False, 1, 0), None, None, slots, _log_arrays(S), st["times"],

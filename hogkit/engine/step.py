@@ -208,7 +208,8 @@ class CompiledStep:
     buffers, sampler cursor); ``slots``, ``rt``, ``stop``: the control arrays;
     ``log``: the :class:`~hogkit.state.reader.StalenessLog` arrays. ``policy``: a
     :class:`~hogkit.policy.Policy` (None: Async), read through its contract: its
-    ``encode()`` row (``pol``), ``timing`` and ``local_steps``; ``adm`` is this worker's
+    ``encode()`` row (``pol``), ``timing`` and ``local_steps`` (``local_h`` overrides
+    it: the run's :attr:`~hogkit.engine.plan.RunPlan.local` phase); ``adm`` is this worker's
     admission state and ``grants`` its histogram row of DSSP grants
     (``hogkit.kernels.clock.admit``). ``params2d`` overrides the parameters written.
     :meth:`run` returns the core's code and leaves what happened in
@@ -218,7 +219,7 @@ class CompiledStep:
     def __init__(self, ctx, *, rank, batch, rule, rule_state, density, density_state,
                  slots, rt, stop, log, rng, policy=None, grants=None, quota=-1,
                  nonfinite="raise", record=True, stride=1, pacer=None, params2d=None,
-                 step0=0, lane="batch", lane_lr_scale=1.0):
+                 step0=0, lane="batch", lane_lr_scale=1.0, local_h=None):
         self.ctx = ctx
         ctx.grow(batch) if batch > ctx.capacity else None
         self.params = tuple(params2d) if params2d is not None else ctx.params
@@ -237,7 +238,7 @@ class CompiledStep:
             policy = Async()
         self.pol = policy.encode()
         self.adm = _kc.admission_state()
-        local_h = int(policy.local_steps)
+        local_h = int(policy.local_steps) if local_h is None else int(local_h)
         self.ctl = (slots, rt, stop, self.pol, self.adm, grants)
         self.log = log
         self.rng = rng if ctx.parts.uses_rng else None

@@ -122,9 +122,11 @@ class _Worker:
         self.shards = spec.plan.shards
         self.param_index = {name: i for i, name in enumerate(sorted(params))}
         self.reader = Reader(self.clocks, self.log, spec.rank, shards=spec.plan.shards > 1)
-        self.local = (LocalPhase(params, _merge_divisor(spec.plan.policy, spec.plan.workers),
-                                 spec.plan.policy.overlap)
-                      if _local_steps(spec.plan.policy) else None)
+        # a replica and its merges: LocalSGD's, or replication="worker" (plan.local)
+        self.lp = spec.plan.local
+        self.local = (LocalPhase(params, self.lp.divisor, self.lp.overlap)
+                      if self.lp is not None else None)
+        self.merged = 0            # this worker's steps merged (or pulled) so far
         # Under LocalSGD the gradient reads, and the rule writes, a private replica.
         self.params = self.local.replica if self.local is not None else params
         self.ctx = spec.plan.workload.setup(self.params, data, rank=spec.rank,
@@ -223,8 +225,8 @@ class _Worker:
             self.delay.pause(time.perf_counter_ns() - t1)
         if self.sizer is not None:     # the speed a straggler shows includes its pause
             self._observe(k, b, time.perf_counter_ns() - t1)
-        if self.local is not None and spec.plan.policy.merges_after(k):
-            self.merge(k)
+        if self.local is not None and self.lp.merges_after(k):
+            self.merge(k, k + 1)
         clocks.tick_iteration(rank, beat=True)
         rt[_kl.RT_BUSY] += time.perf_counter_ns() - t0
         return True
@@ -244,7 +246,8 @@ class _Worker:
             grants=self.control["rt_grants"][rank],
             quota=-1 if spec.steps is None else spec.steps, nonfinite=spec.plan.nonfinite,
             pacer=encode_pacer(spec.delay, spec.plan.worker_seed, rank), step0=spec.step0,
-            lane=spec.plan.lane, lane_lr_scale=lane_lr_scale(spec.plan))
+            lane=spec.plan.lane, lane_lr_scale=lane_lr_scale(spec.plan),
+            local_h=self.lp.h if self.lp is not None else 0)
         if spec.plan.rule.slots[2]:
             self.counts = (self.ctx.names, self.core.rule[4], self.rule_state)
         self.core.run(0)
@@ -284,7 +287,7 @@ class _Worker:
                 core.release()
             elif code == _kl.MERGE:
                 k = int(clocks.iterations[rank])
-                self.merge(k)
+                self.merge(k, k + 1)
                 clocks.tick_iteration(rank, beat=self.timing)
             elif code == _kl.NONFINITE:
                 raise NonFiniteGradient.at(f"worker {rank}", int(clocks.step[rank]))
@@ -300,12 +303,16 @@ class _Worker:
         worker_state.publish(self.wviews, self.rank, rng=self.rng, cursor=self.cursor,
                              counts=self.counts)
 
-    def merge(self, k: int) -> None:
-        """LocalSGD: merge the local phase into the shared model; staleness of a merge
-        = merges by other workers since this phase pulled the shared model."""
+    def merge(self, k: int, done: int) -> None:
+        """Merge the local phase into the shared model (LocalSGD, replicas); ``done``:
+        this worker's steps so far. The staleness of a merge = the update counts others
+        added since this phase pulled the shared model: a merge adds one (LocalSGD) or
+        its phase's steps (``replication="worker"``: the gap then counts updates)."""
         gap = self.reader.gap()
         self.local.merge()
-        self.clocks.tick_update(self.rank)
+        self.clocks.tick_update(self.rank, count=max(0, done - self.merged)
+                                if self.lp.count_steps else 1)
+        self.merged = done
         self.reader.commit(k, gap)
         self.reader.read()
 
@@ -313,7 +320,7 @@ class _Worker:
         self.publish()
         if self.local is not None:
             if self.local.pending():
-                self.merge(k)
+                self.merge(k, k)
             self.local.close()
         grants = getattr(self.spec.plan.policy, "grants", None)
         if grants is not None:
@@ -323,18 +330,6 @@ class _Worker:
         if self.delay is not None:
             self.rt[_kl.RT_COMPUTE] += self.delay.compute_ns
             self.rt[_kl.RT_PAUSED] += self.delay.paused_ns
-
-
-def _merge_divisor(policy, workers) -> int:
-    """What a merge divides a replica's change by (a duck-typed policy: W)."""
-    f = getattr(policy, "merge_divisor", None)
-    return int(f(workers)) if f is not None else workers
-
-
-def _local_steps(policy) -> int:
-    """LocalSGD's h (0: the steps go to the shared model); a policy of one's own that
-    declares nothing steps on the shared model."""
-    return int(getattr(policy, "local_steps", 0))
 
 
 def _next_chunk(chunk, elapsed_ns):
@@ -443,6 +438,7 @@ def run_worker(spec: WorkerSpec) -> None:
         clocks.beat(spec.rank)     # the first iteration's time is counted from here
         if worker.local is not None:
             worker.local.pull()    # the first local phase starts from the model now
+            worker.merged = int(clocks.iterations[spec.rank])   # (a restart: from there)
         worker.reader.read()       # ...and its staleness is counted from here
         if spec.engine == "compiled":
             k = worker.compiled_loop()

@@ -139,8 +139,9 @@ class Clocks:
 
     # ---------------------------------------------------------------- writers (hot path)
 
-    def tick_update(self, rank, shards=None):
-        """Count one applied update by ``rank``.
+    def tick_update(self, rank, shards=None, *, count=1):
+        """Count one applied update by ``rank`` (``count``: that many at once, a
+        replica's merge of its phase's steps; dense, every shard).
 
         ``shards``: int64/int32 array of the shard ids the update touched; each distinct
         shard is counted once per update (duplicates collapse). ``None`` means a dense
@@ -149,12 +150,14 @@ class Clocks:
         rank = self._rank(rank)
         if shards is not None:
             _shard_ids(shards, self.shards)
-        self.updates[rank] += 1
+            if count != 1:
+                raise ValueError("tick_update: count != 1 is for dense updates (shards=None)")
+        self.updates[rank] += count
         if shards is None:
             if self.shards == 1:
-                self.shard_updates[rank, 0] += 1
+                self.shard_updates[rank, 0] += count
             else:
-                self.shard_updates[rank] += 1
+                self.shard_updates[rank] += count
         else:
             row = self.shard_updates[rank]
             # Buffered fancy increment: a[idx] = a[idx] + 1, so a shard id repeated in
