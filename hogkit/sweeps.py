@@ -212,6 +212,8 @@ def _row(cell, key, mode, run) -> dict:
     row["slowdown_realised"] = max(slow) if slow else None
     row["wait_fraction"] = round(sum(s["wait_fraction"]) / max(len(s["wait_fraction"]), 1),
                                  4)
+    if s.get("dssp_grants") is not None:        # DSSP: {extra iterations: waits granted}
+        row["dssp_grants"] = s["dssp_grants"]
     row["curve"] = [[c["t"], c["updates"], _finite(c["loss"])] for c in s["loss_curve"]]
     return row
 

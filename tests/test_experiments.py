@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENTS = ["density_staleness", "staleness_rules", "sim_vs_real", "hogwild_sparsity",
                "p3", "policies", "batching", "local_sgd", "rnn_density", "live_density",
-               "fair_rules"]
+               "fair_rules", "fair_policies"]
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +68,7 @@ def test_sweep_experiments_run_on_their_quick_grid(name, tmp_path, experiments_o
 @pytest.mark.parametrize("name", ["p3", "staleness_rules", "policies", "batching",
                                   "local_sgd", "density_staleness", "rnn_density",
                                   "sim_vs_real", "hogwild_sparsity", "live_density",
-                                  "fair_rules"])
+                                  "fair_rules", "fair_policies"])
 def test_writeup_tables_are_its_results(name, experiments_on_path):
     """Every number in the write-up's tables is rendered from its results file by the
     experiment's own code: the block between the markers must be exactly what
@@ -242,7 +242,7 @@ def test_results_files_hold_exactly_the_rows_their_sweeps_wrote():
     tables = _sweep_tables()
     assert set(tables) >= {"staleness_rules", "policies", "density_staleness", "batching",
                            "local_sgd", "rnn_density", "hogwild_sparsity", "live_density",
-                           "fair_rules"}
+                           "fair_rules", "fair_policies"}
     for name, rows in tables.items():
         results = json.loads((ROOT / "docs" / "experiments" / name /
                               "results.json").read_text())["rows"]
@@ -276,7 +276,8 @@ def test_a_random_sample_of_simulated_cells_reruns_to_its_stored_figures():
         assert row["gap_mean"] == stored["gap_mean"], where
 
 
-@pytest.mark.parametrize("name", ["staleness_rules", "density_staleness", "fair_rules"])
+@pytest.mark.parametrize("name", ["staleness_rules", "density_staleness", "fair_rules",
+                                  "fair_policies"])
 def test_readme_highlight_is_rendered_from_the_results(name, experiments_on_path):
     """The README's line on an experiment is its ``highlight(results)``, word for word:
     a figure edited in the README, or a results file whose figures moved, fails here."""
@@ -308,6 +309,7 @@ _PROSE_ONLY = {
     "batching": {"0.5", "1.0", "1.5"},
     "density_staleness": {"0.693"},
     "hogwild_sparsity": {"1.82", "2.0", "2.14"},
+    "fair_policies": {"0.15", "0.45"},
     "fair_rules": {"0.5"},
     "live_density": {"0.58"},
     "local_sgd": {"4.5"},
