@@ -10,7 +10,9 @@ Setup: ``hogkit.sweep`` of live ``hogkit.train("logreg")`` runs with feature
 popularity Zipf(a), a ∈ ``zipfs`` (0 = uniform), 1 and 2 worker processes, the same
 total number of updates, three seeds; measured: updates/s (→ speed-up, 2 workers over
 1 at the same seed), final loss (→ progress per update, the same ratio), and the
-update gap τ (mean, p99 and max). Mean ± std over seeds. Run:
+update gap τ (mean, p99 and max). Mean ± std over seeds. The paper's locking
+baselines run beside lock-free ones (``lock="model"``: each sample holds one lock on
+the model; ``lock="feature"``: a lock per weight), at Zipf 0 and 1.1. Run:
 
     python experiments/hogwild_sparsity.py [--quick] [--out docs/experiments/hogwild_sparsity]
 
@@ -34,9 +36,12 @@ CONFIG = {
     # samples_per_run, so a batch-1 run is not over before it is measured
     "batches": [1, 8],
     "samples_per_run": 2_000_000,
+    # the paper's locking baselines (its §5: a lock on the whole model, and a lock per
+    # coordinate), with lock-free runs beside them in the same invocation
+    "locks": {"lock": ["none", "model", "feature"], "zipfs": [0.0, 1.1]},
 }
 QUICK = {**CONFIG, "zipfs": [0.0, 2.0], "steps": 20_000, "seeds": [0], "batches": [8],
-         "samples_per_run": 200_000}
+         "samples_per_run": 200_000, "locks": {"lock": ["none", "model"], "zipfs": [1.1]}}
 
 
 def run(config: dict, out_dir=None) -> dict:
@@ -54,6 +59,12 @@ def run(config: dict, out_dir=None) -> dict:
     if small:
         rows += sweep(small, base={"workload": "logreg", "eval_every": None}, out=path,
                       mode="live", progress=True)
+    locks = config.get("locks")
+    if locks:
+        rows += sweep({"o.lock": locks["lock"], "o.zipf": locks["zipfs"],
+                       "workers": config["workers"], "seed": config["seeds"]},
+                      base={"workload": "logreg", "steps": config["steps"],
+                            "eval_every": None}, out=path, mode="live", progress=True)
     keep = [{k: v for k, v in r.items() if k not in ("curve", "key")} for r in rows]
     return {"config": config, "rows": keep, "environment": environment()}
 
@@ -61,7 +72,7 @@ def run(config: dict, out_dir=None) -> dict:
 def cells(results):
     """``{(zipf, W): dict}``: mean ± std over seeds of the rate, loss and gaps, and of
     the per-seed speed-up and loss ratio against one worker."""
-    rows, out = [r for r in results["rows"] if "batch" not in r], {}
+    rows, out = [r for r in results["rows"] if "batch" not in r and "o.lock" not in r], {}
     for a in results["config"]["zipfs"]:
         one = {r["seed"]: r for r in rows if r["o.zipf"] == a and r["workers"] == 1}
         for w in results["config"]["workers"]:
@@ -98,6 +109,32 @@ def by_batch(results):
     return out
 
 
+def by_lock(results):
+    """``{(lock, zipf, W): dict}`` of the locking part: rate, its ratio to the lock-free
+    run's at the same seed and worker count, the speed-up over the same lock's one
+    worker, and the final loss (mean ± std over seeds)."""
+    spec = results["config"].get("locks")
+    rows, out = [r for r in results["rows"] if "o.lock" in r], {}
+    if not spec:
+        return out
+    rate = {(r["o.lock"], r["o.zipf"], r["workers"], r["seed"]): r["updates"] / r["wall_s"]
+            for r in rows}
+    for lock in spec["lock"]:
+        for a in spec["zipfs"]:
+            for w in results["config"]["workers"]:
+                rs = [r for r in rows if (r["o.lock"], r["o.zipf"], r["workers"])
+                      == (lock, a, w)]
+                mine = [rate[(lock, a, w, r["seed"])] for r in rs]
+                out[(lock, a, w)] = {
+                    "rate": _common.mean_std(mine),
+                    "vs_free": _common.mean_std([x / rate[("none", a, w, r["seed"])]
+                                                 for x, r in zip(mine, rs)]),
+                    "speedup": _common.mean_std([x / rate[(lock, a, 1, r["seed"])]
+                                                 for x, r in zip(mine, rs)]),
+                    "loss": _common.mean_std([r["final_loss"] for r in rs])}
+    return out
+
+
 def tables(results) -> str:
     c = cells(results)
     lines = ["| Zipf a | workers | updates/s | speed-up | final log-loss | loss ratio vs 1 | "
@@ -116,6 +153,16 @@ def tables(results) -> str:
         for (b, w), (rate, sp, gap) in small.items():
             lines.append(f"| {b} | {w} | {pm(rate, ',.0f')} | {pm(sp, '.2f')} | "
                          f"{pm(gap, '.2f')} |")
+    locked = by_lock(results)
+    if locked:
+        lines += ["", f"Locking baselines ({results['config']['steps']:,} updates of batch "
+                  f"64 per run, lock-free runs beside them in the same invocation):", "",
+                  "| lock | Zipf a | workers | updates/s | x lock-free, same workers | "
+                  "speed-up over 1 worker | final log-loss |", "|---|---|---|---|---|---|---|"]
+        for (lock, a, w), x in locked.items():
+            lines.append(f"| {lock} | {a:g} | {w} | {pm(x['rate'], ',.0f')} | "
+                         f"{pm(x['vs_free'], '.2f')} | {pm(x['speedup'], '.2f')} | "
+                         f"{pm(x['loss'])} |")
     return "\n".join(lines)
 
 

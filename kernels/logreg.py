@@ -20,6 +20,7 @@ import numpy as np
 from numba import njit
 
 from . import step as _step
+from ._intrinsics import cas, sched_yield
 from .mf import _FM, _FM_LANE, sweep_sample
 from .rule import SGD as _SGD
 
@@ -34,12 +35,50 @@ def _sigmoid(m):
 
 class LogRegArrays(NamedTuple):
     """Sparse logistic regression's compiled part: the CSR samples and labels, in the
-    stored order, and the L2 coefficient ``reg``."""
+    stored order, the L2 coefficient ``reg``, and the per-sample lane's ``locks`` (int64
+    words in shared memory: none for Hogwild!, one for a lock on the whole model, one
+    per feature for a lock per weight; :func:`logreg_lane`)."""
     indptr: np.ndarray
     indices: np.ndarray
     values: np.ndarray
     y: np.ndarray
     reg: float
+    locks: np.ndarray = np.zeros(0, np.int64)
+
+
+#: spins on a held lock before giving the core away (more workers than cores)
+SPINS = 64
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _acquire(locks, j):
+    """Take lock word ``j`` (0 free, 1 held): compare-and-swap until it is ours."""
+    n = 0
+    while cas(locks, j, 0, 1) != 0:
+        n += 1
+        if n >= SPINS:
+            sched_yield()
+            n = 0
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _lock_sample(locks, indices, start, end, take):
+    """Take (``take``) or give back the locks a sample needs: the model's one word, or
+    its features' words in increasing feature order (every sample takes them in that
+    order, so two samples cannot wait on each other). A release is a compare-and-swap
+    too: a full fence, so the weights written before it are seen by the next holder."""
+    if locks.shape[0] == 1:
+        if take:
+            _acquire(locks, 0)
+        else:
+            cas(locks, 0, 1, 0)
+        return
+    for j in range(start, end):
+        f = indices[j]
+        if take:
+            _acquire(locks, f)
+        else:
+            cas(locks, f, 1, 0)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -164,7 +203,13 @@ def logreg_lane(wl, params, idx, nb, kind, rcfg, S1, skip):
     Plain SGD only; ``rcfg[0]`` is the lr of one sample (the core divides a batch-mean
     workload's lr by the batch). A sample whose margin is not finite is left out,
     nothing of it written (with ``skip`` False the call stops there). Returns the
-    samples left out."""
+    samples left out.
+
+    With ``wl.locks`` (the locking baselines Hogwild! is measured against) each sample
+    reads and writes its weights holding the whole model's lock, or its features'
+    locks; the arithmetic is the same, so one worker gets the same bits either way."""
+    if wl.locks.shape[0] > 0:
+        return _locked_lane(wl, params[0], idx, nb, rcfg[0], skip)
     w = params[0]
     indptr, indices, values, y, reg = wl.indptr, wl.indices, wl.values, wl.y, wl.reg
     T = w.dtype.type
@@ -184,6 +229,33 @@ def logreg_lane(wl, params, idx, nb, kind, rcfg, S1, skip):
         for j in range(start, end):
             f = indices[j]
             w[f, 0] = T(float(w[f, 0]) - a * (d * float(values[j]) + reg * float(w[f, 0])))
+    return bad
+
+
+@njit(cache=True, nogil=True, fastmath=_FM_LANE)
+def _locked_lane(wl, w, idx, nb, a, skip):
+    """:func:`logreg_lane` holding locks around each sample's read and write."""
+    indptr, indices, values, y, reg, locks = (wl.indptr, wl.indices, wl.values, wl.y,
+                                              wl.reg, wl.locks)
+    T = w.dtype.type
+    bad = 0
+    for b in range(nb):
+        s = idx[b]
+        start = indptr[s]
+        end = indptr[s + 1]
+        _lock_sample(locks, indices, start, end, True)
+        m = _margin(w, indices, values, start, end)
+        if not m - m == 0.0:
+            _lock_sample(locks, indices, start, end, False)
+            bad += 1
+            if not skip:
+                return bad
+            continue
+        d = _sigmoid(m) - float(y[s])
+        for j in range(start, end):
+            f = indices[j]
+            w[f, 0] = T(float(w[f, 0]) - a * (d * float(values[j]) + reg * float(w[f, 0])))
+        _lock_sample(locks, indices, start, end, False)
     return bad
 
 

@@ -104,6 +104,10 @@ class RunPlan:
         if self.lane == "sample":
             raise InvalidArgument("lane='sample': the simulator models whole steps (a "
                                   "read at START, an update at FINISH); use lane='batch'")
+        only = getattr(self.workload, "needs_lane", None)
+        if only:
+            raise InvalidArgument(f"the simulator cannot run this: {only} (the simulator "
+                                  f"models whole steps, atomic in virtual time)")
 
     def config(self, **extra) -> dict:
         """JSON-able description of the run, for ``summary.json`` (``extra`` appended)."""

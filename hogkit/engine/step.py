@@ -106,10 +106,14 @@ def resolve_lane(lane, workload, *, rule, density, batch, shards=1, engine="comp
     workload's ``default_lane`` where :func:`lane_support` allows it; "sample" is
     refused with the reason when it does not."""
     check_choice("lane", lane, LANES)
+    only = getattr(workload, "needs_lane", None)     # e.g. logreg's lock baselines
+    why = lane_support(workload, rule=rule, density=density, batch=batch, shards=shards,
+                       engine=engine) if lane != "batch" or only else None
+    if only and (lane == "batch" or why is not None):
+        raise InvalidArgument(f"lane={lane!r} cannot run this: {only}" +
+                              (f" (here: {why})" if why else ""))
     if lane == "batch":
         return "batch"
-    why = lane_support(workload, rule=rule, density=density, batch=batch, shards=shards,
-                       engine=engine)
     if lane == "sample" and why is not None:
         raise InvalidArgument(f"lane='sample' cannot run this: {why}; use lane='batch' (the "
                               f"exact minibatch step) or drop that setting")

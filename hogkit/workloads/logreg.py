@@ -25,6 +25,13 @@ per-sample log-loss gradient, one sparse entry per (sample, nonzero):
 (L2 only on touched features, in proportion to how often they are touched, as in
 Hogwild!). Loss reported by ``loss``: the mean log-loss over all samples, without
 the L2 term; ``metrics`` adds ``accuracy``.
+
+``lock`` (the baselines Hogwild! is measured against, Niu et al. 2011 §5): ``"none"``
+(default, lock-free), ``"model"`` (each sample's read and write hold one lock on the
+whole model) or ``"feature"`` (a lock per weight, a sample's taken in increasing
+feature order). The locks are int64 words in shared memory (``data["locks"]``); they
+run on the per-sample lane of the compiled engine only. A worker killed while it holds
+one leaves its peers waiting until the supervisor stops the run (``wait_timeout``).
 """
 
 from __future__ import annotations
@@ -44,6 +51,8 @@ from hogkit.workloads.files import check_fraction, held_out, read_svmlight, spli
 
 #: the generated data's features when ``n_features`` is not given
 N_FEATURES = 20_000
+#: ``lock=``: lock-free Hogwild!, one lock on the model, a lock per weight
+LOCKS = ("none", "model", "feature")
 
 
 def _rows(f, rows, prefix):
@@ -67,12 +76,15 @@ class SparseLogReg(Workload):
     #: batch lane at 1 worker (benchmarks/RESULTS.md, the lanes)
     default_lane = "sample"
     default_steps = 200_000
+    lock = "none"                   # (set per instance; the class value: lock-free)
     _fields = ("n_samples", "n_features", "min_nnz", "max_nnz", "zipf", "values",
                "normalize", "margin_scale", "reg", "init_scale", "dtype")
 
     def __init__(self, *, n_samples=50_000, n_features=None, min_nnz=10, max_nnz=50,
                  zipf=1.1, values="binary", normalize=False, margin_scale=4.0, reg=0.0,
-                 init_scale=0.0, dtype="float32", data=None, test_fraction=0.0):
+                 init_scale=0.0, dtype="float32", data=None, test_fraction=0.0,
+                 lock="none"):
+        self.lock = check_choice("lock", lock, LOCKS)
         sizes = self._read(data, test_fraction, n_features)
         self.n_samples = check_int("n_samples", sizes.get("n_samples", n_samples),
                                    min_value=1, max_value=2**31 - 1)
@@ -119,7 +131,34 @@ class SparseLogReg(Workload):
         out = super().config()
         if self.data is not None:       # a generated run's config stays what it was
             out.update(data=self.data, test_fraction=self.test_fraction)
+        if self.lock != "none":         # (and a lock-free one's too)
+            out["lock"] = self.lock
         return out
+
+    @property
+    def needs_lane(self):
+        """Why only the per-sample lane can run this workload, or None."""
+        if self.lock == "none":
+            return None
+        return (f"lock={self.lock!r} holds its locks in the per-sample lane's kernel "
+                f"(the compiled engine's lane='sample'); use lock='none' elsewhere")
+
+    def _n_locks(self) -> int:
+        return {"none": 0, "model": 1, "feature": self.n_features}[self.lock]
+
+    def _locks(self, data):
+        """The lock words of ``lock`` (none for Hogwild!), zeroed: free."""
+        n = self._n_locks()
+        if n > 1:       # a sample's locks are taken in increasing feature order
+            indptr, indices = data["indptr"], data["indices"]
+            row_start = np.zeros(len(indices), bool)
+            row_start[indptr[:-1][indptr[:-1] < len(indices)]] = True
+            if len(indices) > 1 and ((np.diff(indices) <= 0) & ~row_start[1:]).any():
+                raise InvalidArgument("lock='feature' needs each sample's features in "
+                                      "increasing order without repeats (its locks are "
+                                      "taken in that order); sort and merge them in the "
+                                      "data file")
+        return np.zeros(n, np.int64)
 
     def _file_data(self, seed):
         """The file's samples less those ``seed`` holds out (``test_*``: the same CSR
@@ -141,7 +180,10 @@ class SparseLogReg(Workload):
                          for s in np.random.SeedSequence(seed).spawn(2))
         if self.data is not None:
             w = (init_rng.standard_normal(self.n_features) * self.init_scale).astype(self.dtype)
-            return {"w": w}, self._file_data(seed)
+            data = self._file_data(seed)
+            if self.lock != "none":
+                data["locks"] = self._locks(data)
+            return {"w": w}, data
         n, d = self.n_samples, self.n_features
         p_feat = zipf_probabilities(d, self.zipf, rng)
         drawn = rng.integers(self.min_nnz, self.max_nnz + 1, n)
@@ -171,6 +213,8 @@ class SparseLogReg(Workload):
         m *= self.margin_scale / std if std > 0 else 0.0
         y = (rng.random(n) < 1.0 / (1.0 + np.exp(-m))).astype(np.float32)
         data = {"indptr": indptr, "indices": indices, "values": values, "y": y}
+        if self.lock != "none":
+            data["locks"] = self._locks(data)
         w = (init_rng.standard_normal(d) * self.init_scale).astype(self.dtype)
         return {"w": w}, data
 
@@ -215,8 +259,14 @@ class SparseLogReg(Workload):
         """The step core's view: CSR samples, labels and ``reg``; parameter ``(w,)`` as
         ``(n_features, 1)``; up to the longest row's nonzeros per sample."""
         max_nnz = self._check(params, data)
+        locks = data.get("locks") if self.lock != "none" else None
+        if self.lock != "none" and (locks is None or len(locks) != self._n_locks()):
+            raise InvalidArgument(f"lock={self.lock!r}: data lacks its lock words "
+                                  f"(data['locks']); pass what build() returned")
         return CompiledParts(LogRegArrays(data["indptr"], data["indices"], data["values"],
-                                          data["y"], float(self.reg)),
+                                          data["y"], float(self.reg),
+                                          locks if locks is not None else
+                                          np.zeros(0, np.int64)),
                              ("w",), (max_nnz,), uses_rng=False)
 
     def _check(self, params, data):
