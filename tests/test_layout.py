@@ -144,8 +144,16 @@ def test_local_sgd_spells_its_merge():
     assert from_string("local:16") == LocalSGD(16)
     assert repr(LocalSGD(16, merge="sum")) == "LocalSGD(16, merge='sum')"
     assert LocalSGD(16, merge="sum").config()["merge"] == "sum"
-    for bad in ("local:16:sum:sum", "local:16:max", "local:16:overlap:sum:x"):
-        with pytest.raises(InvalidArgument, match="at most 'overlap' and 'sum'"):
+    for bad in ("local:16:sum:sum", "local:16:max", "local:16:overlap:sum:x",
+                "local:16:cost1:cost2"):
+        with pytest.raises(InvalidArgument, match="at most 'overlap', 'sum' and 'costC'"):
             from_string(bad)
+    assert from_string("local:16:overlap:cost4") == LocalSGD(16, overlap=True, cost=4.0)
+    assert repr(LocalSGD(16, cost=0.5)) == "LocalSGD(16, cost=0.5)"
+    assert LocalSGD(16, cost=2).config()["cost"] == 2.0 and "cost" not in LocalSGD(16).config()
+    with pytest.raises(InvalidArgument, match="not cost followed by a number"):
+        from_string("local:16:costly")
+    with pytest.raises(InvalidArgument, match="merge cost"):
+        LocalSGD(16, cost=-1)
     with pytest.raises(InvalidArgument, match="merge='max'"):
         LocalSGD(4, merge="max")

@@ -56,6 +56,21 @@ def test_local_sgd_merges_and_converges(overlap):
     assert all(np.isfinite(v).all() for v in run.params.values())
 
 
+def test_local_sgd_merges_with_a_paced_cost_and_the_simulator_refuses_it():
+    """A merge that costs its phase's time again (overlapped and not) changes when the
+    merges land, not what they add: the run merges as often and converges."""
+    from hogkit import simulate
+    from hogkit.errors import InvalidArgument
+    for overlap in (False, True):
+        run = train("mf", workers=2, steps=1600, policy=LocalSGD(8, overlap=overlap, cost=1.0),
+                    workload_options=HOT, progress=False, eval_every=None)
+        assert [w["updates"] for w in run.per_worker] == [100, 100]
+        assert run.final_loss < 0.5 * run.initial_loss
+        assert run.config["policy"]["cost"] == 1.0
+    with pytest.raises(InvalidArgument, match="paced on live runs"):
+        simulate("mf", workers=2, steps=16, policy=LocalSGD(8, cost=1.0))
+
+
 def test_adaptive_batch_gives_the_straggler_a_smaller_share():
     kw = dict(workers=2, steps=400, policy=BSP(), stragglers={1: Slowdown(2.5)},
               progress=False, eval_every=None)

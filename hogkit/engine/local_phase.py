@@ -19,11 +19,17 @@ lock-free add (racy by design, like every Hogwild! write). Known limit: with ove
 the staleness recorded for a merge counts others' merges since the previous merge
 point, not since the older snapshot S the phase was rebased on, so it can read up to
 one phase low.
+
+With ``cost`` c > 0 (``LocalSGD(h, cost=c)``, live) a merge takes c times the wall time
+of the phase it merges, a paced stand-in for a network round: without overlap the
+worker sleeps it after the merge; with overlap the merge thread sleeps it before its
+add, and the worker waits only when it reaches its next merge point first.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 
@@ -38,10 +44,12 @@ class LocalPhase:
     ``divisor`` what each delta is divided by on its way in (the policy's
     ``merge_divisor(W)``: W for local SGD's average, 1 for a sum)."""
 
-    def __init__(self, shared, divisor, overlap=False):
+    def __init__(self, shared, divisor, overlap=False, cost=0.0):
         self.shared = shared
         self.divisor = divisor
         self.overlap = overlap
+        self.cost = float(cost)
+        self.t_phase = time.perf_counter()       # when the current phase began
         self.replica = {k: v.copy() for k, v in shared.items()}
         self.base = {k: v.copy() for k, v in shared.items()}
         self.thread = None
@@ -52,8 +60,10 @@ class LocalPhase:
         """Whether the replica holds steps not merged yet."""
         return any(not np.array_equal(self.replica[k], self.base[k]) for k in self.replica)
 
-    def _merge_into_shared(self, delta):
+    def _merge_into_shared(self, delta, pause=0.0):
         try:
+            if pause > 0:
+                time.sleep(pause)                 # the paced round trip (cost)
             for name, d in delta.items():
                 merge(self.shared[name], d, workers=self.divisor)
             self.result = {k: v.copy() for k, v in self.shared.items()}
@@ -62,6 +72,7 @@ class LocalPhase:
 
     def merge(self) -> None:
         """Merge the phase into the shared model (see the module docstring)."""
+        pause = self.cost * (time.perf_counter() - self.t_phase)
         if not self.overlap:
             for k, shared in self.shared.items():
                 r, b = self.replica[k], self.base[k]
@@ -73,6 +84,9 @@ class LocalPhase:
                     merge(shared, local_delta(r, b), workers=self.divisor)
                     r[...] = shared
                     b[...] = shared
+            if pause > 0:
+                time.sleep(pause)
+            self.t_phase = time.perf_counter()
             return
         self.close()                      # join the previous merge, rebase onto it
         if self.result is not None:
@@ -82,9 +96,10 @@ class LocalPhase:
         delta = {k: local_delta(self.replica[k], self.base[k]) for k in self.replica}
         for k in self.replica:            # commit: progress from here is the next delta
             self.base[k][...] = self.replica[k]
-        self.thread = threading.Thread(target=self._merge_into_shared, args=(delta,),
+        self.thread = threading.Thread(target=self._merge_into_shared, args=(delta, pause),
                                        daemon=True)
         self.thread.start()
+        self.t_phase = time.perf_counter()
 
     def close(self) -> None:
         """Join an overlapped merge still running; re-raise what it raised."""
@@ -100,3 +115,4 @@ class LocalPhase:
         for k, v in self.shared.items():
             self.replica[k][...] = v
             self.base[k][...] = v
+        self.t_phase = time.perf_counter()

@@ -145,6 +145,7 @@ class LocalPlan:
     divisor: int
     overlap: bool = False
     count_steps: bool = False
+    cost: float = 0.0           # a merge takes cost x its phase's wall time (LocalSGD)
 
     def merges_after(self, step) -> bool:
         """True when iteration ``step`` (0-based) ends a phase."""
@@ -158,7 +159,8 @@ def local_plan(policy, replication, workers):
     if h:
         f = getattr(policy, "merge_divisor", None)
         return LocalPlan(h, int(f(workers)) if f is not None else workers,
-                         bool(getattr(policy, "overlap", False)))
+                         bool(getattr(policy, "overlap", False)),
+                         cost=float(getattr(policy, "cost", 0.0) or 0.0))
     if replication is not None and replication.replicas:
         return LocalPlan(int(replication.merge_every), 1, False, True)
     return None

@@ -124,7 +124,7 @@ class _Worker:
         self.reader = Reader(self.clocks, self.log, spec.rank, shards=spec.plan.shards > 1)
         # a replica and its merges: LocalSGD's, or replication="worker" (plan.local)
         self.lp = spec.plan.local
-        self.local = (LocalPhase(params, self.lp.divisor, self.lp.overlap)
+        self.local = (LocalPhase(params, self.lp.divisor, self.lp.overlap, self.lp.cost)
                       if self.lp is not None else None)
         self.merged = 0            # this worker's steps merged (or pulled) so far
         # Under LocalSGD the gradient reads, and the rule writes, a private replica.
