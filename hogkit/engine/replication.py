@@ -17,9 +17,9 @@ a cache-line transfer between cores, and two workers ran at 0.39-0.46x one
   the shared model at full weight, as under Hogwild!, written in bulk; between merges
   no two workers write one cache line;
 - ``"auto"``: ``"worker"`` where it can run (two or more workers, the Async policy, a
-  compiled workload) and two workers' concurrent steps both write at least
-  :data:`AUTO_OVERLAP` of the model's 64-byte lines (:func:`write_overlap`, measured
-  on a few steps of the workload before the run), else ``"shared"``.
+  workload that is not a torch model) and two workers' concurrent steps both write at
+  least :data:`AUTO_OVERLAP` of the model's 64-byte lines (:func:`write_overlap`,
+  measured on a few steps of the workload before the run), else ``"shared"``.
 
 Replicas buy samples a second, not always loss: each merge adds a phase's change made
 from a base the other replicas' changes also start from, so on weights every worker
@@ -211,8 +211,8 @@ def write_overlap(workload, params, data, batch, *, seed=0, steps=8) -> float:
 def resolve_auto(plan, params, data):
     """``(plan, config or None)``: ``plan`` with ``replication="auto"`` decided on the
     built model, and what was measured, for the run's config. Replicas where they can
-    run (two or more workers, Async, one shard, no LocalSGD), the workload is compiled
-    (a torch model's step is compute: ``mlp`` ran faster on the shared copy) and two
+    run (two or more workers, Async, one shard, no LocalSGD), the workload is not a torch
+    model (a torch model's step is compute: ``mlp`` ran faster on the shared copy) and two
     workers' steps both write at least :data:`AUTO_OVERLAP` of the model's lines
     (:func:`write_overlap`); else the shared copy."""
     rep = plan.replication
