@@ -204,18 +204,21 @@ def test_sigkill_of_the_parent_leaves_nothing(tmp_path):
 
 
 @pytest.mark.timeout(180)               # liveness: a restart must not deadlock BSP/SSP
-@pytest.mark.parametrize("policy", ["async", "bsp", "ssp:2"])
-def test_a_killed_worker_is_restarted_and_the_run_finishes(policy, tmp_path):
+@pytest.mark.parametrize("policy, replication", [("async", "shared"), ("bsp", "shared"),
+                                                 ("ssp:2", "shared"), ("async", "worker:8")])
+def test_a_killed_worker_is_restarted_and_the_run_finishes(policy, replication, tmp_path):
     """on_failure="restart": worker 1 is SIGKILLed once at its 300th step; a fresh
     process takes its place on the same stores, goes on from the shared clocks, and
-    the run does all its steps; the restart is in the summary and the events."""
+    the run does all its steps; the restart is in the summary and the events. With
+    replicas the fresh worker pulls the shared copy and merges from there (the killed
+    replica's unmerged steps are lost, as a Hogwild! write in flight is)."""
     from hogkit.parse import parse_policy
     out = str(tmp_path / "run")
     run = train(Faulty(hot(), rank=1, step=300, fault="sigkill",
                        once=str(tmp_path / "fired")),
                 workers=2, steps=6000, policy=parse_policy(policy), progress=False,
                 eval_every=None, on_failure="restart", max_restarts=1, out=out,
-                checkpoint_every=None)
+                checkpoint_every=None, replication=replication)
     assert sum(w["iterations"] for w in run.per_worker) == 6000
     assert [w["iterations"] for w in run.per_worker] == [3000, 3000]
     assert len(run.extra["restarts"]) == 1

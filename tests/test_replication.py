@@ -51,7 +51,8 @@ def test_replicas_refuse_what_they_do_not_run_with():
         make_plan("logreg", steps=10, policy=LocalSGD(4), replication="worker:4")
     with pytest.raises(InvalidArgument, match="shards=1"):
         make_plan("logreg", steps=10, shards=2, replication="worker")
-    assert make_plan("logreg", steps=10, policy=SSP(2), replication="auto")  # decided later
+    for kw in ({"policy": SSP(2)}, {"policy": LocalSGD(4)}, {"shards": 2}):
+        assert make_plan("logreg", steps=10, replication="auto", **kw)  # shared, later
 
 
 def test_the_plan_names_the_local_phase_of_a_policy_or_a_replication():

@@ -112,15 +112,16 @@ def parse_replication(value) -> Replication:
 
 
 def check_with_policy(replication: Replication, policy, workers: int, shards: int) -> None:
-    """Refuse, naming the fix, the combinations replicas do not run with."""
-    if replication.mode == "shared":
+    """Refuse, naming the fix, the combinations replicas do not run with ("auto" never
+    refuses: it keeps the shared copy there, :func:`resolve_auto`)."""
+    if replication.mode != "worker":
         return
     if getattr(policy, "local_steps", 0):
         raise InvalidArgument(f"replication={str(replication)!r} with policy={policy!r}: "
                               f"local SGD already keeps a replica per worker; use one of "
                               f"them (LocalSGD(h, merge='sum') is replication='worker:h' "
                               f"with a merge counted as one update)")
-    if replication.mode == "worker" and not _is_async(policy):
+    if not _is_async(policy):
         raise InvalidArgument(f"replication='worker' with policy={policy!r}: a replica's "
                               f"steps reach the others only at its merges, so a bound on "
                               f"clock lag would not bound what a read misses; use the "
