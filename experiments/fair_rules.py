@@ -36,20 +36,26 @@ CONFIG = {
     "scale": 64,                    # staleness-aware's lrs start at SGD's x this
     "lambdas": [0.01, 0.04, 0.2, 1.0],
     "extend": 6,
+    "momentum": 0.9,                # GA + momentum: per worker and shared (a server's)
 }
 QUICK = {**CONFIG, "workloads": {"mf": [0.05, 0.1]}, "workers": 16, "steps": 4_000,
-         "seeds": [0], "lambdas": [0.04], "extend": 1}
+         "seeds": [0], "lambdas": [0.04], "extend": 1, "momentum": None}
 
 
 def rules(config) -> dict:
-    """name -> (sweep rule string, lr multiplier of the starting grid)."""
-    out = {"SGD": ("sgd", 1.0),
+    """name -> (sweep rule string, lr multiplier of the starting grid, other knobs)."""
+    out = {"SGD": ("sgd", 1.0, {}),
            f"staleness-aware (lrs x {config['scale']})": ("staleness-aware",
-                                                         float(config["scale"])),
-           "DC-ASGD (adaptive)": ("dc-asgd-adaptive", 1.0),
-           "Gap-Aware": ("gap-aware", 1.0)}
+                                                         float(config["scale"]), {}),
+           "DC-ASGD (adaptive)": ("dc-asgd-adaptive", 1.0, {}),
+           "Gap-Aware": ("gap-aware", 1.0, {})}
     for lam in config["lambdas"]:
-        out[f"DC-ASGD (constant, λ = {lam:g})"] = (f"dc-asgd:{lam:g}", 1.0)
+        out[f"DC-ASGD (constant, λ = {lam:g})"] = (f"dc-asgd:{lam:g}", 1.0, {})
+    mu = config.get("momentum")
+    if mu:                              # GA + momentum: per worker, or the server's
+        out[f"GA + momentum {mu:g} (per worker)"] = ("gap-aware", 1.0, {"momentum": mu})
+        out[f"GA + momentum {mu:g} (shared)"] = ("gap-aware", 1.0,
+                                                 {"momentum": mu, "rule_state": "shared"})
     return out
 
 
@@ -60,16 +66,44 @@ def run(config: dict, out_dir=None) -> dict:
     path = os.path.join(out_dir, "cells.jsonl")
     groups = []
     for wl, lrs in config["workloads"].items():
-        for name, (rule, x) in rules(config).items():
+        for name, (rule, x, extra) in rules(config).items():
             got = tune({"workload": [wl], "rule": [rule],
-                        "lr": [round(lr * x, 6) for lr in lrs], "seed": config["seeds"]},
+                        "lr": [round(lr * x, 6) for lr in lrs], "seed": config["seeds"],
+                        **{k: [v] for k, v in extra.items()}},
                        base={"workers": config["workers"], "steps": config["steps"],
                              "delays": config["delays"]},
                        out=path, mode="sim", extend=config["extend"], progress=True)
             groups += [{**g, "name": name,
                         "tried": [[lr, m] for lr, m in g["tried"].items()]} for g in got]
-    return {"config": config, "tuned": groups,
+    frozen = _frozen(config, path) if config.get("momentum") else []
+    return {"config": config, "tuned": groups, "frozen": frozen,
             "rows": [_common.slim(r) for r in load(path)], "environment": environment()}
+
+
+def _frozen(config, path) -> list:
+    """Barkai et al.'s no-retuning claim: GA + momentum's lr tuned at W = 1, then run
+    frozen at W = ``workers``, per worker and shared; per workload, the lr and each
+    variant's mean ± std (and diverged seeds) at both W."""
+    from hogkit.sweeps import aggregate, sweep, tune
+    mu, out = config["momentum"], []
+    base = {"steps": config["steps"], "delays": config["delays"]}
+    for wl, lrs in config["workloads"].items():
+        g, = tune({"workload": [wl], "rule": ["gap-aware"], "momentum": [mu], "lr": lrs,
+                   "seed": config["seeds"]}, base={**base, "workers": 1}, out=path,
+                  mode="sim", extend=config["extend"], progress=True)
+        item = {"workload": wl, "lr": g["lr"], "bracketed": g["bracketed"],
+                "bound": g.get("bound"), "w1": [g["mean"], g["std"], g["diverged"]]}
+        for state in ("worker", "shared"):
+            rows = sweep({"workload": [wl], "rule": ["gap-aware"], "momentum": [mu],
+                          "lr": [g["lr"]], "seed": config["seeds"],
+                          **({"rule_state": [state]} if state == "shared" else {})},
+                         base={**base, "workers": config["workers"]}, out=path,
+                         mode="sim", progress=True)
+            agg = aggregate(rows, "final_loss", ("lr",))
+            mean, std, n = agg.get((g["lr"],), (None, None, 0))
+            item[state] = [mean, std, len(config["seeds"]) - (0 if mean is None else n)]
+        out.append(item)
+    return out
 
 
 def _cell(g):
@@ -104,7 +138,39 @@ def tables(results) -> str:
             lines.append(f"| {g['name']} | {g['lr']:g} | {mark} | {_cell(g)} | "
                          f"{vs if g is not sgd else '–'} | {_lrs(g)} |")
         lines.append("")
+    lines += _frozen_table(results)
     return "\n".join(lines).rstrip()
+
+
+def _msd(x):
+    mean, std, div = x
+    if mean is None:
+        return "diverged (all seeds)"
+    return f"{mean:.4f} ± {std:.4f}" + (f", {div} diverged" if div else "")
+
+
+def _frozen_table(results) -> list:
+    """The no-retuning table: GA + momentum's lr tuned at W = 1, frozen at W."""
+    frozen = results.get("frozen") or []
+    if not frozen:
+        return []
+    cfg = results["config"]
+    mu = cfg["momentum"]
+    by = {(g["cell"]["workload"], g["name"]): g for g in results["tuned"]}
+    lines = [f"**GA + momentum {mu:g}, lr tuned at W = 1 and frozen** (final training loss "
+             f"after {cfg['steps']:,} simulated updates, {len(cfg['seeds'])} seeds; the last "
+             f"column is the same variant at its own tuned lr at W = {cfg['workers']})", "",
+             f"| workload | lr (tuned at W = 1) | loss at W = 1 | momentum buffer | "
+             f"loss at W = {cfg['workers']}, frozen lr | at W = {cfg['workers']}, "
+             f"retuned (lr) |", "|---|---|---|---|---|---|"]
+    for f in frozen:
+        mark = "" if f["bracketed"] else f", {f['bound']} bound"
+        for state, label in (("worker", "per worker"), ("shared", "shared")):
+            g = by.get((f["workload"], f"GA + momentum {mu:g} ({label})"))
+            own = "–" if g is None else f"{_cell(g)} ({g['lr']:g})"
+            lines.append(f"| {f['workload']} | {f['lr']:g}{mark} | {_msd(f['w1'])} | "
+                         f"{label} | {_msd(f[state])} | {own} |")
+    return lines
 
 
 def highlight(results) -> str:

@@ -66,11 +66,11 @@ __all__ = ["sweep", "tune", "cells", "load", "aggregate", "mean_std", "plot", "K
 
 KNOBS = ("workload", "mode", "workers", "steps", "seconds", "seed", "policy", "rule", "lr",
          "momentum", "density", "batch", "straggler", "delays", "shards", "nonfinite",
-         "eval_every", "engine", "replication")
+         "eval_every", "engine", "replication", "rule_state")
 MODES = ("live", "sim")
 #: what a live worker's NonFiniteGradient reaches the parent as (WorkerFailed.cause)
 _NONFINITE = f"{NonFiniteGradient.__module__}.{NonFiniteGradient.__qualname__}"
-_SIM_ONLY = ("delays",)
+_SIM_ONLY = ("delays", "rule_state")
 
 
 # --------------------------------------------------------------------------- cells
@@ -164,7 +164,8 @@ def _kwargs(cell, mode_default):
     if "steps" not in kw and "seconds" not in kw:
         kw["steps"] = wl.default_steps
     # every knob checked now, as the run will check it (nothing is built)
-    plan_kw = {k: v for k, v in kw.items() if k not in ("delays", "progress", "engine")}
+    plan_kw = {k: v for k, v in kw.items()
+               if k not in ("delays", "progress", "engine", "rule_state")}
     if "engine" in kw:
         check_choice("engine", kw["engine"],
                      ("auto", "fused", "python") if mode == "sim" else ENGINES)

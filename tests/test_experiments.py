@@ -230,9 +230,13 @@ def _results_row(rows, cell, mode):
     leaves out, such as the steps its config holds, is not compared)."""
     got = [r for r in rows if r.get("mode", "sim") == mode
            and all(k not in r or r[k] == v for k, v in cell.items())]
-    if len(got) > 1:          # the row that names exactly the cell's workload options
-        got = [r for r in got if all(k in r for k in cell)
-               and not any(k.startswith("o.") and k not in cell for k in r)]
+    if len(got) > 1:          # the row that names exactly the cell's knobs
+        from hogkit.sweeps import KNOBS
+
+        def knobs(d):       # (a row also holds the mode and engine that ran it)
+            return {k for k in d if (k in KNOBS or k.startswith("o."))
+                    and k not in ("mode", "engine")}
+        got = [r for r in got if knobs(r) == knobs(cell)]
     assert len(got) == 1, (cell, len(got))
     return got[0]
 

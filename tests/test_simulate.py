@@ -325,3 +325,24 @@ def test_lr_alone_is_plain_sgd_and_lr_with_a_rule_is_refused():
     with pytest.raises(InvalidArgument, match="lr"):
         simulate(lr=-1.0, **kw)
 
+
+
+def test_a_shared_rule_state_is_one_buffer_on_both_engines():
+    """rule_state="shared": one momentum buffer (and Gap-Aware's moments and counts)
+    for every simulated worker, a parameter server's; both engines agree bit for bit,
+    and it is not the per-worker run."""
+    from hogkit import sweep
+    from hogkit.rules.core import GapAware
+    kw = dict(workers=4, steps=200, batch=8, rule=GapAware(0.4, momentum=0.9), seed=3)
+    a = simulate(LOGREG, rule_state="shared", engine="fused", **kw)
+    b = simulate(LOGREG, rule_state="shared", engine="python", **kw)
+    _same(a, b)
+    assert a.config["rule_state"] == "shared"
+    private = simulate(LOGREG, **kw)
+    assert "rule_state" not in private.config
+    assert not np.array_equal(a.params["w"], private.params["w"])
+    with pytest.raises(InvalidArgument, match="rule_state"):
+        simulate(LOGREG, rule_state="server", **kw)
+    with pytest.raises(InvalidArgument, match="simulated cells only"):
+        sweep({"rule_state": ["shared"]}, base={"workload": "logreg", "steps": 4},
+              mode="live")

@@ -130,13 +130,14 @@ class _Setup:
     eval_updates: float
     curve: list = field(default_factory=list)
     local: object = None        # the workers' replica and merges (RunPlan.local), or None
+    shared_state: bool = False  # one rule state for all workers (a server's)
 
 
 def simulate(workload="mf", *, workers=2, policy=None, rule=None, density=None, batch=None,
              delays=None, stragglers=None, steps=None, seconds=None, seed=0,
              nonfinite="raise", eval_every="auto", evals=20, engine="auto", out=None,
              workload_options=None, keep_params=True, shards=1, lr=None,
-             replication="shared") -> Run:
+             replication="shared", rule_state="worker") -> Run:
     """Simulate a Hogwild! run of ``workers`` virtual workers; returns a :class:`Run`.
 
     Arguments as :func:`hogkit.train`, with the same defaults (``workload``,
@@ -154,6 +155,10 @@ def simulate(workload="mf", *, workers=2, policy=None, rule=None, density=None, 
         evenly spaced in applied updates (in time when only ``seconds`` is given);
         None: only at the start and the end.
     engine : ``"auto"`` | ``"fused"`` | ``"python"`` (see the module docstring).
+    rule_state : ``"worker"`` (each worker's rule state is its own, as live) or
+        ``"shared"``: one state for all workers, a parameter server's (e.g. one
+        momentum buffer, and Gap-Aware's second moment and step counts, as Barkai et
+        al. keep them on the server); simulated only.
 
     What the simulator cannot model (adaptive batches, per-shard staleness, a policy
     of your own, overlapped local-SGD merges) is refused by
@@ -173,6 +178,7 @@ def simulate(workload="mf", *, workers=2, policy=None, rule=None, density=None, 
                      lane="batch", replication=replication)
     plan.simulable()
     check_choice("engine", engine, ("auto", "fused", "python"))
+    check_choice("rule_state", rule_state, ("worker", "shared"))
     times = step_times(delays, plan.stragglers)
     times.arrays(plan.workers)          # checks straggler ranks against W
     every, every_updates = eval_interval(plan, live=False, evals=evals)
@@ -188,6 +194,8 @@ def simulate(workload="mf", *, workers=2, policy=None, rule=None, density=None, 
     config = plan.config(stragglers={}, delays=times.config(), environment=_environment())
     if chosen is not None:
         config["replication"] = chosen
+    if rule_state == "shared":
+        config["rule_state"] = "shared"
     initial_loss = float(wl.loss(params, data))
     W = plan.workers
     quotas = plan.quotas() if plan.steps is not None else [1 << 62] * W
@@ -198,7 +206,8 @@ def simulate(workload="mf", *, workers=2, policy=None, rule=None, density=None, 
                t_stop=plan.seconds if plan.seconds is not None else math.inf, times=times,
                seed=plan.seed, nonfinite=plan.nonfinite, log=log,
                eval_every=None if every == math.inf else every, eval_updates=every_updates,
-               curve=[{"t": 0.0, "updates": 0, "loss": initial_loss}], local=plan.local)
+               curve=[{"t": 0.0, "updates": 0, "loss": initial_loss}], local=plan.local,
+               shared_state=rule_state == "shared")
     t_loop = time.perf_counter()
     res = _run_fused(S) if use_fused else _run_python(S)
     loop_s = time.perf_counter() - t_loop
@@ -334,7 +343,9 @@ def _run_fused(S):
         c.grow(S.batch)
     names, params = ctxs[0].names, ctxs[0].params
     caps = [int(g.shape[0]) for g in ctxs[0].G]
-    rules = [encode_rule(S.rule, S.rule.init(S.params), names, params) for _ in range(W)]
+    rules = [encode_rule(S.rule, S.rule.init(S.params), names, params)
+             for _ in range(1 if S.shared_state else W)]
+    rules = rules * W if S.shared_state else rules       # the same arrays, W times
     dens = [encode_density(S.density, S.density.init(S.params) if S.density else None,
                            names, params, caps) for _ in range(W)]
     cursors = np.stack([c.cursor for c in ctxs])
@@ -364,10 +375,13 @@ def _run_python(S):
     replicas = [ph.replica for ph in phases] if local else [S.params] * W
     readers = [Reader(clocks, S.log, r) for r in range(W)]
     steps = []
+    one_state = S.rule.init(S.params) if S.shared_state else None
     for r in range(W):
         ctx = S.wl.setup(replicas[r], S.data, rank=r, seed=S.seed)
         steps.append(PythonStep(S.wl, ctx, rank=r, rule=S.rule,
-                                rule_state=S.rule.init(replicas[r]), density=S.density,
+                                rule_state=(one_state if one_state is not None
+                                            else S.rule.init(replicas[r])),
+                                density=S.density,
                                 density_state=(S.density.init(replicas[r])
                                                if S.density is not None else None),
                                 reader=readers[r], clocks=clocks, params=replicas[r],
