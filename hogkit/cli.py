@@ -440,7 +440,9 @@ def print_summary(summary, out=None):
           file=out)
     st = summary["staleness"]
     print(f"  update gap   {_fmt_stats(st['update_gap'])}", file=out)
-    print("               (updates by other workers between a step's read and its write)",
+    print("               (updates other workers merged between a replica's pull and its "
+          "merge)" if rep.get("mode") == "worker" else
+          "               (updates by other workers between a step's read and its write)",
           file=out)
     print(f"  clock lag    {_fmt_stats(st['clock_lag'])}", file=out)
     print("               (iterations the reading worker was ahead of the slowest one)",
