@@ -182,3 +182,10 @@ def test_a_cluster_run_refuses_replicas(tmp_path, capsys):
 def test_async_is_the_only_policy_replicas_accept():
     plan = make_plan("logreg", steps=10, policy=Async(), replication="worker")
     assert plan.local.h == DEFAULT_MERGE_EVERY
+
+
+def test_auto_replicas_on_the_fused_engine_are_refused_after_the_choice():
+    with pytest.raises(InvalidArgument, match="replicas run on the Python engine"):
+        simulate("logreg", workers=2, steps=20, replication="auto", engine="fused")
+    run = simulate("logreg", workers=2, steps=20, replication="auto")
+    assert run.extra["engine"] == "python" and run.config["replication"]["mode"] == "worker"

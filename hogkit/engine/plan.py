@@ -186,7 +186,7 @@ def make_plan(workload="mf", *, workers=2, policy=None, rule=None, density=None,
     check_choice("lane", lane, LANES)
     from hogkit.engine.replication import check_with_policy, parse_replication
     replication = parse_replication(replication)
-    check_with_policy(replication, policy, workers, shards)
+    check_with_policy(replication, policy, shards)
     return RunPlan(workload=wl, workers=workers, policy=policy, rule=rule, density=density,
                    batch=batch, global_batch=global_batch, epoch_steps=epoch_steps,
                    steps=steps, seconds=seconds, seed=seed, nonfinite=nonfinite,

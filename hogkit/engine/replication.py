@@ -111,7 +111,7 @@ def parse_replication(value) -> Replication:
                                        fix="use worker:1 to merge after every step"))
 
 
-def check_with_policy(replication: Replication, policy, workers: int, shards: int) -> None:
+def check_with_policy(replication: Replication, policy, shards: int) -> None:
     """Refuse, naming the fix, the combinations replicas do not run with ("auto" never
     refuses: it keeps the shared copy there, :func:`resolve_auto`)."""
     if replication.mode != "worker":

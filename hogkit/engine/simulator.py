@@ -182,15 +182,12 @@ def simulate(workload="mf", *, workers=2, policy=None, rule=None, density=None, 
     times = step_times(delays, plan.stragglers)
     times.arrays(plan.workers)          # checks straggler ranks against W
     every, every_updates = eval_interval(plan, live=False, evals=evals)
+    use_fused = _use_fused(engine, plan)          # refused before anything is built
     wl = plan.workload
     params, data = wl.build(plan.seed)
     plan, chosen = resolve_auto(plan, params, data)
-    why = fused_supported(plan.workload, plan.rule, plan.policy, plan.density, plan.batch,
-                          local=plan.local)
-    if engine == "fused" and why is not None:
-        raise InvalidArgument(f"engine='fused' cannot run this: {why}; use "
-                              f"engine='python' or engine='auto'")
-    use_fused = engine == "fused" or (engine == "auto" and why is None)
+    if plan.local is not None and chosen is not None:     # auto took replicas
+        use_fused = _use_fused(engine, plan)
     config = plan.config(stragglers={}, delays=times.config(), environment=_environment())
     if chosen is not None:
         config["replication"] = chosen
@@ -213,6 +210,17 @@ def simulate(workload="mf", *, workers=2, policy=None, rule=None, density=None, 
     loop_s = time.perf_counter() - t_loop
     return _collect(plan, S, res, config, initial_loss, use_fused, loop_s,
                     time.perf_counter() - t_wall)
+
+
+def _use_fused(engine, plan) -> bool:
+    """Whether ``engine`` ("auto" | "fused" | "python") runs ``plan`` on the fused
+    engine; "fused" where it cannot is refused, naming why."""
+    why = fused_supported(plan.workload, plan.rule, plan.policy, plan.density, plan.batch,
+                          local=plan.local)
+    if engine == "fused" and why is not None:
+        raise InvalidArgument(f"engine='fused' cannot run this: {why}; use "
+                              f"engine='python' or engine='auto'")
+    return engine == "fused" or (engine == "auto" and why is None)
 
 
 def _collect(plan, S, res, config, initial_loss, use_fused, loop_s, wall) -> Run:
