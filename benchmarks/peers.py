@@ -751,7 +751,7 @@ def format_table(result) -> str:
 
 
 def format_markdown(result) -> str:
-    """The mf and mlp tables of ``result`` as RESULTS.md shows them (a test checks that
+    """The mf, logreg and mlp tables of ``result`` as RESULTS.md shows them (a test checks that
     RESULTS.md holds this rendering of the committed JSON: no hand-typed figure)."""
     out = []
     for p, m in result.get("mf", {}).items():
@@ -775,6 +775,17 @@ def format_markdown(result) -> str:
         out.append("| ratio (same invocation) | value |")
         out.append("|---|---|")
         out += [f"| `{k}` | {result['ratios'][k]:.2f} |" for k in keys]
+    if "logreg" in result:
+        lg = result["logreg"]
+        if out:
+            out.append("")
+        out += [f"`logreg` ({lg['n_samples']:,} samples), target log-loss "
+                f"{lg['target_logloss']}:", "", "| contender | lr | M samples/s | "
+                "time to target |", "|---|---|---|---|"]
+        for c in lg["contenders"].values():
+            t = c["time_to_target"]
+            out.append(f"| {c['label']} | {c['lr']:g} | {c['samples_per_s'] / 1e6:.2f} | "
+                       f"{f'{t:.3f} s' if t is not None else 'not reached'} |")
     if "mlp" in result:
         if out:
             out.append("")

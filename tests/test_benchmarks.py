@@ -528,3 +528,18 @@ def test_explore_section_comes_from_the_committed_json():
             f"outcomes") in text
     counts = [r["by_width"][w]["dpor"]["schedules"] for w in ("2", "3", "4")]
     assert f"({counts[0]:,}, {counts[1]:,}, {counts[2]:,})" in text
+
+
+def test_logreg_peers_after_the_lock_option_come_from_the_committed_json():
+    """RESULTS.md's logreg table and ratios after logreg's lock= render from its JSON."""
+    import json
+    from pathlib import Path
+
+    from hogkit.benchmarks import peers
+    root = Path(__file__).resolve().parent.parent / "benchmarks"
+    r = json.loads((root / "peers_logreg_locks.json").read_text())
+    text = (root / "RESULTS.md").read_text()
+    ra = r["ratios"]
+    assert peers.format_markdown(r) in text
+    assert f"runs {ra['logreg_sample1_over_plain']:.2f}x the plain" in text
+    assert f"in {1 / ra['logreg_plain_time_over_sample2_time']:.1f}x the plain" in text
