@@ -96,7 +96,7 @@ ROUNDS = 3
 #: --quick: the same contenders on the small "hot" mf preset, each at the middle lr of
 #: its grid only, at most QUICK_EPOCHS epochs, one throughput round of 0.5 s (a smoke
 #: run of the whole comparison in about a minute, not a measurement)
-QUICK_EPOCHS = 4
+QUICK_EPOCHS = 2
 
 
 def _lrs(grid, quick):
