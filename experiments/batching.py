@@ -11,17 +11,21 @@ Claims checked:
 
 Setup: ``hogkit.sweep`` of live ``hogkit.train`` runs: 2 worker processes on real
 shared memory, BSP, the ``logreg`` workload, a fixed global batch B = 512 (256 per
-worker when even), a fixed wall-time budget, three seeds. Worker 1 is the straggler,
+worker when even), 30 s of wall time per run, three seeds. Worker 1 is the straggler,
 either ``persistent`` (3× slower on every step) or ``time-varying`` (a load
 ``1 + 4(1 + sin 2πt/2 s)/2``: between 1× and 5×, period 2 s). The sizes compared: the
-even split (``fixed``), LB-BSP with the ``last``, ``ema`` and ``narx`` predictors, DBS
-(``epoch``), and, as the no-barrier reference, Async with the even split. Every cell
-takes the Python step (``engine="python"``: adaptive shares need it, so the even split
-gets it too and the comparison is like with like). **lr tuned per method** on the
-workload's default and twice it; a global-batch method's weights keep the step of one
-batch-B update, so the two grids mean the same for every method. Reported: training
-loss at the budget, samples processed, the wait fraction and the straggler's realised
-slowdown.
+even split (``fixed``), LB-BSP with the ``ema`` and ``narx`` predictors, DBS
+(``epoch``: the persistent straggler, its case), and, as the no-barrier reference, Async
+with the even split (persistent). Every cell takes the Python step
+(``engine="python"``: adaptive shares need it, so the even split gets it too and the
+comparison is like with like). A global-batch method's aggregate is one batch-B
+update (its weights keep that step's size), so one lr grid, {1, 2, 4, 8}, means the
+same for every method; each method's lr is the one with the lowest mean final loss,
+and the table says whether a worse lr lies on both sides. Reported: training loss at
+the budget, **time to a target loss** (per straggler: ``target_factor`` times the
+worst tuned method's mean final loss, so every method reaches it on average; each
+seed's time is when its loss curve falls below the target for good: :func:`settled`),
+samples processed and the wait fraction.
 
 Why logreg and B = 512: resizing batches helps only where a step's time grows with
 its batch. :func:`step_times` measures that first (one worker, per batch size): the
@@ -54,24 +58,34 @@ CONFIG = {
     "workload": "logreg",
     "workers": 2,
     "global_batch": 512,
-    "seconds": 3.0,
+    "seconds": 30.0,
     "seeds": [0, 1, 2],
-    "lrs": [2.0, 4.0],
+    "lrs": [1.0, 2.0, 4.0, 8.0],
+    "target_factor": 1.1,
     "step_batches": {"logreg": [32, 256], "mlp": [32, 256]},
     "stragglers": STRAGGLERS,
     "methods": list(METHODS),
+    "cells": {"persistent": ["fixed (even split)", "LB-BSP EMA", "LB-BSP NARX",
+                             "DBS (per epoch)", "Async (even split)"],
+              "time-varying": ["fixed (even split)", "LB-BSP EMA", "LB-BSP NARX"]},
 }
 QUICK = {**CONFIG, "seconds": 1.5, "seeds": [0], "lrs": [2.0],
          "step_batches": {"logreg": [32, 256]},
          "stragglers": {"persistent": "1:3"},
-         "methods": ["fixed (even split)", "LB-BSP NARX"]}
+         "cells": {"persistent": ["fixed (even split)", "LB-BSP NARX"]}}
+
+
+def cells(config):
+    """``{straggler: [methods]}`` the config runs (older configs: every method on every
+    straggler)."""
+    return config.get("cells") or {st: config["methods"] for st in config["stragglers"]}
 
 
 def grid(config):
-    return [{"straggler": [spec], "policy": [METHODS[m][0]],
+    return [{"straggler": [config["stragglers"][st]], "policy": [METHODS[m][0]],
              "batch": [METHODS[m][1].format(B=config["global_batch"])],
              "lr": config["lrs"], "seed": config["seeds"]}
-            for spec in config["stragglers"].values() for m in config["methods"]]
+            for st, ms in cells(config).items() for m in ms]
 
 
 def name_of(row):
@@ -116,21 +130,57 @@ def tuned(results):
                          len(cfg["seeds"]))
 
 
+def targets(results):
+    """``{straggler: target loss}``: ``target_factor`` x the worst tuned method's mean
+    final loss (every method reaches it on average)."""
+    cfg = results["config"]
+    best = tuned(results)
+    return {st: cfg.get("target_factor", 1.1) * max(best[(st, m)][1] for m in ms
+                                                    if best[(st, m)][1] is not None)
+            for st, ms in cells(cfg).items()}
+
+
 def summary(results):
     """``{(straggler, method): dict}`` at each method's tuned lr."""
     cfg = results["config"]
     best = tuned(results)
+    target = targets(results)
     runs = _common.at_tuned(results["rows"], best, lambda r: (straggler_of(cfg, r),
                                                                 name_of(r)))
     out = {}
     for key, rs in runs.items():
         x = {"cell": best[key], "runs": len(rs)}
         if rs:
-            for name, col in (("samples", "samples"),
-                              ("wait", "wait_fraction"), ("slow", "slowdown_realised")):
+            for name, col in (("samples", "samples"), ("wait", "wait_fraction")):
                 x[name] = _common.mean_std([r[col] for r in rs])
+            hit = [settled(r["curve"], target[key[0]]) for r in rs]
+            hit = [t for t in hit if t is not None]
+            x["reached"] = len(hit)
+            x["time_to_target"] = _common.mean_std(hit) if hit else None
         out[key] = x
     return out
+
+
+def settled(curve, target):
+    """When a loss curve ``[[t, loss], ...]`` reaches ``target`` for good: its crossing
+    after the last point above it (linear between points), or None if it ends above.
+    At lr 8 the curves spike for the first seconds, so a first crossing can come back
+    above the target (see the plot)."""
+    above = [i for i, (_, y) in enumerate(curve) if y > target]
+    if not above:
+        return curve[0][0]
+    if above[-1] == len(curve) - 1:
+        return None
+    return _common.time_to(curve[above[-1]:], target)
+
+
+def bracket(cfg, lr):
+    """Whether a tuned lr has a worse lr on both sides in the grid, or which edge."""
+    if lr == min(cfg["lrs"]):
+        return "no (lowest tried)"
+    if lr == max(cfg["lrs"]):
+        return "no (highest tried)"
+    return "yes"
 
 
 def by_lr(results):
@@ -143,27 +193,36 @@ def by_lr(results):
 
 def tables(results) -> str:
     cfg, s, every = results["config"], summary(results), by_lr(results)
+    target = targets(results)
     lines = []
-    for st, spec in cfg["stragglers"].items():
-        lines += [f"**{st} straggler** (`--straggler {spec}`; {cfg['seconds']:g} s, "
-                  f"W = {cfg['workers']}, B = {cfg['global_batch']})", "",
-                  "| method | tuned lr | training loss | "
+    for st, ms in cells(cfg).items():
+        lines += [f"**{st} straggler** (`--straggler {cfg['stragglers'][st]}`; "
+                  f"{cfg['seconds']:g} s, W = {cfg['workers']}, B = {cfg['global_batch']}; "
+                  f"target loss {target[st]:.4f})", "",
+                  "| method | tuned lr | bracketed | training loss | "
                   + "".join(f"loss at lr {lr:g} | " for lr in cfg["lrs"])
-                  + "samples | wait fraction | straggler's realised slowdown |",
-                  "|---|---|---|" + "---|" * len(cfg["lrs"]) + "---|---|---|"]
-        for m in cfg["methods"]:
+                  + "time to target (s) | samples | vs even split | wait fraction |",
+                  "|---|---|---|---|" + "---|" * len(cfg["lrs"]) + "---|---|---|---|"]
+        even = s.get((st, "fixed (even split)"), {}).get("samples")
+        for m in ms:
             x = s[(st, m)]
             if not x["runs"]:
-                lines.append(f"| {m} | – | {_common.loss_cell(x['cell'])} | "
-                             + "– | " * len(cfg["lrs"]) + "– | – | – |")
+                lines.append(f"| {m} | – | – | {_common.loss_cell(x['cell'])} | "
+                             + "– | " * len(cfg["lrs"]) + "– | – | – | – |")
                 continue
             per_lr = "".join(
                 "– | " if every.get((st, m, lr), (None,))[0] is None else
                 "{:.4f} ± {:.4f} | ".format(*every[(st, m, lr)][:2]) for lr in cfg["lrs"])
+            ttt = ("not reached" if x["time_to_target"] is None else
+                   pm(x["time_to_target"], ".1f")
+                   + (f" ({x['reached']}/{x['runs']} reached)"
+                      if x["reached"] < x["runs"] else ""))
             lines.append(
-                f"| {m} | {x['cell'][0]:g} | {_common.loss_cell(x['cell'])} | {per_lr}"
-                f"{pm(x['samples'], ',.0f')} | {pm(x['wait'], '.2f')} | "
-                f"{pm(x['slow'], '.2f')} |")
+                f"| {m} | {x['cell'][0]:g} | {bracket(cfg, x['cell'][0])} | "
+                f"{_common.loss_cell(x['cell'])} | {per_lr}{ttt} | "
+                f"{pm(x['samples'], ',.0f')} | "
+                + (f"{x['samples'][0] / even[0]:.2f}x" if even else "–")
+                + f" | {pm(x['wait'], '.2f')} |")
         lines.append("")
     lines += ["One worker, Python step, µs per step by batch size (the cost resizing can "
               "move):", "", "| workload | " + " | ".join(
@@ -177,10 +236,10 @@ def tables(results) -> str:
 def plot(results: dict, out_dir: str) -> str:
     plt = _common.pyplot()
     cfg, t = results["config"], tuned(results)
-    fig, axes = plt.subplots(1, len(cfg["stragglers"]),
-                             figsize=(5.5 * len(cfg["stragglers"]), 4), squeeze=False)
-    for ax, st in zip(axes.flat, cfg["stragglers"]):
-        for m in cfg["methods"]:
+    fig, axes = plt.subplots(1, len(cells(cfg)), figsize=(5.5 * len(cells(cfg)), 4),
+                             squeeze=False)
+    for ax, (st, ms) in zip(axes.flat, cells(cfg).items()):
+        for m in ms:
             lr = t[(st, m)][0]
             runs = [r for r in results["rows"] if (straggler_of(cfg, r), name_of(r)) ==
                     (st, m) and r["lr"] == lr and r["curve"]]
@@ -191,6 +250,7 @@ def plot(results: dict, out_dir: str) -> str:
                 ax.plot(ts, ys, lw=1.0, alpha=0.8, color=f"C{cfg['methods'].index(m)}",
                         ls="--" if m.startswith("Async") else "-",
                         label=f"{m} (lr {lr:g})" if i == 0 else None)
+        ax.set_yscale("log")                 # the methods part at the low end
         ax.set_xlabel("wall seconds")
         ax.set_ylabel("training loss")
         ax.set_title(f"{st} straggler: {cfg['workload']}, BSP, W={cfg['workers']}, "
