@@ -11,9 +11,12 @@ off, on sparse logistic regression with plain SGD.
 Setup: ``hogkit.sweep`` of ``hogkit.simulate`` runs (virtual time, exact staleness,
 deterministic per seed), log-normal step times, the same total number of updates per
 cell, three seeds. **Each (density, unsent part, W) at its own learning rate**, tuned
-on ``lrs`` by the lowest mean final loss over the seeds (a diverged seed makes an lr
-lose): dropping part of every update also shrinks the step, so without tuning a
-filter's "staleness tolerance" would partly be a smaller learning rate's.
+by :func:`hogkit.sweeps.tune` from ``lrs``: the lowest mean final loss over the seeds
+wins (a diverged seed makes an lr lose), and lrs are added past the edge holding the
+best (twice as far, at most ``extend`` per edge) until a worse lr lies on both sides,
+or the table says which bound it hit. Dropping part of every update also shrinks the
+step, so without tuning a filter's "staleness tolerance" would partly be a smaller
+learning rate's.
 
     python experiments/density_staleness.py [--quick] [--out docs/experiments/density_staleness]
 
@@ -36,9 +39,10 @@ CONFIG = {
     "delays": "lognormal:1e-3:0.5",
     "seeds": [0, 1, 2],
     "lrs": [0.25, 0.5, 1.0, 2.0],
+    "extend": 6,
 }
 QUICK = {**CONFIG, "workers": [1, 32], "densities": [1.0, 0.25], "steps": 6_000,
-         "seeds": [0], "lrs": [0.5]}
+         "seeds": [0], "lrs": [0.5], "extend": 1}
 
 
 def spec(d, residual):
@@ -53,16 +57,28 @@ def filters(config):
 
 
 def run(config: dict, out_dir=None) -> dict:
-    from hogkit import sweep
     from hogkit.report import environment
-    path = os.path.join(out_dir, "cells.jsonl") if out_dir else None
-    rows = sweep({"density": [spec(d, r) for d, r in filters(config)],
-                  "workers": config["workers"], "lr": config["lrs"],
-                  "seed": config["seeds"]},
-                 base={"workload": config["workload"], "steps": config["steps"],
-                       "delays": config["delays"]}, out=path, mode="sim", progress=True)
-    return {"config": config, "rows": [_common.slim(r) for r in rows],
-            "environment": environment()}
+    from hogkit.sweeps import load, tune
+    path = os.path.join(out_dir or ".", "cells.jsonl")
+    groups = tune({"density": [spec(d, r) for d, r in filters(config)],
+                   "workers": config["workers"], "lr": config["lrs"],
+                   "seed": config["seeds"]},
+                  base={"workload": config["workload"], "steps": config["steps"],
+                        "delays": config["delays"]}, out=path, mode="sim",
+                  extend=config.get("extend", 0), progress=True)
+    edges = [{"key": list(_key(g["cell"])), "bracketed": g["bracketed"],
+              "bound": g.get("bound")} for g in groups]
+    return {"config": config, "rows": [_common.slim(r) for r in load(path)],
+            "edges": edges, "environment": environment()}
+
+
+def bracketed(results):
+    """``{(d, residual, W): None (bracketed) or the bound its tuning hit}``; every
+    cell "not recorded" for results made before the tuning widened its grid."""
+    if "edges" not in results:
+        return {}
+    return {tuple(e["key"]): (None if e["bracketed"] else e["bound"])
+            for e in results["edges"]}
 
 
 def _key(r):
@@ -81,19 +97,21 @@ def tuned(results):
 def highlight(results) -> str:
     """The README's line on this experiment, rendered from the results (a test checks
     the README carries it word for word)."""
-    t = tuned(results)
-    lrs = sorted({r["lr"] for r in results["rows"]})
+    t, b = tuned(results), bracketed(results)
 
     def cell(d, residual, w):
         return f"{t[(d, residual, w)][1]:.4f} ± {t[(d, residual, w)][2]:.4f}"
-    full64 = t[(1.0, None, 64)][0]
-    where = ("at the bottom of the lr grid" if full64 == lrs[0] else
-             "at the top of the lr grid" if full64 == lrs[-1] else "inside the lr grid")
+    edge = [k for k in ((1.0, None, 64), (0.1, True, 64), (0.1, False, 64))
+            if b.get(k, "not recorded")]
+    tuning = ("every lr bracketed" if not edge else
+              f"{len(edge)} of these cells' lr at an edge of its grid")
+    at64 = {k: v[1] for k, v in t.items() if k[2] == 64 and v[1] is not None}
+    best = min(at64, key=at64.get) == (0.1, False, 64)
     return (f"with fresh updates (W = 1) top-10 % with a residual matches full updates "
             f"({cell(0.1, True, 1)} against {cell(1.0, None, 1)}); at W = 64 it ends "
-            f"worse ({cell(0.1, True, 64)} against {cell(1.0, None, 64)}), but full "
-            f"updates' tuned lr there sits {where}, so by how much is not settled. "
-            f"Simulated, one workload (logreg).")
+            f"worse ({cell(0.1, True, 64)} against {cell(1.0, None, 64)}), and dropping "
+            f"the rest ends {'lowest of all, at' if best else 'at'} {cell(0.1, False, 64)}; "
+            f"{tuning}. Simulated, one workload (logreg).")
 
 
 def gaps(results):
@@ -102,21 +120,23 @@ def gaps(results):
                                                     ("workers",)).items()}
 
 
-def _cell(lr, mean, std, div, n):
+def _cell(lr, mean, std, div, n, bound=None):
     if mean is None:
         return f"diverged ({n}/{n})"
-    return f"{mean:.4f} ± {std:.4f} (lr {lr:g})" + (f", {div}/{n} diverged" if div else "")
+    edge = f", {bound} bound" if bound else ""
+    return (f"{mean:.4f} ± {std:.4f} (lr {lr:g}{edge})"
+            + (f", {div}/{n} diverged" if div else ""))
 
 
 def tables(results) -> str:
     cfg = results["config"]
-    ws, t, g = cfg["workers"], tuned(results), gaps(results)
+    ws, t, g, b = cfg["workers"], tuned(results), gaps(results), bracketed(results)
     lines = ["| density | unsent part | " + " | ".join(f"W={w}" for w in ws) + " |",
              "|---|---|" + "---|" * len(ws)]
     for d, r in filters(cfg):
         unsent = "—" if r is None else ("residual" if r else "dropped")
-        lines.append(f"| {d:g} | {unsent} | " + " | ".join(_cell(*t[(d, r, w)]) for w in ws)
-                     + " |")
+        lines.append(f"| {d:g} | {unsent} | " + " | ".join(
+            _cell(*t[(d, r, w)], b.get((d, r, w))) for w in ws) + " |")
     lines += ["", "| W | " + " | ".join(str(w) for w in ws) + " |",
               "|---|" + "---|" * len(ws),
               "| mean update gap | " + " | ".join(f"{g[w]:.1f}" for w in ws) + " |"]

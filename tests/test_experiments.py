@@ -40,7 +40,10 @@ def test_density_experiment_runs_on_its_quick_grid(tmp_path, experiments_on_path
     mod = importlib.import_module("density_staleness")
     results = mod.main(["--quick", "--out", str(tmp_path)])
     rows = results["rows"]
-    assert len(rows) == 2 + 2 * 2          # d=1 once; d=0.25 with and without residual
+    # d=1 once; d=0.25 with and without residual; at W = 1 and 32; each group's one lr
+    # widened by one step each way (the tuning brackets it)
+    assert len(rows) == 3 * 2 * 3
+    assert sorted({r["lr"] for r in rows}) == [0.25, 0.5, 1.0]
     assert all(c["final_loss"] > 0 for c in rows)
     assert set(mod.tuned(results)) == {(1.0, None, 1), (1.0, None, 32), (0.25, True, 1),
                                        (0.25, True, 32), (0.25, False, 1), (0.25, False, 32)}
@@ -56,7 +59,7 @@ def test_sweep_experiments_run_on_their_quick_grid(name, tmp_path, experiments_o
     pytest.importorskip("matplotlib")
     mod = importlib.import_module(name)
     results = mod.main(["--quick", "--out", str(tmp_path)])
-    rows = results["rows"]
+    rows = results["rows"] + results.get("scale_rows", [])   # rnn_density: two studies
     assert rows and all(r["final_loss"] is None or r["final_loss"] > 0 for r in rows)
     assert sum(len(p.read_text().splitlines()) for p in tmp_path.glob("cells*.jsonl")) \
         == len(rows)
