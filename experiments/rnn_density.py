@@ -30,6 +30,7 @@ resumable sweep table per activation and lr), ``results.json`` and
 
 from __future__ import annotations
 
+import json
 import os
 
 import _common
@@ -47,11 +48,29 @@ CONFIG = {
     "tolerance": 0.01,
     "processes": 2,
 }
+FILTERS = [(kind, unsent) for kind in ("topk", "random", "every")
+           for unsent in ("residual", "dropped")]
+#: the study again at W = 32 with three times the budget (issue 30: more staleness, and
+#: more updates for sigmoid to learn in): top-k and every-k, residual and dropped, on a
+#: shorter ladder; lr 0.25 and 0.5 (W = 32's mean gap is ~30: the W = 8 grid's top, 1,
+#: left out); sigmoid (the slow learner) and tanh (every-k's worst case at W = 8)
+SCALE = {**CONFIG, "workers": 32, "steps": 3_000, "lrs": [0.25, 0.5],
+         "activations": ["sigmoid", "tanh"],
+         "fractions": [0.5, 0.1, 0.05], "every": [2, 10, 20],
+         "filters": [[k, u] for k in ("topk", "every") for u in ("residual", "dropped")],
+         "prefix": "w32-"}
+CONFIG["scale"] = SCALE
 QUICK = {**CONFIG, "steps": 200, "seeds": [0], "activations": ["tanh"], "lrs": [0.5],
          "fractions": [0.25], "every": [4], "options": {**CONFIG["options"],
                                                        "chars": 10_000, "hidden": 16}}
-FILTERS = [(kind, unsent) for kind in ("topk", "random", "every")
-           for unsent in ("residual", "dropped")]
+QUICK["scale"] = {**QUICK, "workers": 16, "filters": [["topk", "residual"]],
+                  "prefix": "w16-"}
+del QUICK["scale"]["scale"]
+
+
+def filters(config):
+    """The (kind, unsent) filters a study runs (the W = 8 study: every one)."""
+    return [tuple(f) for f in config.get("filters", FILTERS)]
 
 
 def ladder(config, kind):
@@ -67,12 +86,13 @@ def parts(config):
     for act in config["activations"]:
         for lr in config["lrs"]:
             specs = [1.0] + [s + ("" if unsent == "residual" else ":dropped")
-                             for kind, unsent in FILTERS for s, _ in ladder(config, kind)]
+                             for kind, unsent in filters(config)
+                             for s, _ in ladder(config, kind)]
             base = {"workload": "rnn", "workers": config["workers"],
                     "steps": config["steps"], "delays": config["delays"],
                     "o.activation": act, "lr": lr,
                     **{f"o.{k}": v for k, v in config["options"].items()}}
-            out.append((f"cells-{act}-{lr:g}.jsonl",
+            out.append((f"cells-{config.get('prefix', '')}{act}-{lr:g}.jsonl",
                         {"density": specs, "seed": config["seeds"]}, base))
     return out
 
@@ -80,14 +100,47 @@ def parts(config):
 def run(config: dict, out_dir=None) -> dict:
     from hogkit.report import environment
     out_dir = out_dir or "."
-    jobs = [(os.path.join(out_dir, name), grid, base) for name, grid, base in parts(config)]
-    rows = []
-    for got in _common.parallel_sweeps(jobs, config["processes"]):
+    studies = [config] + ([config["scale"]] if "scale" in config else [])
+    jobs, owner = [], []
+    for k, cfg in enumerate(studies):
+        for name, grid, base in parts(cfg):
+            jobs.append((os.path.join(out_dir, name), grid, base))
+            owner.append(k)
+    rows = [[] for _ in studies]
+    for k, got in zip(owner, _common.parallel_sweeps(jobs, config["processes"])):
         for r in got:
             row = _common.slim(r)
             row.pop("curve")             # the figures are end-of-budget metrics
-            rows.append(row)
-    return {"config": config, "rows": rows, "environment": environment()}
+            rows[k].append(row)
+    env = environment()
+    out = {"config": config, "rows": rows[0], "environment": _kept_environment(config,
+                                                                             out_dir, env)}
+    if len(studies) > 1:
+        out["scale_rows"] = rows[1]
+        out["scale_environment"] = env
+    return out
+
+
+def _kept_environment(config, out_dir, env):
+    """The machine the W = 8 rows were made on: a rerun resumes them from the cells
+    files, so where the previous results.json ran the same W = 8 study its machine is
+    kept (the rerun test compares a rerun with the figure to 1e-6 on that processor
+    only); else this one."""
+    path = os.path.join(out_dir, "results.json")
+    if not os.path.exists(path):
+        return env
+    with open(path) as f:
+        old = json.load(f)
+    same = ({k: v for k, v in old.get("config", {}).items() if k != "scale"}
+            == {k: v for k, v in config.items() if k != "scale"})
+    return old.get("environment", env) if same else env
+
+
+def scale(results):
+    """The W = 32 study as a results dict of its own (``None`` without one)."""
+    if "scale_rows" not in results:
+        return None
+    return {"config": results["config"]["scale"], "rows": results["scale_rows"]}
 
 
 # --------------------------------------------------------------------------- analysis
@@ -120,7 +173,7 @@ def d_star(results):
     for act in cfg["activations"]:
         for lr in cfg["lrs"]:
             base = c[(act, lr, "full", None, 1.0)][0]
-            for kind, unsent in FILTERS:
+            for kind, unsent in filters(cfg):
                 best = None
                 for _, d in ladder(cfg, kind):
                     m = c.get((act, lr, kind, unsent, d), (None,))[0]
@@ -138,6 +191,21 @@ def _fmt_d(kind, d):
 
 
 def tables(results) -> str:
+    text = _tables(results)
+    big = scale(results)
+    if big is None:
+        return text
+    cfg = big["config"]
+    return (text + f"\n\n**At W = {cfg['workers']}, {cfg['steps']:,} updates** (mean update "
+            f"gap {_mean_gap(big):.1f}):\n\n" + _tables(big))
+
+
+def _mean_gap(results):
+    gaps = [r["gap_mean"] for r in results["rows"] if r.get("gap_mean") is not None]
+    return sum(gaps) / len(gaps)
+
+
+def _tables(results) -> str:
     cfg, c, ds = results["config"], cells(results), d_star(results)
     combos = [(a, lr) for a in cfg["activations"] for lr in cfg["lrs"]]
     head = "| | " + " | ".join(f"{a}, lr {lr:g}" for a, lr in combos) + " |"
@@ -155,14 +223,14 @@ def tables(results) -> str:
              "(ladder " + ", ".join(f"{d:g}" for d in cfg["fractions"]) + " for top-k and "
              "random; every " + ", ".join(str(k) for k in cfg["every"]) + " steps):", "",
              head, rule]
-    for kind, unsent in FILTERS:
+    for kind, unsent in filters(cfg):
         lines.append(f"| {kind}, {unsent} | " + " | ".join(
             _fmt_d(kind, ds[(a, lr, kind, unsent)]) for a, lr in combos) + " |")
     lo = cfg["fractions"][-1]
     k_lo = cfg["every"][-1]
     lines += ["", f"Validation bits/char at the sparsest level (d = {lo:g}; every {k_lo}):",
               "", head, rule]
-    for kind, unsent in FILTERS:
+    for kind, unsent in filters(cfg):
         d = 1.0 / k_lo if kind == "every" else lo
         lines.append(f"| {kind}, {unsent} | " + " | ".join(
             bpc((a, lr, kind, unsent, d)) for a, lr in combos) + " |")
@@ -170,6 +238,14 @@ def tables(results) -> str:
 
 
 def plot(results: dict, out_dir: str) -> str:
+    """``rnn_density.png`` (W = 8), and ``rnn_density_w32.png`` for the W = 32 study."""
+    big = scale(results)
+    if big is not None:
+        _plot(big, out_dir, f"rnn_density_w{big['config']['workers']}.png")
+    return _plot(results, out_dir, "rnn_density.png")
+
+
+def _plot(results, out_dir, name):
     plt = _common.pyplot()
     cfg, c = results["config"], cells(results)
     acts, lrs = cfg["activations"], cfg["lrs"]
@@ -184,19 +260,20 @@ def plot(results: dict, out_dir: str) -> str:
                 ax.axhline(base[0], color="black", lw=1, label="full update")
                 ax.axhspan(base[0], base[0] * (1 + cfg["tolerance"]), color="gray",
                            alpha=0.2)
-            for n, (kind, unsent) in enumerate(FILTERS):
+            for kind, unsent in filters(cfg):
+                colour = f"C{FILTERS.index((kind, unsent)) // 2}"   # one per kind
                 pts = [(d, c.get((act, lr, kind, unsent, d))) for _, d in ladder(cfg, kind)]
                 pts = [(d, m) for d, m in pts if m is not None and m[0] is not None]
                 if not pts:
                     continue
                 xs, ms = zip(*pts)
                 ax.errorbar(xs, [m[0] for m in ms], yerr=[m[1] for m in ms], marker="o",
-                            ms=3, capsize=2, color=f"C{n // 2}",
+                            ms=3, capsize=2, color=colour,
                             ls="-" if unsent == "residual" else "--",
                             label=f"{kind}, {unsent}")
             ax.set_xscale("log")
             ax.set_yscale("log")             # a blown-up every-k residual is 100× the rest
-            ticks = sorted({d for kind, _ in FILTERS for _, d in ladder(cfg, kind)})
+            ticks = sorted({d for kind, _ in filters(cfg) for _, d in ladder(cfg, kind)})
             ax.set_xticks(ticks, [f"{d:.2g}" for d in ticks])
             ax.minorticks_off()
             ax.invert_xaxis()
@@ -209,7 +286,7 @@ def plot(results: dict, out_dir: str) -> str:
     fig.suptitle(f"rnn, W={cfg['workers']} simulated, {cfg['steps']:,} updates, mean ± std "
                  f"over {len(cfg['seeds'])} seeds (band: within {cfg['tolerance']:.0%})",
                  fontsize=10)
-    return _common.save(fig, out_dir, "rnn_density.png")
+    return _common.save(fig, out_dir, name)
 
 
 def main(argv=None):
