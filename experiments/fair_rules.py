@@ -28,7 +28,17 @@ import os
 import _common
 
 CONFIG = {
-    "workloads": {"mf": [0.05, 0.1], "logreg": [0.1, 0.2]},     # SGD's starting lrs
+    # workload -> SGD's starting lrs, or a dict with "lrs" and optional "steps", workload
+    # "options", and overrides of "lambdas" / "momentum" (the mlp and the rnn run the
+    # rules of the staleness_rules verdicts, the λ study and momentum staying on mf and
+    # logreg)
+    "workloads": {
+        "mf": [0.05, 0.1], "logreg": [0.1, 0.2],
+        "mlp": {"lrs": [0.05, 0.1], "steps": 4_000, "lambdas": [0.04], "momentum": None},
+        "rnn": {"lrs": [0.25, 0.5], "steps": 1_000, "lambdas": [0.04], "momentum": None,
+                "options": {"text": "markov", "hidden": 64, "embed": 32, "bptt": 16,
+                            "chars": 50_000}},
+    },
     "workers": 64,
     "steps": 20_000,
     "delays": "lognormal:1e-3:0.5",
@@ -40,6 +50,15 @@ CONFIG = {
 }
 QUICK = {**CONFIG, "workloads": {"mf": [0.05, 0.1]}, "workers": 16, "steps": 4_000,
          "seeds": [0], "lambdas": [0.04], "extend": 1, "momentum": None}
+
+
+def spec(config, wl) -> dict:
+    """A workload's entry as a dict: lrs, steps, options, and the config it tunes its
+    rules under (``lambdas``, ``momentum`` overridden where it says)."""
+    x = config["workloads"][wl]
+    x = {"lrs": x} if isinstance(x, list) else dict(x)
+    own = {k: x.pop(k) for k in ("lambdas", "momentum") if k in x}
+    return {"steps": config["steps"], "options": {}, **x, "config": {**config, **own}}
 
 
 def rules(config) -> dict:
@@ -65,14 +84,17 @@ def run(config: dict, out_dir=None) -> dict:
     out_dir = out_dir or "."
     path = os.path.join(out_dir, "cells.jsonl")
     groups = []
-    for wl, lrs in config["workloads"].items():
-        for name, (rule, x, extra) in rules(config).items():
+    for wl in config["workloads"]:
+        sp = spec(config, wl)
+        base = {"workers": config["workers"], "steps": sp["steps"],
+                "delays": config["delays"],
+                **{f"o.{k}": v for k, v in sp["options"].items()}}
+        for name, (rule, x, extra) in rules(sp["config"]).items():
             got = tune({"workload": [wl], "rule": [rule],
-                        "lr": [round(lr * x, 6) for lr in lrs], "seed": config["seeds"],
-                        **{k: [v] for k, v in extra.items()}},
-                       base={"workers": config["workers"], "steps": config["steps"],
-                             "delays": config["delays"]},
-                       out=path, mode="sim", extend=config["extend"], progress=True)
+                        "lr": [round(lr * x, 6) for lr in sp["lrs"]],
+                        "seed": config["seeds"], **{k: [v] for k, v in extra.items()}},
+                       base=base, out=path, mode="sim", extend=config["extend"],
+                       progress=True)
             groups += [{**g, "name": name,
                         "tried": [[lr, m] for lr, m in g["tried"].items()]} for g in got]
     frozen = _frozen(config, path) if config.get("momentum") else []
@@ -87,7 +109,11 @@ def _frozen(config, path) -> list:
     from hogkit.sweeps import aggregate, sweep, tune
     mu, out = config["momentum"], []
     base = {"steps": config["steps"], "delays": config["delays"]}
-    for wl, lrs in config["workloads"].items():
+    for wl in config["workloads"]:
+        sp = spec(config, wl)
+        if not sp["config"].get("momentum"):
+            continue
+        lrs = sp["lrs"]
         g, = tune({"workload": [wl], "rule": ["gap-aware"], "momentum": [mu], "lr": lrs,
                    "seed": config["seeds"]}, base={**base, "workers": 1}, out=path,
                   mode="sim", extend=config["extend"], progress=True)
@@ -123,7 +149,8 @@ def tables(results) -> str:
     for wl in cfg["workloads"]:
         rows = [g for g in results["tuned"] if g["cell"]["workload"] == wl]
         sgd = next(g for g in rows if g["name"] == "SGD")
-        lines += [f"**{wl}** (final training loss after {cfg['steps']:,} simulated updates, "
+        lines += [f"**{wl}** (final training loss after {spec(cfg, wl)['steps']:,} "
+                  f"simulated updates, "
                   f"W = {cfg['workers']}, {len(cfg['seeds'])} seeds)", "",
                   "| rule | tuned lr | bracketed | loss | vs SGD | lrs tried |",
                   "|---|---|---|---|---|---|"]
