@@ -111,6 +111,18 @@ def tuned(results):
     return _common.tuned(rows, _group, len(results["config"]["seeds"]), y="late")
 
 
+def edges(results):
+    """``{(scenario, workload, policy): "low edge" | "high edge" | None}``: whether the
+    tuned lr is the lowest or highest its group tried (its optimum may lie outside)."""
+    tried = {}
+    for r in results["rows"]:
+        tried.setdefault(_group(r), set()).add(r["lr"])
+    best = tuned(results)
+    return {k: ("low edge" if best[k][0] == min(lrs) else
+                "high edge" if best[k][0] == max(lrs) else None)
+            for k, lrs in tried.items() if k in best}
+
+
 def at_tuned(results):
     """``(tuned, {key: the finished runs at its tuned lr})``."""
     t = tuned(results)
@@ -156,6 +168,7 @@ def summary(results):
 def tables(results) -> str:
     """The write-up's tables, from ``results`` only."""
     cfg, s, tg = results["config"], summary(results), targets(results)
+    edge = edges(results)
     lines = []
     for sc, spec in cfg["scenarios"].items():
         for wl in cfg["lrs"]:
@@ -175,7 +188,8 @@ def tables(results) -> str:
                 tt = ("not reached" if not x["reached"] else
                       f"{x['tt_mean']:.3f} ± {x['tt_std']:.3f}"
                       + (f" ({x['reached']}/{n})" if x["reached"] < n else ""))
-                lines.append(f"| {pol} | {lr:g} | {_common.loss_cell(x['cell'])} | "
+                mark = f" ({edge[(sc, wl, pol)]})" if edge.get((sc, wl, pol)) else ""
+                lines.append(f"| {pol} | {lr:g}{mark} | {_common.loss_cell(x['cell'])} | "
                              f"{x['final'][0]:.4f} ± {x['final'][1]:.4f} | {tt} | "
                              f"{x['updates']:,.0f} | {x['wait']:.2f} | {x['gap']:.1f} |")
             lines.append("")

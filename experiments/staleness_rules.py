@@ -140,15 +140,22 @@ def tuned(results):
                          len(results["config"]["seeds"]))
 
 
-def at_edge(results, w):
-    """The simulated cells at ``w`` workers whose tuned lr is the lowest or highest lr
-    their group tried: ``[(workload, name)]`` (their optimum may lie outside the grid)."""
+def edges(results):
+    """``{(workload, name, W): "low" | "high" | None}``: which edge of the lrs its group
+    tried a simulated cell's tuned lr sits at (its optimum may lie outside the grid)."""
     tried = {}
     for r in results["rows"]:
-        if r.get("mode", "sim") == "sim" and r["workers"] == w:
-            tried.setdefault((r["workload"], name_of(r)), set()).add(r["lr"])
+        if r.get("mode", "sim") == "sim":
+            tried.setdefault((r["workload"], name_of(r), r["workers"]), set()).add(r["lr"])
     best = tuned(results)
-    return [k for k, lrs in tried.items() if best[k + (w,)][0] in (min(lrs), max(lrs))]
+    return {k: ("low" if best[k][0] == min(lrs) else
+                "high" if best[k][0] == max(lrs) else None) for k, lrs in tried.items()}
+
+
+def at_edge(results, w):
+    """The simulated cells at ``w`` workers whose tuned lr is the lowest or highest lr
+    their group tried: ``[(workload, name)]``."""
+    return [k[:2] for k, e in edges(results).items() if k[2] == w and e]
 
 
 def highlight(results) -> str:
@@ -172,7 +179,7 @@ def highlight(results) -> str:
             f"Simulated, 3 seeds. {len(edge)} of the {n} tuned cells at W = {w} sit at "
             f"an edge of their three-point lr grid"
             + (" (SGD on logreg among them)" if ("logreg", "SGD") in edge else "")
-            + ", so these margins are provisional until the grids are widened.")
+            + "; fair_rules re-tunes them with every lr bracketed.")
 
 
 def gaps(results):
@@ -182,10 +189,10 @@ def gaps(results):
     return {k: m for k, (m, _, _) in aggregate(sim, "gap_mean", ("workload", "workers")).items()}
 
 
-def _cell(lr, mean, std, div, n):
+def _cell(lr, mean, std, div, n, edge=None):
     if mean is None:
         return f"diverged ({n}/{n})"
-    text = f"{mean:.4f} ± {std:.4f} (lr {lr:g})"
+    text = f"{mean:.4f} ± {std:.4f} (lr {lr:g}" + (f", {edge} edge)" if edge else ")")
     return text + (f", {div}/{n} diverged" if div else "")
 
 
@@ -222,15 +229,15 @@ def tables(results) -> str:
     """The write-up's tables, from ``results`` only."""
     cfg = results["config"]
     ws = cfg["workers"]
-    t, g = tuned(results), gaps(results)
+    t, g, e = tuned(results), gaps(results), edges(results)
     lines = []
     for wl in cfg["workloads"]:
         lines += [f"**{wl}** ({_METRIC.get(wl, 'loss')} after {spec(cfg, wl)['steps']:,} "
                   f"simulated updates)", "", "| rule | " + " | ".join(f"W={w}" for w in ws) + " |",
                   "|---|" + "---|" * len(ws)]
         for name in RULES:
-            lines.append(f"| {name} | " + " | ".join(_cell(*t[(wl, name, w)]) for w in ws)
-                         + " |")
+            lines.append(f"| {name} | " + " | ".join(
+                _cell(*t[(wl, name, w)], e.get((wl, name, w))) for w in ws) + " |")
         metric = spec(cfg, wl)["metric"]
         if metric:
             lines += ["", f"{wl}: `{metric[2:]}` at each cell's tuned lr (held out; not "
