@@ -59,13 +59,23 @@ SCALE = {**CONFIG, "workers": 32, "steps": 3_000, "lrs": [0.25, 0.5],
          "fractions": [0.5, 0.1, 0.05], "every": [2, 10, 20],
          "filters": [[k, u] for k in ("topk", "every") for u in ("residual", "dropped")],
          "prefix": "w32-"}
+#: sigmoid with ten times the W = 8 budget (10,000 updates; issue 30: "a budget long
+#: enough for sigmoid": a probe at lr 1 reached 2.662 bits/char there), at the sparsest
+#: level of each filter
+LONG = {**CONFIG, "steps": 10_000, "activations": ["sigmoid"], "lrs": [1.0],
+        "fractions": [0.05], "every": [20],
+        "filters": [[k, u] for k in ("topk", "every") for u in ("residual", "dropped")],
+        "prefix": "long-"}
+#: the extra studies, each with its own cells files and rows (``<key>_rows``)
+STUDIES = ("scale", "long")
 CONFIG["scale"] = SCALE
-QUICK = {**CONFIG, "steps": 200, "seeds": [0], "activations": ["tanh"], "lrs": [0.5],
-         "fractions": [0.25], "every": [4], "options": {**CONFIG["options"],
-                                                       "chars": 10_000, "hidden": 16}}
+CONFIG["long"] = LONG
+QUICK = {k: v for k, v in CONFIG.items() if k not in STUDIES}
+QUICK.update({"steps": 200, "seeds": [0], "activations": ["tanh"], "lrs": [0.5],
+              "fractions": [0.25], "every": [4],
+              "options": {**CONFIG["options"], "chars": 10_000, "hidden": 16}})
 QUICK["scale"] = {**QUICK, "workers": 16, "filters": [["topk", "residual"]],
                   "prefix": "w16-"}
-del QUICK["scale"]["scale"]
 
 
 def filters(config):
@@ -100,7 +110,8 @@ def parts(config):
 def run(config: dict, out_dir=None) -> dict:
     from hogkit.report import environment
     out_dir = out_dir or "."
-    studies = [config] + ([config["scale"]] if "scale" in config else [])
+    extra = [k for k in STUDIES if k in config]
+    studies = [config] + [config[k] for k in extra]
     jobs, owner = [], []
     for k, cfg in enumerate(studies):
         for name, grid, base in parts(cfg):
@@ -115,9 +126,9 @@ def run(config: dict, out_dir=None) -> dict:
     env = environment()
     out = {"config": config, "rows": rows[0], "environment": _kept_environment(config,
                                                                              out_dir, env)}
-    if len(studies) > 1:
-        out["scale_rows"] = rows[1]
-        out["scale_environment"] = env
+    for k, key in enumerate(extra, 1):
+        out[f"{key}_rows"] = rows[k]
+        out[f"{key}_environment"] = env
     return out
 
 
@@ -131,16 +142,17 @@ def _kept_environment(config, out_dir, env):
         return env
     with open(path) as f:
         old = json.load(f)
-    same = ({k: v for k, v in old.get("config", {}).items() if k != "scale"}
-            == {k: v for k, v in config.items() if k != "scale"})
+    same = ({k: v for k, v in old.get("config", {}).items() if k not in STUDIES}
+            == {k: v for k, v in config.items() if k not in STUDIES})
     return old.get("environment", env) if same else env
 
 
-def scale(results):
-    """The W = 32 study as a results dict of its own (``None`` without one)."""
-    if "scale_rows" not in results:
+def study(results, key):
+    """Extra study ``key`` ("scale": W = 32; "long": sigmoid's long budget) as a results
+    dict of its own (``None`` without one)."""
+    if f"{key}_rows" not in results:
         return None
-    return {"config": results["config"]["scale"], "rows": results["scale_rows"]}
+    return {"config": results["config"][key], "rows": results[f"{key}_rows"]}
 
 
 # --------------------------------------------------------------------------- analysis
@@ -192,12 +204,17 @@ def _fmt_d(kind, d):
 
 def tables(results) -> str:
     text = _tables(results)
-    big = scale(results)
-    if big is None:
-        return text
-    cfg = big["config"]
-    return (text + f"\n\n**At W = {cfg['workers']}, {cfg['steps']:,} updates** (mean update "
-            f"gap {_mean_gap(big):.1f}):\n\n" + _tables(big))
+    big = study(results, "scale")
+    if big is not None:
+        cfg = big["config"]
+        text += (f"\n\n**At W = {cfg['workers']}, {cfg['steps']:,} updates** (mean update "
+                 f"gap {_mean_gap(big):.1f}):\n\n" + _tables(big))
+    long = study(results, "long")
+    if long is not None:
+        cfg = long["config"]
+        text += (f"\n\n**{', '.join(cfg['activations'])} with {cfg['steps']:,} updates** "
+                 f"(W = {cfg['workers']}):\n\n" + _tables(long))
+    return text
 
 
 def _mean_gap(results):
@@ -238,8 +255,9 @@ def _tables(results) -> str:
 
 
 def plot(results: dict, out_dir: str) -> str:
-    """``rnn_density.png`` (W = 8), and ``rnn_density_w32.png`` for the W = 32 study."""
-    big = scale(results)
+    """``rnn_density.png`` (W = 8), and ``rnn_density_w32.png`` for the W = 32 study
+    (the long sigmoid study has one level a filter: its table says it all)."""
+    big = study(results, "scale")
     if big is not None:
         _plot(big, out_dir, f"rnn_density_w{big['config']['workers']}.png")
     return _plot(results, out_dir, "rnn_density.png")
