@@ -105,6 +105,26 @@ def time_to(curve, target):
     return None
 
 
+def edges(rows, best, group):
+    """``{g: "low" | "high" | None}``: which edge of the lrs group ``g`` tried its tuned
+    lr (``best`` from :func:`tuned`) sits at, or None when a worse lr lies on both
+    sides (its optimum may lie outside the lrs tried otherwise)."""
+    tried = {}
+    for r in rows:
+        tried.setdefault(group(r), set()).add(r["lr"])
+    return {g: ("low" if best[g][0] == min(lrs) else
+                "high" if best[g][0] == max(lrs) else None)
+            for g, lrs in tried.items() if g in best}
+
+
+def workload_spec(config, wl, **defaults):
+    """An experiment's ``config["workloads"][wl]``, a list of lrs or a dict, as a dict:
+    ``lrs``, ``steps`` (default the config's), ``options`` and ``defaults``."""
+    x = config["workloads"][wl]
+    x = {"lrs": x} if isinstance(x, list) else dict(x)
+    return {"steps": config["steps"], "options": {}, **defaults, **x}
+
+
 def at_tuned(rows, best, group):
     """``{g: the finished runs of group g at its tuned lr}`` (``best`` from :func:`tuned`)."""
     return {g: [r for r in rows if group(r) == g and r["lr"] == cell[0]

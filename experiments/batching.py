@@ -174,13 +174,12 @@ def settled(curve, target):
     return _common.time_to(curve[above[-1]:], target)
 
 
-def bracket(cfg, lr):
-    """Whether a tuned lr has a worse lr on both sides in the grid, or which edge."""
-    if lr == min(cfg["lrs"]):
-        return "no (lowest tried)"
-    if lr == max(cfg["lrs"]):
-        return "no (highest tried)"
-    return "yes"
+def bracketed(results):
+    """``{(straggler, method): "yes" | "no (lowest tried)" | "no (highest tried)"}``."""
+    cfg = results["config"]
+    return {k: {None: "yes", "low": "no (lowest tried)", "high": "no (highest tried)"}[e]
+            for k, e in _common.edges(results["rows"], tuned(results),
+                                      lambda r: (straggler_of(cfg, r), name_of(r))).items()}
 
 
 def by_lr(results):
@@ -193,7 +192,7 @@ def by_lr(results):
 
 def tables(results) -> str:
     cfg, s, every = results["config"], summary(results), by_lr(results)
-    target = targets(results)
+    target, mark = targets(results), bracketed(results)
     lines = []
     for st, ms in cells(cfg).items():
         lines += [f"**{st} straggler** (`--straggler {cfg['stragglers'][st]}`; "
@@ -218,7 +217,7 @@ def tables(results) -> str:
                    + (f" ({x['reached']}/{x['runs']} reached)"
                       if x["reached"] < x["runs"] else ""))
             lines.append(
-                f"| {m} | {x['cell'][0]:g} | {bracket(cfg, x['cell'][0])} | "
+                f"| {m} | {x['cell'][0]:g} | {mark[(st, m)]} | "
                 f"{_common.loss_cell(x['cell'])} | {per_lr}{ttt} | "
                 f"{pm(x['samples'], ',.0f')} | "
                 + (f"{x['samples'][0] / even[0]:.2f}x" if even else "–")

@@ -55,10 +55,9 @@ QUICK = {**CONFIG, "workloads": {"mf": [0.05, 0.1]}, "workers": 16, "steps": 4_0
 def spec(config, wl) -> dict:
     """A workload's entry as a dict: lrs, steps, options, and the config it tunes its
     rules under (``lambdas``, ``momentum`` overridden where it says)."""
-    x = config["workloads"][wl]
-    x = {"lrs": x} if isinstance(x, list) else dict(x)
+    x = _common.workload_spec(config, wl)
     own = {k: x.pop(k) for k in ("lambdas", "momentum") if k in x}
-    return {"steps": config["steps"], "options": {}, **x, "config": {**config, **own}}
+    return {**x, "config": {**config, **own}}
 
 
 def rules(config) -> dict:

@@ -114,13 +114,8 @@ def tuned(results):
 def edges(results):
     """``{(scenario, workload, policy): "low edge" | "high edge" | None}``: whether the
     tuned lr is the lowest or highest its group tried (its optimum may lie outside)."""
-    tried = {}
-    for r in results["rows"]:
-        tried.setdefault(_group(r), set()).add(r["lr"])
-    best = tuned(results)
-    return {k: ("low edge" if best[k][0] == min(lrs) else
-                "high edge" if best[k][0] == max(lrs) else None)
-            for k, lrs in tried.items() if k in best}
+    return {k: e and f"{e} edge" for k, e in _common.edges(results["rows"], tuned(results),
+                                                           _group).items()}
 
 
 def at_tuned(results):

@@ -70,9 +70,7 @@ QUICK = {**CONFIG, "workloads": {"mf": [0.1]}, "workers": [1, 16], "steps": 4_00
 
 def spec(config, wl):
     """A workload's entry as a dict: lrs, steps, options, metric."""
-    x = config["workloads"][wl]
-    x = {"lrs": x} if isinstance(x, list) else dict(x)
-    return {"steps": config["steps"], "options": {}, "metric": None, **x}
+    return _common.workload_spec(config, wl, metric=None)
 
 
 #: name -> (sweep rule, uses momentum)
@@ -143,13 +141,9 @@ def tuned(results):
 def edges(results):
     """``{(workload, name, W): "low" | "high" | None}``: which edge of the lrs its group
     tried a simulated cell's tuned lr sits at (its optimum may lie outside the grid)."""
-    tried = {}
-    for r in results["rows"]:
-        if r.get("mode", "sim") == "sim":
-            tried.setdefault((r["workload"], name_of(r), r["workers"]), set()).add(r["lr"])
-    best = tuned(results)
-    return {k: ("low" if best[k][0] == min(lrs) else
-                "high" if best[k][0] == max(lrs) else None) for k, lrs in tried.items()}
+    sim = [r for r in results["rows"] if r.get("mode", "sim") == "sim"]
+    return _common.edges(sim, tuned(results), lambda r: (r["workload"], name_of(r),
+                                                         r["workers"]))
 
 
 def at_edge(results, w):
