@@ -114,7 +114,14 @@ def test_sigkill_of_the_parent_then_resume_reaches_the_uninterrupted_loss(tmp_pa
     a, b = _summary(whole), _summary(killed)
     assert sum(w["iterations"] for w in b["per_worker"]) == int(steps)
     assert b["segments"] == 2 and b["config"]["steps"] == int(steps)
-    assert b["final_loss"] == pytest.approx(a["final_loss"], rel=0.25)
+    # the second segment starts from the checkpoint's parameters, not fresh ones ...
+    with open(os.path.join(killed, "events.jsonl")) as f:
+        resumed = [json.loads(x) for x in f if '"resume"' in x][0]
+    assert resumed["initial_loss"] < 0.2 * b["initial_loss"]
+    # ... and ends where an uninterrupted run ends. Two workers race on hot rows near
+    # the noise floor: four uninterrupted runs ended at 0.0057-0.0076 (1.34x), so the
+    # band is 2x, not 25 % (which flaked at 1.51x on a loaded CI machine)
+    assert a["final_loss"] / 2 < b["final_loss"] < 2 * a["final_loss"]
     assert b["final_loss"] < 0.05 * b["initial_loss"]
     dead = f"hogkit_{p.pid}_"
     assert not [n for n in os.listdir("/dev/shm") if n.startswith(dead)]
