@@ -94,8 +94,9 @@ CAP_OVER_LIBMF = 4.0
 #: throughput runs per hogkit contender (the median is reported)
 ROUNDS = 3
 #: --quick: the same contenders on the small "hot" mf preset, each at the middle lr of
-#: its grid only, at most QUICK_EPOCHS epochs, one throughput round of 0.5 s (a smoke
-#: run of the whole comparison in about a minute, not a measurement)
+#: its grid only, at most QUICK_EPOCHS epochs, a hogkit contender's throughput from its
+#: curve's last run (no runs of their own), torch's recipe with shared data and its rate
+#: rounds at 2 processes only (a smoke run of the whole comparison, not a measurement)
 QUICK_EPOCHS = 2
 
 
@@ -343,8 +344,9 @@ def _mf_libmf(lib, wl, data, target, threads, max_epochs, quick=False):
 def _hogkit(wl, target, workers, engine, lrs, max_epochs, n_samples, rate_seconds,
             grid=EPOCHS, lane="batch", batch=None, rule=None, cap=None):
     """hogkit ``train`` at each lr of ``lrs`` (``rule(lr)``: the update rule, SGD when
-    None), then its throughput at the best; an lr's curve stops after a run longer than
-    ``cap`` seconds (None: no cap)."""
+    None), then its throughput at the best (``rate_seconds`` None, in --quick: the best
+    curve's last run's); an lr's curve stops after a run longer than ``cap`` seconds
+    (None: no cap)."""
     from hogkit.errors import WorkerFailed
     from hogkit.rules.core import SGD
     from hogkit.engine.runtime import train
@@ -367,7 +369,8 @@ def _hogkit(wl, target, workers, engine, lrs, max_epochs, n_samples, rate_second
                 diverged = True
                 break
             curve.append({"epochs": epochs, "t": run.wall_s, "loss": run.final_loss,
-                          "staleness_mean": run.staleness["update_gap"]["mean"]})
+                          "staleness_mean": run.staleness["update_gap"]["mean"],
+                          "samples_per_s": run.extra["samples"] / run.wall_s})
             if run.final_loss <= target or (cap is not None and run.wall_s > cap):
                 break
         if curve:
@@ -375,7 +378,9 @@ def _hogkit(wl, target, workers, engine, lrs, max_epochs, n_samples, rate_second
                          "diverged": diverged})
     best = _best(runs)
     rates, budget = [], {"seconds": rate_seconds}
-    for _ in range(1 if rate_seconds < 1 else ROUNDS):
+    if rate_seconds is None:
+        rates, budget = [best["curve"][-1]["samples_per_s"]], {"curve": True}
+    for _ in range(0 if rate_seconds is None else 1 if rate_seconds < 1 else ROUNDS):
         try:
             run = train(wl, workers=workers, rule=rule(best["lr"]), **budget, **knobs)
         except WorkerFailed as e:
@@ -404,7 +409,7 @@ def _mf(preset, quick):
     target = TARGETS[preset]
     max_epochs = QUICK_EPOCHS if quick else 16
     n = len(data["r"])
-    rate_s = 0.5 if quick else 3.0
+    rate_s = None if quick else 3.0
     out = {"preset": preset, "target_mse": target, "n_ratings": n,
            "initial_mse": wl.loss(params, data), "contenders": {}}
     c = out["contenders"]
@@ -467,7 +472,7 @@ def _logreg(quick):
             key = f"hogkit_{'sample' if lane == 'sample' else 'compiled'}_{workers}"
             out["contenders"][key] = _hogkit(
                 wl, LOGREG_TARGET, workers, "compiled", _lrs(LR["hogkit_logreg"], quick),
-                max_epochs, n, 0.5 if quick else 3.0, lane=lane)
+                max_epochs, n, None if quick else 3.0, lane=lane)
     return out
 
 
@@ -628,16 +633,17 @@ def _mlp(quick):
            "initial_loss": wl.loss(params, data), "contenders": {}, "rates": {}}
     c = out["contenders"]
     for workers in (1, 2):
-        for data_in in ("private", "shared"):
+        for data_in in ("private",) if quick and workers == 1 else ("private", "shared"):
             key = f"torch_hogwild_{workers}" + ("_private" if data_in == "private" else "")
             c[key] = _mlp_torch(wl, params, data, workers, max_epochs, batch,
                                 _lrs(MLP_LR, quick), data_in=data_in)
         c[f"hogkit_python_{workers}"] = _hogkit(wl, MLP_TARGET, workers, "python",
                                                 _lrs(MLP_LR, quick), max_epochs, n,
-                                                0.5 if quick else 3.0, grid=MLP_EPOCHS)
-        out["rates"][str(workers)] = _mlp_rates(
-            wl, params, data, workers, 200 if quick else MLP_RATE_STEPS,
-            1 if quick else MLP_RATE_ROUNDS)
+                                                None if quick else 3.0, grid=MLP_EPOCHS)
+        if not quick or workers == 2:
+            out["rates"][str(workers)] = _mlp_rates(
+                wl, params, data, workers, 200 if quick else MLP_RATE_STEPS,
+                1 if quick else MLP_RATE_ROUNDS)
     return out
 
 
