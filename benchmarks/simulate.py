@@ -21,11 +21,22 @@ the fused engine's ``engine_updates_per_s`` after a first run that loads the ker
 median over rounds, with evaluation points and without (``eval_every=None``); and the
 same at 512 workers without evaluation points (where finding the next event among
 the workers weighs most).
+
+``cli``: the same command as a user runs it, each round a fresh process after one that
+fills numba's cache (not counted): the ``engine_updates_per_s`` and ``engine_setup_s``
+of its ``summary.json`` (the per-worker set-up before the loop), its ``wall_s`` and the
+whole process's seconds, medians.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import statistics
+import subprocess
+import sys
+import tempfile
+import time
 
 from hogkit import workloads
 from hogkit.engine.simulator import simulate
@@ -61,6 +72,26 @@ def _ssp(steps, rounds):
     return {"workers": 64, "policy": "ssp:3", "batch": 16, "steps": steps, **out}
 
 
+def _cli(steps, rounds):
+    cmd = [sys.executable, "-m", "hogkit.cli", "sim", "--workload", "logreg", "--workers",
+           "64", "--policy", "ssp:3", "--batch", "16", "--steps", str(steps), "--no-progress"]
+    runs = []
+    for r in range(rounds + 1):                   # the first fills the cache: not counted
+        with tempfile.TemporaryDirectory() as d:
+            t = time.perf_counter()
+            subprocess.run(cmd + ["--out", d], check=True, capture_output=True, timeout=600)
+            process_s = time.perf_counter() - t
+            with open(os.path.join(d, "summary.json")) as f:
+                s = json.load(f)
+        if r:
+            runs.append({"process_s": process_s, "wall_s": s["wall_s"],
+                         "engine_updates_per_s": s["engine_updates_per_s"],
+                         "engine_setup_s": s.get("engine_setup_s")})
+    med = {k: statistics.median(x[k] for x in runs) for k in runs[0]
+           if runs[0][k] is not None}
+    return {"command": " ".join(["hogkit"] + cmd[3:]), "runs": runs, "median": med}
+
+
 def run(quick=False, rounds=None, batches=BATCHES) -> dict:
     rounds = rounds or (1 if quick else 3)
     wl = workloads.get("logreg")
@@ -79,6 +110,7 @@ def run(quick=False, rounds=None, batches=BATCHES) -> dict:
         result["ratios"][f"fused_over_python_b{b}"] = f / p if p else 0.0
         result["ratios"][f"fused_1e6_updates_s_b{b}"] = 1e6 / f if f else 0.0
     result["ssp"] = _ssp(20_000 if quick else 200_000, rounds)
+    result["cli"] = _cli(20_000 if quick else 200_000, rounds)
     return result
 
 
@@ -98,6 +130,12 @@ def format_table(result) -> str:
         lines.append(f"ssp:3, 64 workers, batch 16, {s['steps']:,} updates: fused engine "
                      f"{s['evals']['updates_per_s']:,.0f} upd/s with evaluation points, "
                      f"{s['no_evals']['updates_per_s']:,.0f} without")
+    if "cli" in result:
+        m = result["cli"]["median"]
+        setup = f", set-up {m['engine_setup_s']:.3f} s" if "engine_setup_s" in m else ""
+        lines.append(f"{result['cli']['command']} (fresh processes): engine "
+                     f"{m['engine_updates_per_s']:,.0f} upd/s{setup}, wall {m['wall_s']:.2f} s, "
+                     f"process {m['process_s']:.2f} s")
     return "\n".join(lines)
 
 
@@ -129,4 +167,17 @@ def format_markdown(result, before=None) -> str:
             then = before["ssp"]["w512_no_evals"]["updates_per_s"] if before else None
             row("SSP(3), batch 16, 512 workers, without evaluation points",
                 result["ssp"]["w512_no_evals"]["updates_per_s"], then)
+    cli, was = result.get("cli"), (before or {}).get("cli")
+    if cli and (not before or was):
+        m = cli["median"]
+        row(f"`{cli['command']}`, a fresh process", m["engine_updates_per_s"],
+            was["median"]["engine_updates_per_s"] if was else None)
+        rows.append("")
+        line = (f"That command's process: {m['process_s']:.2f} s in all, `wall_s` "
+                f"{m['wall_s']:.2f} s, set-up before the loop {m['engine_setup_s']:.3f} s")
+        if was:
+            w = was["median"]
+            line += (f" (before: {w['process_s']:.2f} s, {w['wall_s']:.2f} s, the set-up "
+                     f"counted in the engine's time)")
+        rows.append(line + ".")
     return "\n".join(rows)

@@ -339,6 +339,26 @@ def test_simulator_speed_section_comes_from_the_committed_json():
     assert now < 300_000 <= r["ssp"]["no_evals"]["updates_per_s"]    # "at the line"
 
 
+def test_the_commands_own_simulator_figure_comes_from_the_committed_json():
+    """The section on ``hogkit sim``'s own engine figure renders its two committed
+    JSONs, and the bar's figures in its text are theirs."""
+    import json
+    from pathlib import Path
+
+    from hogkit.benchmarks import simulate
+    root = Path(__file__).resolve().parent.parent / "benchmarks"
+    r = json.loads((root / "simulate_cli.json").read_text())
+    o = json.loads((root / "simulate_cli_before.json").read_text())
+    results = (root / "RESULTS.md").read_text()
+    assert simulate.format_markdown(r, o) in results
+    now, then = r["cli"]["median"], o["cli"]["median"]
+    assert "engine_setup_s" in now and "engine_setup_s" not in then
+    text = " ".join(results.split())
+    assert (f"the command, second run): **{now['engine_updates_per_s']:,.0f}** with its "
+            f"default evaluation points ({then['engine_updates_per_s']:,.0f} before)") in text
+    assert now["engine_updates_per_s"] < 300_000             # "not reached" in the text
+
+
 def test_rules_section_comes_from_the_committed_json():
     """Issue 26's live-rules section: its table renders the two committed JSONs, and
     each ratio its text quotes is theirs."""
