@@ -29,12 +29,14 @@ bit-identical results for the same seed:
 
 State lives in arrays so the loop can return to Python (to evaluate the loss, to
 refill a worker's pre-drawn step times, to raise on a non-finite gradient) and
-resume. Per-worker buffers, rule and density state and generators come in typed lists.
+resume. Per-worker buffers and rule and density state come as stacks (every array
+with a leading worker axis, :func:`pick`), generators in a typed list.
 Deterministic: one thread, no races. Nothing here imports hogkit.
 """
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.extending import overload
 from numba.typed import List
 
 from .clock import (A_RELEASED, DONE, ITER, NADM, STATE, admit, blocked, clock_lag,
@@ -149,6 +151,32 @@ def _finished(slots, ist, fst, gi, pol, w, k, t):
     _wake(slots, ist, fst, gi, pol, t)
 
 
+def pick(tree, w):
+    """Worker ``w``'s part of ``tree``, a (nested) tuple of per-worker stacks: ``a[w]``
+    for every array in it, the same nesting: views, built in compiled code, where a
+    numba typed list's ``getitem`` of one worker's buffer tuple cost ~110 ns (a C call
+    and a copy of the item; measured), two to three a simulated update. The overload
+    is not ``inline="always"``: under numba 0.68 the inlined body clobbered the loop's
+    own variables (the updates went uncounted: ``tests/test_simulate.py``)."""
+    if isinstance(tree, tuple):
+        return tuple(pick(x, w) for x in tree)
+    return tree[w]
+
+
+@overload(pick)
+def _pick_jit(tree, w):
+    if isinstance(tree, types.Array):
+        return lambda tree, w: tree[w]
+    if isinstance(tree, types.BaseTuple):
+        if len(tree) == 0:
+            return lambda tree, w: ()
+        body = "".join(f"pick(tree[{i}], w), " for i in range(len(tree)))
+        scope = {"pick": pick}
+        exec(f"def impl(tree, w):\n    return ({body})\n", scope)
+        return scope["impl"]
+    return None
+
+
 @njit(cache=True, nogil=True, inline="always")
 def _count(gh, lh, stats, ring, ist, gi, w, k, gap, t):
     """Count worker ``w``'s applied step ``k`` (``gap < 0``: held back, not an update)
@@ -164,9 +192,10 @@ def _run_events(wl, rngs, cursors, params, wbufs, rule, wrule, dens, wdens, mask
                 log, times, ist, fst, gi, cfg, policy):
     """Run the event loop until it is done or must return to Python; returns a code.
 
-    ``rule`` = ``(kind, rcfg)``, ``wrule[w]`` = worker w's ``(S1, S2, K)``; ``dens`` =
-    ``(how, fraction, threshold, residual, every, seed)``, ``wdens[w]`` its residuals;
-    ``wbufs[w]`` its step buffers; ``rngs[w]`` its generator (None: the sampler draws
+    ``rule`` = ``(kind, rcfg)``, ``pick(wrule, w)`` = worker w's ``(S1, S2, K)``;
+    ``dens`` = ``(how, fraction, threshold, residual, every, seed)``, ``pick(wdens, w)``
+    its residuals; ``pick(wbufs, w)`` its step buffers (:func:`pick`: per-worker stacks,
+    not typed lists); ``rngs[w]`` its generator (None: the sampler draws
     nothing), ``cursors[w]`` its cursor (all may be None when ``wl`` is None).
     ``times`` = (base (W, C), pause (W, C), speed, amp, period (W,)): worker w's step k
     uses slot k % C, valid while ``ist[w, I_STARTED] < ist[w, I_FILLED]``. ``policy`` =
@@ -208,7 +237,7 @@ def _run_events(wl, rngs, cursors, params, wbufs, rule, wrule, dens, wdens, mask
                     ist[w, I_PHASE] = 1
                     return R_BEGIN
                 others, ok = begin(wl, None if rngs is None else rngs[w], cursors[w],
-                                   params, wbufs[w], slots, w, nb, keep)
+                                   params, pick(wbufs, w), slots, w, nb, keep)
                 ist[w, I_OREAD] = others
                 ist[w, I_BAD] = 0 if ok else 1
             ist[w, I_PHASE] = 0
@@ -227,8 +256,8 @@ def _run_events(wl, rngs, cursors, params, wbufs, rule, wrule, dens, wdens, mask
                 ist[w, I_PHASE] = 1
                 return R_END
             else:
-                gap = end(params, wbufs[w], (kind, rcfg) + wrule[w], dens + (wdens[w], mask),
-                          slots, (w, ist[w, I_OREAD], k))
+                gap = end(params, pick(wbufs, w), (kind, rcfg) + pick(wrule, w),
+                          dens + (pick(wdens, w), mask), slots, (w, ist[w, I_OREAD], k))
                 _count(gh, lh, stats, ring, ist, gi, w, k, gap, t)
         ist[w, I_PHASE] = 0
         _finished(slots, ist, fst, gi, pol, w, k, t)

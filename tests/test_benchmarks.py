@@ -359,6 +359,30 @@ def test_the_commands_own_simulator_figure_comes_from_the_committed_json():
     assert now["engine_updates_per_s"] < 300_000             # "not reached" in the text
 
 
+def test_the_stacks_sections_pairs_come_from_the_committed_json():
+    """Both before/after pairs of the per-worker stacks section render from their
+    committed JSONs, and the text's figures are theirs."""
+    import json
+    from pathlib import Path
+
+    from hogkit.benchmarks import simulate
+    root = Path(__file__).resolve().parent.parent / "benchmarks"
+    results = (root / "RESULTS.md").read_text()
+    text = " ".join(results.split())
+    for i in (1, 2):
+        r = json.loads((root / f"simulate_stacks_{i}.json").read_text())
+        o = json.loads((root / f"simulate_stacks_before_{i}.json").read_text())
+        assert simulate.format_markdown(r, o) in results
+        b4 = (r["by_batch"]["4"]["fused_updates_per_s"]
+              / o["by_batch"]["4"]["fused_updates_per_s"])
+        assert f"{b4:.2f}x" in text and b4 > 1
+        cli = (f"{r['cli']['median']['engine_updates_per_s']:,.0f} against "
+               f"{o['cli']['median']['engine_updates_per_s']:,.0f}")
+        assert cli in text
+        assert f"{r['ssp']['no_evals']['updates_per_s']:,.0f}" in text
+        assert r["ssp"]["no_evals"]["updates_per_s"] >= 300_000   # "over it in both"
+
+
 def test_rules_section_comes_from_the_committed_json():
     """Issue 26's live-rules section: its table renders the two committed JSONs, and
     each ratio its text quotes is theirs."""

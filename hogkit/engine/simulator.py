@@ -359,20 +359,44 @@ def _run_fused(S):
     caps = [int(g.shape[0]) for g in ctxs[0].G]
     rules = [encode_rule(S.rule, S.rule.init(S.params), names, params)
              for _ in range(1 if S.shared_state else W)]
-    rules = rules * W if S.shared_state else rules       # the same arrays, W times
     dens = [encode_density(S.density, S.density.init(S.params) if S.density else None,
                            names, params, caps) for _ in range(W)]
     cursors = np.stack([c.cursor for c in ctxs])
     rngs = (K.typed_list([np.random.default_rng([S.seed, r]) for r in range(W)])
             if ctxs[0].parts.uses_rng else None)
-    args = (ctxs[0].parts.arrays, rngs,
-            cursors, params, K.typed_list([c.bufs() for c in ctxs]), rules[0][:2],
-            K.typed_list([r[2:] for r in rules]), dens[0][:6],
-            K.typed_list([d[6] for d in dens]),
+    wrule = (_shared_stack(rules[0][2:], W) if S.shared_state
+             else _stack([r[2:] for r in rules]))
+    args = (ctxs[0].parts.arrays, rngs, cursors, params, _stack_bufs(ctxs),
+            rules[0][:2], wrule, dens[0][:6], _stack([d[6] for d in dens]),
             dens[0][7], st["slots"], _log_arrays(S), st["times"], st["ist"], st["fst"],
             st["gi"], st["cfg"], st["policy"])
     run = K.run_events if cacheable(type(args[0])) else K.run_events_uncached
     return _drive(S, st, run, args)
+
+
+def _stack(trees):
+    """One tree (nested tuples of arrays, the same shapes in each) of per-worker stacks:
+    every array with a leading worker axis (``kernels.sim.pick`` takes worker w's)."""
+    if isinstance(trees[0], tuple):
+        return tuple(_stack([t[i] for t in trees]) for i in range(len(trees[0])))
+    return np.stack(trees)
+
+
+def _stack_bufs(ctxs):
+    """The workers' step buffers ``(G, R, RD, cnt, idx, GF, scratch)`` as stacks, each
+    worker's ``G`` still a view of its flat ``GF`` (the kernels write one, read the
+    other)."""
+    G, R, RD, cnt, idx, GF, scratch = _stack([c.bufs() for c in ctxs])
+    G = tuple(f.reshape(g.shape) for f, g in zip(GF, G))
+    return (G, R, RD, cnt, idx, GF, scratch)
+
+
+def _shared_stack(tree, W):
+    """:func:`_stack` of ``tree`` W times without copies: every worker's view is the one
+    array (``rule_state="shared"``), through a zero stride."""
+    if isinstance(tree, tuple):
+        return tuple(_shared_stack(x, W) for x in tree)
+    return np.lib.stride_tricks.as_strided(tree, (W,) + tree.shape, (0,) + tree.strides)
 
 
 def _run_python(S):
