@@ -364,8 +364,7 @@ def _run_fused(S):
     cursors = np.stack([c.cursor for c in ctxs])
     rngs = (K.typed_list([np.random.default_rng([S.seed, r]) for r in range(W)])
             if ctxs[0].parts.uses_rng else None)
-    wrule = (_shared_stack(rules[0][2:], W) if S.shared_state
-             else _stack([r[2:] for r in rules]))
+    wrule = _stack([r[2:] for r in rules])    # one worker's when shared: all use it
     args = (ctxs[0].parts.arrays, rngs, cursors, params, _stack_bufs(ctxs),
             rules[0][:2], wrule, dens[0][:6], _stack([d[6] for d in dens]),
             dens[0][7], st["slots"], _log_arrays(S), st["times"], st["ist"], st["fst"],
@@ -389,14 +388,6 @@ def _stack_bufs(ctxs):
     G, R, RD, cnt, idx, GF, scratch = _stack([c.bufs() for c in ctxs])
     G = tuple(f.reshape(g.shape) for f, g in zip(GF, G))
     return (G, R, RD, cnt, idx, GF, scratch)
-
-
-def _shared_stack(tree, W):
-    """:func:`_stack` of ``tree`` W times without copies: every worker's view is the one
-    array (``rule_state="shared"``), through a zero stride."""
-    if isinstance(tree, tuple):
-        return tuple(_shared_stack(x, W) for x in tree)
-    return np.lib.stride_tricks.as_strided(tree, (W,) + tree.shape, (0,) + tree.strides)
 
 
 def _run_python(S):
