@@ -175,13 +175,10 @@ def format_markdown(result, before=None) -> str:
         rows.append("")
         line = (f"That command's process: {m['process_s']:.2f} s in all, `wall_s` "
                 f"{m['wall_s']:.2f} s, set-up before the loop {m['engine_setup_s']:.3f} s")
-        if was and "engine_setup_s" in was["median"]:
+        if was:
             w = was["median"]
-            line += (f" (before: {w['process_s']:.2f} s, {w['wall_s']:.2f} s, "
-                     f"{w['engine_setup_s']:.3f} s)")
-        elif was:
-            w = was["median"]
-            line += (f" (before: {w['process_s']:.2f} s, {w['wall_s']:.2f} s, the set-up "
-                     f"counted in the engine's time)")
+            setup = (f"{w['engine_setup_s']:.3f} s" if "engine_setup_s" in w
+                     else "the set-up counted in the engine's time")
+            line += f" (before: {w['process_s']:.2f} s, {w['wall_s']:.2f} s, {setup})"
         rows.append(line + ".")
     return "\n".join(rows)

@@ -209,7 +209,7 @@ def simulate(workload="mf", *, workers=2, policy=None, rule=None, density=None, 
     t_setup = time.perf_counter()
     res = _run_fused(S) if use_fused else _run_python(S)
     res["setup_s"] = time.perf_counter() - t_setup - res["loop_s"]
-    return _collect(plan, S, res, config, initial_loss, use_fused, res["loop_s"],
+    return _collect(plan, S, res, config, initial_loss, use_fused,
                     time.perf_counter() - t_wall)
 
 
@@ -224,13 +224,13 @@ def _use_fused(engine, plan) -> bool:
     return engine == "fused" or (engine == "auto" and why is None)
 
 
-def _collect(plan, S, res, config, initial_loss, use_fused, loop_s, wall) -> Run:
+def _collect(plan, S, res, config, initial_loss, use_fused, wall) -> Run:
     """The simulated run's result (the same shape as a live run's); written to
     ``plan.out`` when given."""
     W, log = plan.workers, S.log
     final_loss = float(S.wl.loss(S.params, S.data))
     total = int(res["updates"].sum())
-    t_end = float(res["t_end"])
+    t_end, loop_s = float(res["t_end"]), res["loop_s"]
     S.curve.append({"t": t_end, "updates": total, "loss": final_loss})
     per_worker = []
     for r in range(W):
