@@ -73,20 +73,22 @@ TARGET_RUNS = (("sample", 1, {}, (2.0, 4.0, 8.0, 16.0)),
 TARGET_LOSS, TARGET_SECONDS, TARGET_SEEDS = 0.09, 4.0, (0, 1, 2)
 
 
-def time_to_target(quick=False) -> dict:
+def time_to_target(quick=False, runs=None, seconds=None) -> dict:
     """Seconds of training to the loss target (the first evaluation at or below it, the
     parent evaluating every 0.1 s), each contender at each of its lrs and three seeds;
     a contender's figure is its best lr's median over the seeds (inf: not reached in
-    ``TARGET_SECONDS``), with the seeds' range; the lrs bracket each side's best."""
+    ``seconds``, by default ``TARGET_SECONDS``), with the seeds' range; the lrs bracket
+    each side's best. ``runs``: contenders as in :data:`TARGET_RUNS` (the default)."""
     from hogkit import workloads
     from hogkit.engine.runtime import train
     from hogkit.parse import parse_policy
     from hogkit.rules.core import SGD
     wl = workloads.get("logreg")
-    seconds, seeds = (0.5, (0,)) if quick else (TARGET_SECONDS, TARGET_SEEDS)
+    runs = TARGET_RUNS if runs is None else runs
+    seconds, seeds = ((0.5, (0,)) if quick else (seconds or TARGET_SECONDS, TARGET_SEEDS))
     out = {"target_loss": TARGET_LOSS, "seconds": seconds, "seeds": list(seeds),
            "contenders": {}}
-    for name, workers, knobs, lrs in TARGET_RUNS[:2] if quick else TARGET_RUNS:
+    for name, workers, knobs, lrs in runs[:2] if quick else runs:
         key = f"{name}_{workers}w"
         policy = knobs.get("policy")
         by_lr = {}
@@ -120,15 +122,17 @@ REPLICATION_WORKLOADS = (("logreg", "logreg", {}), ("logreg_zipf0", "logreg", {"
 REPLICATION_CASES = ((1, "shared"), (2, "shared"), (2, "worker"), (2, "auto"))
 
 
-def replication(quick=False) -> dict:
-    """``replication=`` on each workload of :data:`REPLICATION_WORKLOADS`: one worker
+def replication(quick=False, names=None) -> dict:
+    """``replication=`` on each workload of :data:`REPLICATION_WORKLOADS` (or of
+    ``names``, a part of it): one worker
     on the shared copy, then two on the shared copy, on replicas (the default merge
     period) and on what "auto" picks, ``seconds`` each at the workload's default lr
     and lane, three seeds (the order of the cases rotating with the seed); medians of
     samples/s and of the final loss, with the seeds' range."""
     from hogkit.engine.runtime import train
     seconds, seeds = (0.3, (0,)) if quick else (2.0, (0, 1, 2))
-    names = REPLICATION_WORKLOADS[:1] if quick else REPLICATION_WORKLOADS
+    names = REPLICATION_WORKLOADS if names is None else names
+    names = names[:1] if quick else names
     raw = {(n, w, r): [] for n, _, _ in names for w, r in REPLICATION_CASES}
     chosen = {}
     for seed in seeds:

@@ -587,3 +587,41 @@ def test_logreg_peers_after_the_lock_option_come_from_the_committed_json():
     assert peers.format_markdown(r) in text
     assert f"runs {ra['logreg_sample1_over_plain']:.2f}x the plain" in text
     assert f"in {1 / ra['logreg_plain_time_over_sample2_time']:.1f}x the plain" in text
+
+
+def test_many_cores_section_comes_from_the_committed_figures():
+    """The 16-core section's tables render from its JSON, and every diagnosis figure its
+    prose quotes is in the committed outputs."""
+    import re
+    from pathlib import Path
+
+    from hogkit.benchmarks import many_cores
+    root = Path(__file__).resolve().parent.parent / "benchmarks"
+    text = (root / "RESULTS.md").read_text()
+    folder = root / "many_cores_16"
+    parts = many_cores.load(folder)
+    assert set(parts) == set(many_cores.PARTS)
+    assert many_cores.format_markdown(parts).rstrip("\n") in text
+    section = text.split("## A 16-core machine, lent")[1].split("\n## ")[0]
+    diag = {p.name: p.read_text() for p in (folder / "diag").glob("*.txt")}
+    lane = re.search(r"lane span\s+([\d.]+) ns\s+([\d.]+)x", diag["lanevar.txt"])
+    plain = re.search(r"plain\(fm=True\)\s+([\d.]+) ns", diag["lanevar.txt"])
+    assert f"{lane[2]}x the plain loop's time ({lane[1]}" in section
+    assert f"against {plain[1]} ns" in section
+
+    def rates(name, what):
+        return [float(x) for x in re.findall(rf"{what} ([\d.]+) M/s", diag[name])]
+    trains = [float(x) for line in diag["diag2.txt"].splitlines() if "train" in line
+              for x in re.findall(r"([\d.]+)(?:,| M/s)", line.split(":", 1)[1])]
+    assert f"one-worker runs {min(trains)}-{max(trains)} M/s" in section
+    batch = [float(x) for line in diag["batchrate.txt"].splitlines()
+             for x in re.findall(r"[\d.]+", line.split("[", 1)[1].split("]")[0])]
+    assert f"{min(batch)}-{max(batch)} M/s" in section
+    here = diag["diag2_2cores.txt"]
+    lines = [ln for ln in here.splitlines() if ln.startswith(("parent", "child"))
+             and "warm" not in ln]
+    plains = [float(re.search(r"plain ([\d.]+)", ln)[1]) for ln in lines]
+    lanes = [float(re.search(r"lane ([\d.]+)", ln)[1]) for ln in lines]
+    assert f"loop {min(plains)}-{max(plains)} M/s, the lane's span {min(lanes)}-{max(lanes)}" \
+        in " ".join(section.split())
+    assert rates("diag2.txt", "plain")  # the outputs hold the figures quoted
