@@ -14,7 +14,8 @@ bit-identical results for the same seed:
   (:func:`step.end`: density, gap, rule, tick; then the record); the next event is the
   smallest ``(time, kind, seq)`` with ``FINISH = 0 < START = 1`` (updates that finish at
   time t are visible to reads at t) and ``seq`` a global counter (FIFO among equal
-  times);
+  times), kept by a tournament tree over the workers (``layout.G_QUEUE``: O(log W)
+  an event);
 - the clocks are a private slot matrix (``clock.py`` layout), so clock lag, others'
   updates, SSP admission and DSSP's grant are the live definitions; virtual times are
   kept in ns + 1 in the ``BEAT`` slot (0 means "never");
@@ -42,11 +43,11 @@ from numba.typed import List
 from .clock import (A_RELEASED, DONE, ITER, NADM, STATE, admit, blocked, clock_lag,
                     finish_iteration)
 from .layout import (ADM_WIDTH, C_BATCH, C_EVAL_T, C_EVAL_U, C_KEEP, C_SKIP, C_T_STOP,
-                     EV_NONE, F_LAST, F_T, F_WAIT, F_WAIT_SINCE, FINISH, G_SEQ, G_TOTAL,
-                     G_WHO, I_ADM, I_BAD, I_BLOCKED, I_FILLED, I_HELD, I_KIND, I_LAG,
-                     I_OREAD, I_PHASE, I_QUOTA, I_SEQ, I_SKIPPED, I_STARTED, R_BEGIN,
-                     R_DONE, R_END, R_EVAL_T, R_EVAL_U, R_NONFINITE, R_REFILL, R_RETIRE,
-                     START)
+                     EV_NONE, F_LAST, F_T, F_WAIT, F_WAIT_SINCE, FINISH, G_BLOCKED,
+                     G_QUEUE, G_SEQ, G_TOTAL, G_WHO, I_ADM, I_BAD, I_BLOCKED, I_FILLED,
+                     I_HELD, I_KIND, I_LAG, I_OREAD, I_PHASE, I_QUOTA, I_SEQ, I_SKIPPED,
+                     I_STARTED, R_BEGIN, R_DONE, R_END, R_EVAL_T, R_EVAL_U, R_NONFINITE,
+                     R_REFILL, R_RETIRE, START)
 from .pacer import load_factor
 from .rule import FASTMATH
 from .staleness import record_event
@@ -77,8 +78,49 @@ def vt_ns(t):
     return np.int64(t * 1e9)
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _before(ta, ka, sa, tb, kb, sb):
+    """Event ``(ta, ka, sa)`` comes before ``(tb, kb, sb)``: the smaller ``(time, kind,
+    seq)`` (``seq`` is unique, so the order is total). Scalars only: an inlined helper
+    taking arrays pays their reference counts at every call, in a loop too."""
+    return ta < tb or (ta == tb and (ka < kb or (ka == kb and sa < sb)))
+
+
+@njit(cache=True, nogil=True)
+def _requeue(ist, fst, gi, w):
+    """Worker ``w``'s event changed (scheduled, or gone: ``EV_NONE``): its leaf of the
+    queue (``layout.G_QUEUE``), then every slot above it, up to the root: O(log W)
+    where a scan of every worker is O(W) an event (at 512 workers the scan cost the
+    loop a quarter of its rate). Called only where there is a queue."""
+    P = (gi.shape[0] - G_QUEUE) >> 1
+    i = P + w
+    gi[G_QUEUE + i] = w if ist[w, I_KIND] != EV_NONE else -1
+    i >>= 1
+    while i > 0:
+        a = gi[G_QUEUE + 2 * i]
+        b = gi[G_QUEUE + 2 * i + 1]
+        if a < 0 or (b >= 0 and _before(fst[b, F_T], ist[b, I_KIND], ist[b, I_SEQ],
+                                        fst[a, F_T], ist[a, I_KIND], ist[a, I_SEQ])):
+            a = b
+        gi[G_QUEUE + i] = a
+        i >>= 1
+
+
+@njit(cache=True, nogil=True)
+def build_queue(ist, fst, gi):
+    """Fill the event queue from every worker's pending event (before the loop); no
+    queue below ``layout.QUEUE_MIN_WORKERS`` (``gi`` ends at ``G_QUEUE``)."""
+    gi[G_QUEUE:] = -1
+    if gi.shape[0] > G_QUEUE:
+        for w in range(ist.shape[0]):
+            _requeue(ist, fst, gi, w)
+
+
 @njit(cache=True, nogil=True)
 def _pop(ist, fst):
+    """The worker whose event comes next (-1: none), by a scan of every worker (in the
+    order of :func:`_before`, its loads as needed): with fewer workers than
+    ``layout.QUEUE_MIN_WORKERS`` this costs less than keeping the queue."""
     best = -1
     for q in range(ist.shape[0]):
         k = ist[q, I_KIND]
@@ -100,15 +142,21 @@ def _schedule(ist, fst, gi, w, t, kind):
     ist[w, I_KIND] = kind
     ist[w, I_SEQ] = gi[G_SEQ]
     gi[G_SEQ] += 1
+    if gi.shape[0] > G_QUEUE:
+        _requeue(ist, fst, gi, w)
 
 
 @njit(cache=True, nogil=True)
 def _wake(slots, ist, fst, gi, pol, t):
-    """Release, at time ``t``, every blocked worker whose lead is down to its bound."""
+    """Release, at time ``t``, every blocked worker whose lead is down to its bound (in
+    rank order; nothing to scan when none is blocked: ``gi[G_BLOCKED]`` counts them)."""
+    if gi[G_BLOCKED] == 0:
+        return
     for q in range(ist.shape[0]):
         if ist[q, I_BLOCKED] != 0 and not blocked(slots, q, pol,
                                                   ist[q, I_ADM:I_ADM + NADM]):
             ist[q, I_BLOCKED] = 0
+            gi[G_BLOCKED] -= 1
             fst[q, F_WAIT] += t - fst[q, F_WAIT_SINCE]
             ist[q, I_ADM + A_RELEASED] = 1
             _schedule(ist, fst, gi, q, t, START)
@@ -122,6 +170,8 @@ def _admit_start(slots, ist, fst, gi, cfg, pol, grants, w, k, t):
     kept for the record)."""
     if t >= cfg[C_T_STOP]:
         ist[w, I_KIND] = EV_NONE
+        if gi.shape[0] > G_QUEUE:
+            _requeue(ist, fst, gi, w)
         slots[w, STATE] = DONE
         _wake(slots, ist, fst, gi, pol, t)
         return R_RETIRE
@@ -130,7 +180,10 @@ def _admit_start(slots, ist, fst, gi, cfg, pol, grants, w, k, t):
     lag = clock_lag(slots, w)
     if not admit(slots, w, pol, ist[w, I_ADM:I_ADM + NADM], grants, lag):
         ist[w, I_KIND] = EV_NONE
+        if gi.shape[0] > G_QUEUE:
+            _requeue(ist, fst, gi, w)
         ist[w, I_BLOCKED] = 1
+        gi[G_BLOCKED] += 1
         fst[w, F_WAIT_SINCE] = t
         return _BLOCK
     ist[w, I_LAG] = lag
@@ -145,6 +198,8 @@ def _finished(slots, ist, fst, gi, pol, w, k, t):
     fst[w, F_LAST] = t
     if k + 1 >= ist[w, I_QUOTA]:
         ist[w, I_KIND] = EV_NONE
+        if gi.shape[0] > G_QUEUE:
+            _requeue(ist, fst, gi, w)
         slots[w, STATE] = DONE
     else:
         _schedule(ist, fst, gi, w, t, START)
@@ -219,7 +274,8 @@ def _run_events(wl, rngs, cursors, params, wbufs, rule, wrule, dens, wdens, mask
     keep = cfg[C_KEEP] != 0.0
     nb = int(cfg[C_BATCH])
     while True:
-        w = _pop(ist, fst)
+        # the next event: the queue's root, or a scan where there is no queue
+        w = gi[G_QUEUE + 1] if gi.shape[0] > G_QUEUE else _pop(ist, fst)
         if w < 0:
             return R_DONE
         t = fst[w, F_T]

@@ -625,3 +625,31 @@ def test_many_cores_section_comes_from_the_committed_figures():
     assert f"loop {min(plains)}-{max(plains)} M/s, the lane's span {min(lanes)}-{max(lanes)}" \
         in " ".join(section.split())
     assert rates("diag2.txt", "plain")  # the outputs hold the figures quoted
+
+
+def test_the_event_queue_sections_pairs_come_from_the_committed_json():
+    """Both before/after pairs of the event-queue section render from their committed
+    JSONs, and the prose's figures are theirs."""
+    import json
+    from pathlib import Path
+
+    from hogkit.benchmarks import simulate
+    root = Path(__file__).resolve().parent.parent / "benchmarks"
+    results = (root / "RESULTS.md").read_text()
+    section = results.split("### The next event from a tournament tree")[1].split("\n### ")[0]
+    text = " ".join(section.split())
+    pairs = [(json.loads((root / f"simulate_queue_{i}.json").read_text()),
+              json.loads((root / f"simulate_queue_before_{i}.json").read_text()))
+             for i in (1, 2)]
+    ratios, shares = [], []
+    for r, o in pairs:
+        assert simulate.format_markdown(r, o) in section
+        now, was = (x["ssp"]["w512_no_evals"]["updates_per_s"] for x in (r, o))
+        assert f"{now:,.0f}" in text and f"{was:,.0f}" in text
+        ratios.append(f"{now / was:.2f}x")
+        shares.append(was / o["ssp"]["no_evals"]["updates_per_s"])
+        cli = (f"{r['cli']['median']['engine_updates_per_s']:,.0f} against "
+               f"{o['cli']['median']['engine_updates_per_s']:,.0f}")
+        assert cli in text
+    assert f"({ratios[0]} and {ratios[1]})" in text
+    assert f"{min(shares):.2f}-{max(shares):.2f}x the rate of 64" in text

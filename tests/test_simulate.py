@@ -85,6 +85,60 @@ def test_fused_engine_equals_python_engine(wl, policy, rule):
     _same(a, b)
 
 
+@st.composite
+def _event_ops(draw):
+    """Workers' pending events (time from few values, so ties are common) and a
+    sequence of changes: schedule worker w at time t and kind k, or remove its event."""
+    W = draw(st.integers(1, 40))
+    times = st.sampled_from([0.0, 0.5, 1.0, 1.5])
+    ops = draw(st.lists(st.tuples(st.integers(0, W - 1), st.one_of(st.none(), times),
+                                  st.sampled_from([0, 1])), max_size=60))
+    return W, ops
+
+
+@settings(max_examples=150, deadline=None)
+@given(_event_ops())
+def test_event_queue_gives_the_scans_next_event(case):
+    """The event loop's tournament tree (layout.G_QUEUE) names, after any sequence of
+    schedules and removals, the worker the O(W) scan names: the smallest (time, kind,
+    seq), ties broken by seq."""
+    from hogkit.kernels import layout as L
+    from hogkit.kernels import sim as K
+    W, ops = case
+    ist = np.zeros((W, L.NI), np.int64)
+    fst = np.zeros((W, L.NF))
+    ist[:, L.I_KIND] = L.START
+    ist[:, L.I_SEQ] = np.arange(W)
+    gi = np.zeros(L.NG + 2 * (1 << max(0, W - 1).bit_length()), np.int64)
+    gi[L.G_SEQ] = W
+    K.build_queue(ist, fst, gi)
+    assert gi[L.G_QUEUE + 1] == K._pop(ist, fst) == 0
+    for w, t, kind in ops:
+        if t is None:
+            ist[w, L.I_KIND] = L.EV_NONE
+            K._requeue(ist, fst, gi, w)
+        else:
+            K._schedule(ist, fst, gi, w, t, kind)
+        assert gi[L.G_QUEUE + 1] == K._pop(ist, fst)
+
+
+@pytest.mark.parametrize("engine", ["fused", "python"])
+@pytest.mark.parametrize("policy", [Async(), SSP(1), BSP(), DSSP(1, 3)],
+                         ids=["async", "ssp1", "bsp", "dssp"])
+def test_the_event_queue_and_the_scan_give_the_same_run(engine, policy, monkeypatch):
+    """Below layout.QUEUE_MIN_WORKERS the loop scans for the next event, from it on it
+    keeps the tree: the same run either way, blocking policies, stragglers, pauses,
+    evaluation points and time budgets included."""
+    from hogkit.kernels import layout as L
+    kw = dict(workers=7, steps=300, batch=8, seed=5, delays=MIXED, policy=policy,
+              engine=engine, eval_every=0.02)
+    scan = simulate(LOGREG, **kw)
+    budget = simulate(LOGREG, **{**kw, "steps": None, "seconds": 0.05})
+    monkeypatch.setattr(L, "QUEUE_MIN_WORKERS", 1)
+    _same(scan, simulate(LOGREG, **kw))
+    _same(budget, simulate(LOGREG, **{**kw, "steps": None, "seconds": 0.05}))
+
+
 def test_auto_engine_picks_fused_only_where_supported():
     # the fused engine runs the compiled step core: every rule, density and policy but
     # local SGD, on compiled workloads

@@ -283,7 +283,7 @@ def _loop_state(S):
     ist[:, L.I_SEQ] = np.arange(W)
     ist[:, L.I_ADM:L.I_ADM + _kc.NADM] = _kc.admission_state()
     fst = np.zeros((W, L.NF))
-    gi = np.zeros(L.NG, np.int64)
+    gi = np.zeros(L.NG + L.queue_slots(W), np.int64)
     gi[L.G_SEQ] = W
     cfg = np.zeros(L.NC)
     cfg[L.C_EVAL_T] = S.eval_every if S.eval_every is not None else math.inf
@@ -292,6 +292,7 @@ def _loop_state(S):
     cfg[L.C_SKIP] = 1.0 if S.nonfinite == "skip" else 0.0
     cfg[L.C_KEEP] = 1.0 if getattr(S.rule, "needs_read", False) else 0.0
     cfg[L.C_BATCH] = S.batch
+    K.build_queue(ist, fst, gi)                 # every worker's START at t = 0
     speed, amp, period = S.times.arrays(W)
     times = (np.zeros((W, CHUNK)), np.zeros((W, CHUNK)), speed, amp, period)
     streams = [S.times.stream(S.seed, r) for r in range(W)]
