@@ -653,3 +653,16 @@ def test_the_event_queue_sections_pairs_come_from_the_committed_json():
         assert cli in text
     assert f"({ratios[0]} and {ratios[1]})" in text
     assert f"{min(shares):.2f}-{max(shares):.2f}x the rate of 64" in text
+
+
+def test_the_rate_rounds_here_beside_the_16_core_ones_come_from_their_json():
+    import json
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent / "benchmarks"
+    text = " ".join((root / "RESULTS.md").read_text().split())
+    got = []
+    for i in (1, 2):
+        g = json.loads((root / "many_cores_2cores" / f"rates_{i}.json").read_text())["rates"]
+        got.append(f"{g['median']['ratio']:.2f} (rounds {g['ratio_range'][0]:.2f}-"
+                   f"{g['ratio_range'][1]:.2f})")
+    assert f"hogkit / plain {got[0]} and {got[1]}." in text
