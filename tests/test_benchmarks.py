@@ -602,6 +602,13 @@ def test_many_cores_section_comes_from_the_committed_figures():
     parts = many_cores.load(folder)
     assert set(parts) == set(many_cores.PARTS)
     assert many_cores.format_markdown(parts).rstrip("\n") in text
+    cases = parts["replication"]["workloads"]["logreg"]["cases"]
+    readme = " ".join((root.parent / "README.md").read_text().split())
+    assert (f"{cases['2w_worker']['speedup']:.2f}x on replicas, "
+            f"{cases['2w_shared']['speedup']:.2f}x shared") in readme
+    t = parts["target"]["contenders"]
+    assert min(v["median_s"] for k, v in t.items() if k != "sample_1w") > \
+        t["sample_1w"]["median_s"]          # "no two-worker run reached it sooner"
     section = text.split("## A 16-core machine, lent")[1].split("\n## ")[0]
     diag = {p.name: p.read_text() for p in (folder / "diag").glob("*.txt")}
     lane = re.search(r"lane span\s+([\d.]+) ns\s+([\d.]+)x", diag["lanevar.txt"])
