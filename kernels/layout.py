@@ -93,8 +93,9 @@ NG = G_QUEUE
 
 
 #: the fewest workers that get the tree; below it the loop scans every worker for the
-#: next event (no slots): a scan of 64 workers' events cost less than keeping the
-#: tree (3-8 % of the loop at 8-64 workers, measured), at 512 the tree is 1.33x faster
+#: next event (no slots): at 8 and 64 workers keeping the tree measured slower than the
+#: scan (scratch A/B runs), at 512 the loop ran ~1.5x faster with it
+#: (benchmarks/RESULTS.md, "The next event from a tournament tree")
 QUEUE_MIN_WORKERS = 128
 
 

@@ -14,8 +14,9 @@ bit-identical results for the same seed:
   (:func:`step.end`: density, gap, rule, tick; then the record); the next event is the
   smallest ``(time, kind, seq)`` with ``FINISH = 0 < START = 1`` (updates that finish at
   time t are visible to reads at t) and ``seq`` a global counter (FIFO among equal
-  times), kept by a tournament tree over the workers (``layout.G_QUEUE``: O(log W)
-  an event);
+  times), found by a scan of every worker or, from ``layout.QUEUE_MIN_WORKERS``
+  workers on, kept by a tournament tree over them (``layout.G_QUEUE``: O(log W) an
+  event); the wake-up after a finish scans only while a worker is blocked;
 - the clocks are a private slot matrix (``clock.py`` layout), so clock lag, others'
   updates, SSP admission and DSSP's grant are the live definitions; virtual times are
   kept in ns + 1 in the ``BEAT`` slot (0 means "never");
@@ -90,8 +91,8 @@ def _before(ta, ka, sa, tb, kb, sb):
 def _requeue(ist, fst, gi, w):
     """Worker ``w``'s event changed (scheduled, or gone: ``EV_NONE``): its leaf of the
     queue (``layout.G_QUEUE``), then every slot above it, up to the root: O(log W)
-    where a scan of every worker is O(W) an event (at 512 workers the scan cost the
-    loop a quarter of its rate). Called only where there is a queue."""
+    where a scan of every worker is O(W) an event (at 512 workers the loop ran ~1.5x
+    faster with the queue). Called only where there is a queue."""
     P = (gi.shape[0] - G_QUEUE) >> 1
     i = P + w
     gi[G_QUEUE + i] = w if ist[w, I_KIND] != EV_NONE else -1
