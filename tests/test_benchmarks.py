@@ -673,3 +673,29 @@ def test_the_rate_rounds_here_beside_the_16_core_ones_come_from_their_json():
         got.append(f"{g['median']['ratio']:.2f} (rounds {g['ratio_range'][0]:.2f}-"
                    f"{g['ratio_range'][1]:.2f})")
     assert f"hogkit / plain {got[0]} and {got[1]}." in text
+
+
+def test_session45_default_peer_run_is_quoted_from_its_json():
+    """The end-of-session-45 rerun: its table renders the JSON and the prose's bar
+    figures are the JSON's."""
+    import json
+    from pathlib import Path
+
+    from hogkit.benchmarks import peers
+    root = Path(__file__).resolve().parent.parent / "benchmarks"
+    r = json.loads((root / "peers_session45_default.json").read_text())
+    results = (root / "RESULTS.md").read_text()
+    assert peers.format_markdown(r) in results
+    text = " ".join(results.split("### Rerun at the end of session 45")[1].split()[:120])
+    rr, d = r["ratios"], r["mf"]["default"]
+    lo, hi = d["rates"]["ratio_range"]
+    c = d["contenders"]
+    assert (f"rate rounds **{rr['mf_default_rounds_sample1_over_plain']:.2f}** "
+            f"(rounds {lo:.2f}–{hi:.2f}): below the bar") in text
+    assert rr["mf_default_rounds_sample1_over_plain"] < 0.9
+    t2 = c["hogkit_default_2"]["time_to_target"]
+    assert f"in {t2:.3f} s, {t2 / c['libmf_2']['time_to_target']:.2f}x LIBMF's" in text
+    assert f"theirs is {rr['mf_default_plain_time_over_default2_time']:.2f}." in text
+    readme = " ".join((root.parent / "README.md").read_text().split())
+    assert (f"{rr['mf_default_rounds_sample1_over_plain']:.2f}x in the latest "
+            f"default-only one)") in readme
