@@ -631,6 +631,14 @@ def test_many_cores_section_comes_from_the_committed_figures():
     lanes = [float(re.search(r"lane ([\d.]+)", ln)[1]) for ln in lines]
     assert f"loop {min(plains)}-{max(plains)} M/s, the lane's span {min(lanes)}-{max(lanes)}" \
         in " ".join(section.split())
+    firsts = {}
+    for ln in diag["diag2.txt"].splitlines():
+        m = re.match(r"(parent private r\d|child pid \d+ shm=False)\s.*plain ([\d.]+)", ln)
+        if m:
+            firsts.setdefault(m[1][:6] + str(len(firsts) // 2), m[2])
+    p0, c0, p1, c1 = firsts["parent0"], firsts["child 0"], firsts["parent1"], firsts["child 1"]
+    assert (f"ran {p0} M/s in the parent and {c0} M/s in a child process in one round, "
+            f"then {p1} and {c1} M/s in the next") in " ".join(section.split())
     assert rates("diag2.txt", "plain")  # the outputs hold the figures quoted
 
 
