@@ -148,6 +148,14 @@ def _schedule(ist, fst, gi, w, t, kind):
 
 
 @njit(cache=True, nogil=True)
+def _unschedule(ist, fst, gi, w):
+    """Worker ``w`` has no pending event (blocked, retired or done)."""
+    ist[w, I_KIND] = EV_NONE
+    if gi.shape[0] > G_QUEUE:
+        _requeue(ist, fst, gi, w)
+
+
+@njit(cache=True, nogil=True)
 def _wake(slots, ist, fst, gi, pol, t):
     """Release, at time ``t``, every blocked worker whose lead is down to its bound (in
     rank order; nothing to scan when none is blocked: ``gi[G_BLOCKED]`` counts them)."""
@@ -170,9 +178,7 @@ def _admit_start(slots, ist, fst, gi, cfg, pol, grants, w, k, t):
     admission: ``_BLOCK`` (blocked until a finish wakes it) or ``_GO`` (its clock lag
     kept for the record)."""
     if t >= cfg[C_T_STOP]:
-        ist[w, I_KIND] = EV_NONE
-        if gi.shape[0] > G_QUEUE:
-            _requeue(ist, fst, gi, w)
+        _unschedule(ist, fst, gi, w)
         slots[w, STATE] = DONE
         _wake(slots, ist, fst, gi, pol, t)
         return R_RETIRE
@@ -180,9 +186,7 @@ def _admit_start(slots, ist, fst, gi, cfg, pol, grants, w, k, t):
         return R_REFILL
     lag = clock_lag(slots, w)
     if not admit(slots, w, pol, ist[w, I_ADM:I_ADM + NADM], grants, lag):
-        ist[w, I_KIND] = EV_NONE
-        if gi.shape[0] > G_QUEUE:
-            _requeue(ist, fst, gi, w)
+        _unschedule(ist, fst, gi, w)
         ist[w, I_BLOCKED] = 1
         gi[G_BLOCKED] += 1
         fst[w, F_WAIT_SINCE] = t
@@ -198,9 +202,7 @@ def _finished(slots, ist, fst, gi, pol, w, k, t):
     finish_iteration(slots, w, vt_ns(t) + 1)
     fst[w, F_LAST] = t
     if k + 1 >= ist[w, I_QUOTA]:
-        ist[w, I_KIND] = EV_NONE
-        if gi.shape[0] > G_QUEUE:
-            _requeue(ist, fst, gi, w)
+        _unschedule(ist, fst, gi, w)
         slots[w, STATE] = DONE
     else:
         _schedule(ist, fst, gi, w, t, START)

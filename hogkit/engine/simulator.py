@@ -386,8 +386,9 @@ def _stack_bufs(ctxs):
     """The workers' step buffers ``(G, R, RD, cnt, idx, GF, scratch)`` as stacks, each
     worker's ``G`` still a view of its flat ``GF`` (the kernels write one, read the
     other)."""
-    G, R, RD, cnt, idx, GF, scratch = _stack([c.bufs() for c in ctxs])
-    G = tuple(f.reshape(g.shape) for f, g in zip(GF, G))
+    bufs = [c.bufs() for c in ctxs]
+    R, RD, cnt, idx, GF, scratch = _stack([b[1:] for b in bufs])
+    G = tuple(f.reshape((len(bufs),) + g.shape) for f, g in zip(GF, bufs[0][0]))
     return (G, R, RD, cnt, idx, GF, scratch)
 
 
