@@ -30,12 +30,24 @@ kernels prefetch rows ahead: the gap pass 16 batch entries ahead (one row in fli
 per entry: 16 measured 1.2x faster than 8 on a 256 MB table), the update pass its state
 rows 8 ahead (with 2-3 tables per entry 16 was slower than 8); square roots use
 the ``llvm.sqrt`` intrinsic so the loops vectorise (``_intrinsics.py``).
+
+**Flags.** Every kernel here states its fast-math flags: the step core's
+:data:`~hogkit.kernels.adaptive.FASTMATH` (reassociation), the flags these kernels have
+always run with on every engine (they are reached through ``rule.apply_rows`` /
+``apply_flat``, compiled with them). A numba kernel that states none takes its first
+caller's: compiled first by a direct call, then cached, it ran without reassociation,
+and every later run on that numba cache (every engine, every process) computed other
+bits: DC-ASGD and Gap-Aware's simulated cells then missed their stored losses in the
+last digits (``tests/test_architecture.py`` and ``tests/test_kernels.py`` hold it).
+Reassociation may reorder the rules' products; DC-ASGD's fresh read is kept exact by
+a select (:func:`_dc_step`).
 """
 
 import numpy as np
 from numba import njit
 
 from ._intrinsics import prefetch, prefetch_row, sqrt
+from .adaptive import FASTMATH
 from .dense import momentum_flat, sgd_flat
 from .sparse import momentum_rows, prefetched, sgd_rows
 
@@ -45,7 +57,7 @@ _AHEAD2 = 8              # ... and the kernels with a state table (2-3 rows per 
 
 # --- staleness-aware (Zhang, Gupta, Lian, Liu; IJCAI 2016) ---------------------------
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy", fastmath=FASTMATH)
 def staleness_aware_flat(w, g, lr, tau):
     """``w -= (lr / max(tau, 1)) * g``: the dense update at a damped learning rate."""
     sgd_flat(w, g, lr / max(tau, 1))
@@ -58,7 +70,7 @@ def staleness_aware_rows(W, rows, G, lr, tau, n=-1):
     sgd_rows(W, rows, G, lr / max(tau, 1), n)
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy", fastmath=FASTMATH)
 def staleness_aware_momentum_flat(w, m, g, lr, mu, tau):
     """``m = mu * m + g / max(tau, 1); w -= lr * m`` (the stale gradient is damped
     before it enters the momentum buffer)."""
@@ -71,7 +83,7 @@ def staleness_aware_momentum_rows(W, M, rows, G, lr, mu, tau, n=-1):
     momentum_rows(W, M, rows, G, lr, mu, 1.0 / max(tau, 1), n)
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy", fastmath=FASTMATH)
 def gaps_into(W, rows, B, n):
     """Each entry's gap as the call starts, in place of its read copy: ``B[i] =
     W[rows[i]] - B[i]`` for ``i < n``, every one taken before any row is written. The
@@ -116,22 +128,32 @@ def _count(rows, n):
 
 # --- DC-ASGD (Zheng, Meng, Wang, Chen, Yu, Ma, Liu; ICML 2017) -----------------------
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(cache=True, nogil=True, inline="always")
+def _dc_step(a, g, lam, d):
+    """DC-ASGD's step on one coordinate, ``a·(g + ((lam·d)·g)·g)`` for the gap ``d = w -
+    w_bak``; exactly ``a·g`` on a fresh read (``d == 0``), even for a ``g`` whose
+    square overflows: under :data:`FASTMATH` LLVM may form ``(lam·d)·(g·g)``, which is
+    ``0·inf = NaN`` there. Scalars only (an inlined helper taking arrays pays their
+    reference counts in the loop)."""
+    return a * g if d == 0 else a * (g + ((lam * d) * g) * g)
+
+
+@njit(cache=True, nogil=True, error_model="numpy", fastmath=FASTMATH)
 def dc_flat(w, g, w_bak, lr, lam):
     """Constant DC-ASGD: ``g' = g + lam * g * g * (w - w_bak); w -= lr * g'``.
 
-    Evaluated as ``((lam * (w - w_bak)) * g) * g`` so a fresh read (``w == w_bak``)
-    gives exactly ``g`` even for huge ``g``.
+    A fresh read (``w == w_bak``) gives exactly ``g``, even for huge ``g``
+    (:func:`_dc_step`).
     """
     a = w.dtype.type(lr)
     c = w.dtype.type(lam)
     for i in range(w.shape[0]):
         gi = g[i]
         wi = w[i]
-        w[i] = wi - a * (gi + ((c * (wi - w_bak[i])) * gi) * gi)
+        w[i] = wi - _dc_step(a, gi, c, wi - w_bak[i])
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy", fastmath=FASTMATH)
 def dc_rows(W, rows, G, B, lr, lam, n=-1):
     """Sparse-row constant DC-ASGD; ``B[i]`` is the ``w_bak`` of row ``rows[i]``;
     ``w - w_bak`` is the row's value when the call starts (see the module docstring:
@@ -142,7 +164,7 @@ def dc_rows(W, rows, G, B, lr, lam, n=-1):
     dc_gap_rows(W, rows, G, D, lr, lam, n)
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy", fastmath=FASTMATH)
 def dc_gap_rows(W, rows, G, D, lr, lam, n):
     """:func:`dc_rows`'s update pass, from the gaps ``D`` (:func:`gaps_into`)."""
     a = W.dtype.type(lr)
@@ -151,16 +173,16 @@ def dc_gap_rows(W, rows, G, D, lr, lam, n):
     if d == 1:
         for i in range(n):
             gi = G[i, 0]
-            W[rows[i], 0] -= a * (gi + ((c * D[i, 0]) * gi) * gi)
+            W[rows[i], 0] -= _dc_step(a, gi, c, D[i, 0])
         return
     for i in range(n):
         r = rows[i]
         for j in range(d):
             gi = G[i, j]
-            W[r, j] -= a * (gi + ((c * D[i, j]) * gi) * gi)
+            W[r, j] -= _dc_step(a, gi, c, D[i, j])
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy", fastmath=FASTMATH)
 def dc_adaptive_flat(w, ms, g, w_bak, lr, lam0, m, eps):
     """Adaptive DC-ASGD::
 
@@ -179,10 +201,10 @@ def dc_adaptive_flat(w, ms, g, w_bak, lr, lam0, m, eps):
         s = mm * ms[i] + m1 * (gi * gi)
         ms[i] = s
         lam_t = l0 / sqrt(s + e)
-        w[i] = wi - a * (gi + ((lam_t * (wi - w_bak[i])) * gi) * gi)
+        w[i] = wi - _dc_step(a, gi, lam_t, wi - w_bak[i])
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy", fastmath=FASTMATH)
 def dc_adaptive_rows(W, MS, rows, G, B, lr, lam0, m, eps, n=-1):
     """Sparse-row adaptive DC-ASGD (``MS`` moves on touched rows only; ``B`` is left
     as it was)."""
@@ -192,12 +214,11 @@ def dc_adaptive_rows(W, MS, rows, G, B, lr, lam0, m, eps, n=-1):
     dc_adaptive_gap_rows(W, MS, rows, G, D, lr, lam0, m, eps, n)
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy", fastmath=FASTMATH)
 def dc_adaptive_gap_rows(W, MS, rows, G, D, lr, lam0, m, eps, n):
     """:func:`dc_adaptive_rows`'s update pass, from the gaps ``D``. A row whose gap is
-    all zeros skips ``lam_t``'s square root and division: ``(lam_t·z)·g·g`` for a zero
-    ``z`` is a zero of the same sign for every ``lam_t`` in ``[0, inf)`` (``lam0 >= 0``,
-    ``eps > 0``, a finite ``MS``), and so is ``(z·g)·g``: the same bits."""
+    all zeros skips ``lam_t``'s square root and division: its step is ``a·g``, what
+    :func:`_dc_step` gives a zero compensation."""
     a = W.dtype.type(lr)
     l0 = W.dtype.type(lam0)
     mm = W.dtype.type(m)
@@ -215,9 +236,9 @@ def dc_adaptive_gap_rows(W, MS, rows, G, D, lr, lam0, m, eps, n):
             v = mm * MS[r, 0] + m1 * (gi * gi)
             MS[r, 0] = v
             if dd != 0:
-                W[r, 0] -= a * (gi + (((l0 / sqrt(v + e)) * dd) * gi) * gi)
+                W[r, 0] -= _dc_step(a, gi, l0 / sqrt(v + e), dd)
             else:
-                W[r, 0] -= a * (gi + (dd * gi) * gi)
+                W[r, 0] -= a * gi
         return
     for i in range(n):
         if pf and i + _AHEAD2 < n:
@@ -229,12 +250,12 @@ def dc_adaptive_gap_rows(W, MS, rows, G, D, lr, lam0, m, eps, n):
                 v = mm * MS[r, j] + m1 * (gi * gi)
                 MS[r, j] = v
                 lam_t = l0 / sqrt(v + e)
-                W[r, j] -= a * (gi + ((lam_t * D[i, j]) * gi) * gi)
+                W[r, j] -= _dc_step(a, gi, lam_t, D[i, j])
         else:
             for j in range(d):
                 gi = G[i, j]
                 MS[r, j] = mm * MS[r, j] + m1 * (gi * gi)
-                W[r, j] -= a * (gi + (D[i, j] * gi) * gi)
+                W[r, j] -= a * gi
 
 
 # --- Gap-Aware (Barkai, Hakimi, Schuster; ICLR 2020) ---------------------------------
@@ -248,7 +269,7 @@ def _ga_constants(w, lr, mu, gamma, lr_max, k):
             T(1e-8), T(1.0))
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy", fastmath=FASTMATH)
 def gap_aware_flat(w, mom, v, g, w_read, lr, mu, gamma, lr_max, k):
     """Gap-Aware step ``k`` (k >= 1, counted per parameter, this one included)::
 
@@ -284,7 +305,7 @@ def gap_aware_flat(w, mom, v, g, w_read, lr, mu, gamma, lr_max, k):
             w[i] = wi - a * (gi / gap)
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy", fastmath=FASTMATH)
 def gap_aware_rows(W, M, V, rows, G, R, lr, mu, gamma, lr_max, k, n=-1):
     """Sparse-row Gap-Aware; ``R[i]`` is the ``w_read`` of row ``rows[i]``.
 
@@ -301,7 +322,7 @@ def gap_aware_rows(W, M, V, rows, G, R, lr, mu, gamma, lr_max, k, n=-1):
     gap_aware_gap_rows(W, M, V, rows, G, D, lr, mu, gamma, lr_max, k, n)
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy", fastmath=FASTMATH)
 def gap_aware_gap_rows(W, M, V, rows, G, D, lr, mu, gamma, lr_max, k, n):
     """:func:`gap_aware_rows`'s update pass, from the gaps ``D``. A row whose gap is
     all zeros has the penalty 1 on every coordinate, and ``g / 1`` is ``g`` exactly:

@@ -9,13 +9,17 @@ stride-1 axpy that LLVM vectorises (indexing the whole arrays with ``i`` in
 is deterministic).
 
 Scalars are cast to the buffer's dtype once per call, so float32 stays float32.
-Nothing here checks shapes: ``hogkit.rules.core`` does.
+Nothing here checks shapes: ``hogkit.rules.core`` does. Each kernel states its own
+fast-math flags (``delayed.py`` says why): the rule updates the step core's
+:data:`~hogkit.kernels.adaptive.FASTMATH`, the merge none (numpy's arithmetic).
 """
 
 from numba import njit
 
+from .adaptive import FASTMATH
 
-@njit(cache=True, nogil=True)
+
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def sgd_flat(w, g, lr):
     """``w -= lr * g`` element-wise."""
     a = w.dtype.type(lr)
@@ -27,7 +31,7 @@ def sgd_flat(w, g, lr):
             ws[j] -= a * gs[j]
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def momentum_flat(w, m, g, lr, mu, gscale=1.0):
     """Heavy-ball momentum: ``m = mu * m + gscale * g; w -= lr * m`` element-wise
     (``gscale`` 1.0 is exact; the staleness-aware rule damps a stale gradient with it)."""
@@ -45,7 +49,7 @@ def momentum_flat(w, m, g, lr, mu, gscale=1.0):
             ws[j] -= a * v
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=False)
 def merge_flat(shared, replica, base, workers):
     """A local phase's merge in one pass: ``shared += (replica − base) / workers``, then
     ``replica = base =`` the value that add left in ``shared`` (element by element: a

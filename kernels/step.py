@@ -61,10 +61,12 @@ with the uncached twin :data:`run_steps_uncached` unless it is registered with
 **Arithmetic.** Every per-step piece is inlined into the loop at numba-IR level (a call
 that unpacks tuples of arrays costs ~100 ns of reference counting, as much as a whole
 small step) and compiled under one flag set, :data:`FASTMATH` = ``{"reassoc"}``: sums
-such as a gradient's dot products may be reassociated, so they vectorise; element-wise
-rule arithmetic is unchanged by it (no contraction, no NaN/inf assumptions: the guard
-still sees them). The kernels the Python path calls carry the same flags, so both
-paths compute the same numbers.
+such as a gradient's dot products may be reassociated, so they vectorise, and so may a
+rule's chains of products (no contraction, no NaN/inf assumptions: the guard still
+sees them). The kernels the Python path calls carry the same flags, so both paths
+compute the same numbers; a kernel called, not inlined, states its flags itself
+(numba gives one that states none its first caller's, and caches that:
+``delayed.py``).
 
 **Arguments in groups.** The drivers hand the core the step's state as a few typed
 groups, tuples built once: ``bufs`` (a context's ``(G, R, RD, cnt, idx, GF,

@@ -170,6 +170,34 @@ def test_kernels_import_nothing_of_hogkit():
                 f"{path.name}:{node.lineno}: kernels import nothing of hogkit")
 
 
+#: the kernels a rule's update runs through (``kernels.rule.apply_rows`` / ``apply_flat``)
+RULE_KERNELS = ("sparse.py", "dense.py", "delayed.py", "adaptive.py", "rule.py")
+
+
+def test_rule_kernels_state_their_fast_math_flags():
+    """A numba kernel that states no ``fastmath`` takes its first caller's flags and
+    caches that build: a rule kernel compiled first by a direct call ran without the
+    engines' reassociation in every later process on that cache, and simulated
+    DC-ASGD / Gap-Aware cells missed their stored losses. Every called (not inlined)
+    kernel of the rules' modules therefore names its flags."""
+    bad = []
+    for name in RULE_KERNELS:
+        path = KERNELS / name
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.FunctionDef):
+                continue
+            for dec in node.decorator_list:
+                if not (isinstance(dec, ast.Call) and getattr(dec.func, "id", "") == "njit"):
+                    continue
+                kw = {k.arg: k.value for k in dec.keywords}
+                inline = kw.get("inline")
+                if isinstance(inline, ast.Constant) and inline.value == "always":
+                    continue            # inlined: compiled under its caller's flags
+                if "fastmath" not in kw:
+                    bad.append(f"{name}:{node.lineno} {node.name}")
+    assert not bad, "called kernels without their own fastmath flags:\n" + "\n".join(bad)
+
+
 MAX_LINES = 80
 
 

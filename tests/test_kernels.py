@@ -623,3 +623,69 @@ def test_take_changed_rows_matches_numpy(case):
     np.testing.assert_array_equal(got_base, want_base)
     # what is left unsent is exactly cur - base, in the same arithmetic as numpy
     np.testing.assert_array_equal(cur - got_base, cur - want_base)
+
+
+@pytest.mark.parametrize("dtype, big", [(np.float32, 1e20), (np.float64, 1e160)])
+@pytest.mark.parametrize("adaptive", [False, True], ids=["dc", "dc-adaptive"])
+def test_dc_asgd_fresh_read_is_plain_sgd_even_for_a_gradient_whose_square_overflows(
+        dtype, big, adaptive):
+    """On a fresh read (``w == w_bak``) DC-ASGD's step is exactly ``lr·g``, through the
+    dispatch every engine uses, row and flat. Under the engines' reassociation LLVM
+    may form ``lam·gap·(g·g)``: ``0·inf = NaN`` when ``g·g`` overflows, and the
+    parameters were lost to NaN (caught here before ``delayed._dc_step``)."""
+    from hogkit.kernels import rule as R
+    cfg = np.zeros(R.NCFG)
+    cfg[R.LR], cfg[R.LAM], cfg[R.LAM0], cfg[R.M], cfg[R.EPS] = 1e-30, 0.5, 2.0, 0.95, 1e-7
+    kind = R.DC_ADAPTIVE if adaptive else R.DC
+    W = np.linspace(-1, 1, 24).astype(dtype).reshape(3, 8)
+    G = np.full((3, 8), big, dtype) * np.array([1, -1, 1], dtype)[:, None]
+    want = W - dtype(1e-30) * G
+    got, ms = W.copy(), np.ones_like(W)
+    R._apply_rows(kind, cfg, got, ms, got[:0], np.zeros(1, np.int64), 0, np.arange(3), G,
+                  W.copy(), 3, 0)
+    np.testing.assert_array_equal(got, want)
+    flat, msf = W.reshape(-1).copy(), np.ones(24, dtype)
+    R.apply_flat(kind, cfg, flat, msf, flat[:0], np.zeros(1, np.int64), 0, G.reshape(-1),
+                 W.reshape(-1).copy(), 0)
+    np.testing.assert_array_equal(flat, want.reshape(-1))
+
+
+_HISTORY = """
+import hashlib, sys
+import numpy as np
+from numba import njit
+from hogkit.kernels import delayed
+
+@njit(fastmath={"reassoc"})
+def engine_like(W, rows, G, D, n):       # a caller with the engines' flags
+    delayed.dc_gap_rows(W, rows, G, D, 0.05, 0.5, n)
+
+rng = np.random.default_rng(0)
+W = rng.normal(size=(500, 8)).astype(np.float32)
+rows = np.arange(500)
+G = rng.normal(size=(500, 8)).astype(np.float32)
+D = (rng.normal(size=(500, 8)) * 0.5).astype(np.float32)
+if sys.argv[1] == "direct":              # compiled (and cached) by a direct call first
+    delayed.dc_gap_rows(W.copy(), rows, G, D, 0.05, 0.5, 500)
+engine_like(W, rows, G, D, 500)
+print(hashlib.sha256(W.tobytes()).hexdigest())
+"""
+
+
+def test_a_rule_kernels_bits_do_not_depend_on_what_compiled_it_first(tmp_path):
+    """Two fresh numba caches: in one the engine-flagged caller compiles DC-ASGD's update
+    pass, in the other a direct call does first. The caller's numbers are the same: a
+    kernel that stated no flags took the first caller's and cached them, so a direct
+    call once changed every later run's bits on that machine."""
+    import os
+    import subprocess
+    import sys
+    script = tmp_path / "history.py"
+    script.write_text(_HISTORY)
+    out = {}
+    for first in ("engine", "direct"):
+        env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / f"cache-{first}")}
+        out[first] = subprocess.run([sys.executable, str(script), first], env=env,
+                                    capture_output=True, text=True, timeout=240,
+                                    check=True).stdout.strip()
+    assert len(out["engine"]) == 64 and out["engine"] == out["direct"]
