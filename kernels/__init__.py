@@ -1,7 +1,9 @@
 """numba kernels of hogkit, installed as ``hogkit.kernels``. Pure functions on arrays
 and scalars; nothing here imports hogkit.
 
-One module per family, every kernel ``@njit(cache=True, nogil=True)``, checked by
+One module per family, every kernel ``@njit(cache=True, nogil=True)`` with its own
+``fastmath`` flags where it is called, not inlined (numba gives a kernel that states
+none its first caller's flags and caches that build: ``delayed.py``), checked by
 nobody but its caller (``hogkit.rules.core``, ``hogkit.rules.density``, ``hogkit.engine.step``):
 
 - ``sparse``: ``sgd_rows``, ``momentum_rows`` (row updates, duplicates add up);

@@ -58,6 +58,7 @@ import numpy as np
 from numba import njit
 
 from ._intrinsics import cas, sched_yield
+from .adaptive import FASTMATH
 
 #: ``sched`` layout: a header line, then the held words (one cache line each: row-block
 #: ``rb`` at ``HELD + LINE*rb``, column-block ``cb`` at ``HELD + LINE*(G + cb)``), then
@@ -110,7 +111,7 @@ def block_keys(u, i, n_rows, n_cols, grid):
     return rb * grid + cb
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def layout_error(u, i, off, n_rows, n_cols, grid):
     """The first rating stored outside its block's range ``off[b]:off[b+1]``, or -1
     when every rating lies in its block (``off`` must be non-decreasing, from 0 to
@@ -160,7 +161,7 @@ def release(sched, slot):
         cas(sched, rw, slot, 0)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def claim(off, sched, mine, seed):
     """Claim a free non-empty block with the fewest completed passes: returns it, its
     two words set to its slot ``b + 1``, or -1 after :data:`CLAIM_TRIES` failed scans.
@@ -260,7 +261,7 @@ def _sweep(n, pos, j, nb, idx):
     return v if v < n else v - n
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def release_cursor(sched, c):
     """Free every block the cursor value ``c`` names (a context that goes away)."""
     release(sched, (c >> (POS_BITS + SLOT_BITS)) & SLOT_MASK)

@@ -54,6 +54,8 @@ worker waits for (its lead must come down to it).
 import numpy as np
 from numba import njit
 
+from .adaptive import FASTMATH
+
 SLOT = 8
 UPD, ITER, BEAT, STATE, INTERVAL, STEP = 0, 1, 2, 3, 4, 5
 IDLE, RUNNING, DONE, FAILED = 0, 1, 2, 3
@@ -92,7 +94,7 @@ def others_updates(slots, me):
     return s - slots[me, UPD]
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def dssp_extra(last_f, interval_f, last_s, interval_s, r_max):
     """DSSP's synchronization controller (Zhao et al., ICDCS 2019).
 
@@ -117,7 +119,7 @@ def dssp_extra(last_f, interval_f, last_s, interval_s, r_max):
     return best
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def dssp_decide(slots, me, now, s_lo, s_hi):
     """The grant r* in ``[0, s_hi - s_lo]`` for worker ``me`` past ``s_lo``, from each
     worker's last finish (``BEAT``) and latest iteration time (``INTERVAL``): 0 unless
@@ -282,7 +284,7 @@ def admit(slots, me, pol, adm, grants, lag):
     return False
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def holding_back(slots, me, pol, adm, out):
     """Write into ``out`` the ranks holding back ``me``, which waits for
     ``adm[A_WAIT]``; returns how many. A rank holds ``me`` back when it is not DONE and
@@ -300,7 +302,7 @@ def holding_back(slots, me, pol, adm, out):
     return n
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def admit_now(slots, me, pol, adm, grants):
     """:func:`admit` measuring me's clock lag itself (for a caller that records none:
     the Python ``policy.wait``)."""

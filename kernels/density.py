@@ -19,16 +19,17 @@ import numpy as np
 from numba import njit
 
 from ._intrinsics import uint_bits
+from .adaptive import FASTMATH
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def fold_flat(g, r, x):
     """``x = g + r`` (the residual ``r`` is left as is; ``split_flat`` rewrites it)."""
     for i in range(x.shape[0]):
         x[i] = g[i] + r[i]
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def fold_rows(G, rows, R, X):
     """``X[i] = G[i] + R[rows[i]]`` then ``R[rows[i]] = 0``, in batch order.
 
@@ -43,7 +44,7 @@ def fold_rows(G, rows, R, X):
             R[r, j] = 0
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def _radix_kth(keys, m, r, nbits):
     """The ``r``-th largest (1 <= r <= m) of ``keys[:m]``, int64 in ``[0, 2**nbits)``.
 
@@ -84,7 +85,7 @@ def _radix_kth(keys, m, r, nbits):
 _SAMPLE = 4096          # topk_mask: sample size for the bracket of the k-th magnitude
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def _kth_largest_key(xu, k):
     """``(t, gt, eq)``: ``t`` the k-th largest magnitude key (1 <= k <= n) of the
     float bits ``xu`` (``uint_bits(x)``, w bits), i.e. the bits of the k-th largest
@@ -157,7 +158,7 @@ def _kth_largest_key(xu, k):
     return t, gt, eq
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def topk_mask(x, k, mask):
     """``mask[i] = True`` for exactly ``min(k, n)`` entries of largest ``|x[i]|``.
 
@@ -199,7 +200,7 @@ def topk_mask(x, k, mask):
     return k
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def threshold_mask(x, t, mask):
     """``mask[i] = |x[i]| > t``. Returns the count set."""
     c = x.dtype.type(t)
@@ -212,7 +213,7 @@ def threshold_mask(x, t, mask):
     return count
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def random_mask(n, k, seed, mask):
     """Exactly ``min(k, n)`` of ``n`` positions, uniformly, by selection sampling
     (Knuth, TAOCP vol. 2, Algorithm S) driven by a Park-Miller ``minstd`` generator
@@ -241,7 +242,7 @@ def random_mask(n, k, seed, mask):
     return min(k, n)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def drop_flat(x, mask):
     """Zero the unsent entries of ``x`` (they are lost)."""
     zero = x.dtype.type(0)
@@ -249,7 +250,7 @@ def drop_flat(x, mask):
         x[i] = x[i] if mask[i] else zero      # a select, so the loop vectorises
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def split_flat(x, mask, r):
     """Dense residual split: ``r[i] = x[i]`` and ``x[i] = 0`` where unsent, else
     ``r[i] = 0`` (``x`` holds the folded ``g + r_old``)."""
@@ -261,7 +262,7 @@ def split_flat(x, mask, r):
         x[i] = xi if keep else zero
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def split_rows(X, rows, mask, R):
     """Sparse residual split: unsent ``X[i, j]`` is added to ``R[rows[i], j]`` and
     zeroed in ``X``; ``mask`` is the flat (b*d) mask of ``X``."""
@@ -281,7 +282,7 @@ NONE, TOPK, THRESHOLD, RANDOM = 0, 1, 2, 3
 _MINSTD = 2147483647
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def keep_count(fraction, n):
     """``k = ceil(fraction·n)`` entries to send (at least one of a non-empty update)."""
     if n == 0:
@@ -290,7 +291,7 @@ def keep_count(fraction, n):
     return min(n, max(1, k))
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def mask_seed(seed, step, pos):
     """A minstd seed in [1, 2**31 - 2] from (seed, step, position of the parameter)::
 
@@ -306,7 +307,7 @@ def mask_seed(seed, step, pos):
     return h + 1
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def hold_rows(R, rows, G, n):
     """A held-back step (temporal density) in residual mode: its first ``n`` rows join
     the residual, ``R[rows[i]] += G[i]`` for i < n in batch order (duplicates add up,
@@ -318,7 +319,7 @@ def hold_rows(R, rows, G, n):
             R[r, j] += G[i, j]
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def filter_rows(how, fraction, threshold, residual, seed, step, pos, R, rows, G, n, mask):
     """Thin the first ``n`` rows of ``G`` in place to what is sent (``how``: TOPK keeps
     ``keep_count(fraction, n·d)`` entries of largest magnitude, THRESHOLD those above

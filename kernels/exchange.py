@@ -18,7 +18,7 @@ with no writer (the tests compare it with numpy).
 from numba import njit
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=False)
 def take_changed_rows(cur, base, m, rows, vals):
     """``cur``, ``base``: the flat (n·m,) buffers of two (n, m) arrays of one float
     dtype; ``rows``: (n,) int64 and ``vals``: (n·m,) outputs. For each row r, in order,

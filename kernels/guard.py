@@ -28,7 +28,7 @@ def all_finite(values):
     return finite_prefix(values, values.shape[0])
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath={"reassoc"})
 def all_finite_each(arrays):
     """True when every array of the tuple ``arrays`` (flat, one float dtype) is finite:
     the guard of a whole update in one call."""
@@ -38,7 +38,7 @@ def all_finite_each(arrays):
     return True
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath={"reassoc"})
 def index_bounds(rows):
     """``(min, max)`` of a non-empty 1-D integer array in one pass."""
     lo = rows[0]

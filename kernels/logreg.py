@@ -25,7 +25,7 @@ from .mf import _FM, _FM_LANE, sweep_sample
 from .rule import SGD as _SGD
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=_FM)
 def _sigmoid(m):
     if m >= 0.0:
         return 1.0 / (1.0 + math.exp(-m))
@@ -259,7 +259,7 @@ def _locked_lane(wl, w, idx, nb, a, skip):
     return bad
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=False)
 def logreg_loss(w, indptr, indices, values, y):
     """(sum over samples of the log-loss, number of samples classified right).
 
@@ -278,7 +278,7 @@ def logreg_loss(w, indptr, indices, values, y):
     return total, right
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=False)
 def csr_matvec(indptr, indices, values, w, out):
     """out[s] = sum_j values[j] * w[indices[j]] over row s (float64 accumulation)."""
     for s in range(indptr.shape[0] - 1):

@@ -616,7 +616,7 @@ def _dot64(U, V, uu, ii):
     return s
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=False)
 def mf_sse(P, Q, u, i, r):
     """Sum over all ratings n of (r[n] - P[u[n]] . Q[i[n]])^2, accumulated in float64."""
     total = 0.0
@@ -626,7 +626,7 @@ def mf_sse(P, Q, u, i, r):
     return total
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=False)
 def mf_predict(U, V, u, i, out):
     """out[n] = U[u[n]] . V[i[n]] (accumulated in float64, stored in out's dtype)."""
     for n in range(out.shape[0]):

@@ -19,17 +19,18 @@ import math
 
 from numba import njit
 
+from .adaptive import FASTMATH
 from .layout import PACE_LOAD, PACE_PAUSES, PACE_SLOWDOWN
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def load_factor(amplitude, period, t):
     """``1 + amplitude·(1 + sin(2πt/period))/2``: Load's slowdown factor at ``t``
     seconds (the same expression, in the same order, wherever a load is applied)."""
     return 1.0 + amplitude * 0.5 * (1.0 + math.sin(2.0 * math.pi * t / period))
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def pace_ns(pacer, prng, busy_ns, now):
     """A straggler's extra time (ns) for a step that took ``busy_ns``, at monotonic
     ``now`` (``pacer``: the row ``[kind, a, b, t0_ns]``): Slowdown(a) ``(a-1)·busy``;

@@ -62,7 +62,7 @@ if ADM_WIDTH != NADM:         # pragma: no cover - a layout edit that missed the
 _GO, _BLOCK = -1, -2
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def step_time(base, speed, amp, period, t, pause):
     """``base · speed · load(t) + pause`` with Load's factor ``load(t) =
     pacer.load_factor(amp, period, t)`` (``amp = 0`` gives 1 exactly); used by both
@@ -73,7 +73,7 @@ def step_time(base, speed, amp, period, t, pause):
     return base * speed * f + pause
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def vt_ns(t):
     """Virtual seconds as the int ns the log and the clock slots keep."""
     return np.int64(t * 1e9)
@@ -87,7 +87,7 @@ def _before(ta, ka, sa, tb, kb, sb):
     return ta < tb or (ta == tb and (ka < kb or (ka == kb and sa < sb)))
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def _requeue(ist, fst, gi, w):
     """Worker ``w``'s event changed (scheduled, or gone: ``EV_NONE``): its leaf of the
     queue (``layout.G_QUEUE``), then every slot above it, up to the root: O(log W)
@@ -107,7 +107,7 @@ def _requeue(ist, fst, gi, w):
         i >>= 1
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def build_queue(ist, fst, gi):
     """Fill the event queue from every worker's pending event (before the loop); no
     queue below ``layout.QUEUE_MIN_WORKERS`` (``gi`` ends at ``G_QUEUE``)."""
@@ -117,7 +117,7 @@ def build_queue(ist, fst, gi):
             _requeue(ist, fst, gi, w)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def _pop(ist, fst):
     """The worker whose event comes next (-1: none), by a scan of every worker (in the
     order of :func:`_before`, its loads as needed): with fewer workers than
@@ -137,7 +137,7 @@ def _pop(ist, fst):
     return best
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def _schedule(ist, fst, gi, w, t, kind):
     fst[w, F_T] = t
     ist[w, I_KIND] = kind
@@ -147,7 +147,7 @@ def _schedule(ist, fst, gi, w, t, kind):
         _requeue(ist, fst, gi, w)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def _unschedule(ist, fst, gi, w):
     """Worker ``w`` has no pending event (blocked, retired or done)."""
     ist[w, I_KIND] = EV_NONE
@@ -155,7 +155,7 @@ def _unschedule(ist, fst, gi, w):
         _requeue(ist, fst, gi, w)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def _wake(slots, ist, fst, gi, pol, t):
     """Release, at time ``t``, every blocked worker whose lead is down to its bound (in
     rank order; nothing to scan when none is blocked: ``gi[G_BLOCKED]`` counts them)."""
@@ -326,7 +326,7 @@ def _run_events(wl, rngs, cursors, params, wbufs, rule, wrule, dens, wdens, mask
             return R_EVAL_U
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=FASTMATH)
 def list_of(item):
     """A numba typed list holding ``item``: built here, in a cached function, because
     ``numba.typed.List(items)`` compiles its ``_make_list`` and ``_append`` for each
@@ -336,7 +336,7 @@ def list_of(item):
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=FASTMATH)
 def list_push(items, item):
     """Append ``item`` to a list from :func:`list_of` (cached, as it is)."""
     items.append(item)

@@ -170,19 +170,15 @@ def test_kernels_import_nothing_of_hogkit():
                 f"{path.name}:{node.lineno}: kernels import nothing of hogkit")
 
 
-#: the kernels a rule's update runs through (``kernels.rule.apply_rows`` / ``apply_flat``)
-RULE_KERNELS = ("sparse.py", "dense.py", "delayed.py", "adaptive.py", "rule.py")
-
-
-def test_rule_kernels_state_their_fast_math_flags():
+def test_called_kernels_state_their_fast_math_flags():
     """A numba kernel that states no ``fastmath`` takes its first caller's flags and
     caches that build: a rule kernel compiled first by a direct call ran without the
     engines' reassociation in every later process on that cache, and simulated
     DC-ASGD / Gap-Aware cells missed their stored losses. Every called (not inlined)
-    kernel of the rules' modules therefore names its flags."""
+    kernel therefore names its flags."""
     bad = []
-    for name in RULE_KERNELS:
-        path = KERNELS / name
+    for path in sorted(KERNELS.glob("*.py")):
+        name = path.name
         for node in ast.walk(ast.parse(path.read_text())):
             if not isinstance(node, ast.FunctionDef):
                 continue
