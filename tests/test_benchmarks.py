@@ -683,21 +683,28 @@ def test_the_rate_rounds_here_beside_the_16_core_ones_come_from_their_json():
     assert f"hogkit / plain {got[0]} and {got[1]}." in text
 
 
-def test_session45_default_peer_run_is_quoted_from_its_json():
-    """The end-of-session-45 rerun: its table renders the JSON and the prose's bar
-    figures are the JSON's."""
+def _peer_rerun(name, heading):
+    """A session's default-preset peer run: the JSON, its ratios, its rate rounds' range,
+    its contenders and the first 120 words of its RESULTS section (whose table must
+    render the JSON), and the root folder."""
     import json
     from pathlib import Path
 
     from hogkit.benchmarks import peers
     root = Path(__file__).resolve().parent.parent / "benchmarks"
-    r = json.loads((root / "peers_session45_default.json").read_text())
+    r = json.loads((root / name).read_text())
     results = (root / "RESULTS.md").read_text()
     assert peers.format_markdown(r) in results
-    text = " ".join(results.split("### Rerun at the end of session 45")[1].split()[:120])
-    rr, d = r["ratios"], r["mf"]["default"]
-    lo, hi = d["rates"]["ratio_range"]
-    c = d["contenders"]
+    text = " ".join(results.split(heading)[1].split()[:120])
+    d = r["mf"]["default"]
+    return r["ratios"], d["rates"]["ratio_range"], d["contenders"], text, root
+
+
+def test_session45_default_peer_run_is_quoted_from_its_json():
+    """The end-of-session-45 rerun: its table renders the JSON and the prose's bar
+    figures are the JSON's."""
+    rr, (lo, hi), c, text, root = _peer_rerun("peers_session45_default.json",
+                                              "### Rerun at the end of session 45")
     assert (f"rate rounds **{rr['mf_default_rounds_sample1_over_plain']:.2f}** "
             f"(rounds {lo:.2f}–{hi:.2f}): below the bar") in text
     assert rr["mf_default_rounds_sample1_over_plain"] < 0.9
@@ -705,5 +712,92 @@ def test_session45_default_peer_run_is_quoted_from_its_json():
     assert f"in {t2:.3f} s, {t2 / c['libmf_2']['time_to_target']:.2f}x LIBMF's" in text
     assert f"theirs is {rr['mf_default_plain_time_over_default2_time']:.2f}." in text
     readme = " ".join((root.parent / "README.md").read_text().split())
-    assert (f"{rr['mf_default_rounds_sample1_over_plain']:.2f}x in the latest "
-            f"default-only one)") in readme
+    assert (f"{rr['mf_default_rounds_sample1_over_plain']:.2f}x in session 45's "
+            f"default-only one at 256 ratings a step.") in readme
+
+
+def test_lane_step_size_section_comes_from_its_json():
+    """The step-size table renders ``benchmarks/lane_steps.json``; the prose's gain is
+    each repeat's, 4,096 ratings a step ran nearer the plain loop in every repeat, and
+    mf's default step is the size the section chose."""
+    import json
+    from pathlib import Path
+
+    from hogkit.benchmarks import lane_steps
+    from hogkit.workloads.mf import MatrixFactorization as MF
+    root = Path(__file__).resolve().parent.parent / "benchmarks"
+    r = json.loads((root / "lane_steps.json").read_text())
+    results = (root / "RESULTS.md").read_text()
+    assert lane_steps.format_markdown(r) in results
+    section = " ".join(results.split("### The lane's step size")[1].split("\n### ")[0].split())
+    med = {(x["batch"], x["repeat"]): x["rates"]["median"]["ratio"] for x in r["runs"]}
+    gains = [med[4096, k] - med[256, k] for k in range(r["repeats"])]
+    assert min(gains) > 0
+    assert f"in both repeats (by {min(gains):.2f}–{max(gains):.2f})" in section
+    assert MF.default_lane_batch == 4096 == max(r["batches"])
+
+
+def test_session46_default_peer_run_is_quoted_from_its_json():
+    """The end-of-session-46 rerun at 4,096 ratings a step: its table renders the JSON,
+    the prose's bar figures are the JSON's, and the run is at the new step."""
+    rr, (lo, hi), c, _, root = _peer_rerun("peers_session46_default.json",
+                                           "### Rerun at the end of session 46 (default")
+    results = (root / "RESULTS.md").read_text()
+    section = " ".join(results.split("### Rerun at the end of session 46 (default")[1]
+                       .split("\n### ")[0].split())
+    assert c["hogkit_sample_1"]["batch"] == c["hogkit_default_2"]["batch"] == 4096
+    assert (f"rate rounds **{rr['mf_default_rounds_sample1_over_plain']:.2f}** "
+            f"(rounds {lo:.2f}–{hi:.2f}): the bar (>= 0.9) is met") in section
+    assert rr["mf_default_rounds_sample1_over_plain"] >= 0.9
+    t2 = c["hogkit_default_2"]["time_to_target"]
+    assert f"in {t2:.3f} s, {t2 / c['libmf_2']['time_to_target']:.2f}x LIBMF's" in section
+    assert t2 / c["libmf_2"]["time_to_target"] <= 0.7
+    assert f"theirs is {rr['mf_default_plain_time_over_default2_time']:.2f};" in section
+    assert rr["mf_default_plain_time_over_default2_time"] > 1
+    assert f"run {rr['mf_default_default2_over_default1']:.2f}x one worker's" in section
+    # "not across invocations": the step-size runs at 4,096, and the rates it quotes
+    import json
+    steps = [x["rates"]["median"] for x in json.loads(
+        (root / "lane_steps.json").read_text())["runs"] if x["batch"] == 4096]
+    here = json.loads((root / "peers_session46_default.json").read_text())
+    here = here["mf"]["default"]["rates"]["median"]
+    assert max(m["ratio"] for m in steps) < 0.9
+    hog = [m["hogkit"] / 1e6 for m in steps + [here]]
+    plain = [m["plain"] / 1e6 for m in steps]
+    assert (f"ran {min(hog):.1f}–{max(hog):.1f} M ratings/s in all three sets of rounds; "
+            f"the plain loop ran {min(plain):.1f}–{max(plain):.1f} M/s there and "
+            f"{here['plain'] / 1e6:.1f} M/s here") in section
+
+
+def test_session46_large_peer_run_and_the_readme_quote_their_json():
+    """The large-preset rerun at 4,096 ratings a step renders its JSON and meets the
+    issue's large-preset bars as its prose says; the README's session-46 figures are
+    the two reruns' and the step-size runs'."""
+    import json
+    from pathlib import Path
+
+    from hogkit.benchmarks import peers
+    root = Path(__file__).resolve().parent.parent / "benchmarks"
+    r = json.loads((root / "peers_session46_large.json").read_text())
+    results = (root / "RESULTS.md").read_text()
+    assert peers.format_markdown(r) in results
+    section = " ".join(results.split("### Rerun at the end of session 46 (large")[1]
+                       .split("\n### ")[0].split())
+    rr, d = r["ratios"], r["mf"]["large"]
+    c, (lo, hi) = d["contenders"], d["rates"]["ratio_range"]
+    assert c["hogkit_sample_1"]["batch"] == c["hogkit_default_2"]["batch"] == 4096
+    one, two = rr["mf_large_rounds_sample1_over_plain"], rr["mf_large_default2_over_default1"]
+    t2 = c["hogkit_default_2"]["time_to_target"]
+    vs = t2 / c["libmf_2"]["time_to_target"]
+    assert one >= 0.9 and vs <= 1.0 and two >= 1.8 and c["plain"]["time_to_target"] is None
+    assert f"**{one:.2f}** (rounds {lo:.2f}–{hi:.2f})" in section
+    assert f"{t2:.3f} s, {vs:.2f}x LIBMF's two threads' time" in section
+    assert f"2 workers run {two:.2f}x one worker's" in section
+    default = json.loads((root / "peers_session46_default.json").read_text())["ratios"]
+    steps = sorted(x["rates"]["median"]["ratio"] for x in json.loads(
+        (root / "lane_steps.json").read_text())["runs"] if x["batch"] == 4096)
+    readme = " ".join((root.parent / "README.md").read_text().split())
+    assert (f"{default['mf_default_rounds_sample1_over_plain']:.2f}x in the bar's benchmark "
+            f"but {steps[0]:.2f}x and {steps[1]:.2f}x in two other sets of rounds on the "
+            f"default preset, {one:.2f}x on the large preset, where the defaults with 2 "
+            f"workers reach the target in {vs:.2f}x LIBMF's two threads' time)") in readme

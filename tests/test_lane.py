@@ -310,7 +310,7 @@ def test_defaults_take_the_lane_and_its_batch():
     given = dict(batch_given=False, rule_given=False)
     plan = make_plan("mf", steps=100)
     assert plan.batch == MF.default_batch == 64
-    assert _with_lane(plan, "compiled", **given).batch == 256
+    assert _with_lane(plan, "compiled", **given).batch == MF.default_lane_batch == 4096
     assert _with_lane(plan, "compiled", **given).lane == "sample"
     assert _with_lane(make_plan("mf", steps=100, batch=32), "compiled", batch_given=True,
                       rule_given=False).batch == 32
@@ -357,7 +357,7 @@ def test_train_by_name_runs_the_lane_defaults():
     run = hogkit.train("mf", workers=2, steps=200, workload_options={"preset": "hot"},
                        eval_every=None, progress=False)
     cfg = run.config
-    assert (cfg["lane"], cfg["batch"], cfg["rule"]["name"]) == ("sample", 256, "AdaGrad")
+    assert (cfg["lane"], cfg["batch"], cfg["rule"]["name"]) == ("sample", 4096, "AdaGrad")
     assert cfg["workload_config"]["order"] == "blocks"
     assert run.final_loss < run.initial_loss
     assert run.extra["metrics"]["block_claims"] > 0
@@ -368,7 +368,7 @@ def test_cli_default_budget_keeps_the_samples():
 
     from hogkit.cli import _default_steps
     args = argparse.Namespace(lane="auto", batch=None, workers=2, backend="local")
-    assert _default_steps(MF, args) * 256 == MF.default_steps * 64
+    assert _default_steps(MF, args) * 4096 == MF.default_steps * 64
     for change in (dict(lane="batch"), dict(batch="64"), dict(backend="ray")):
         assert _default_steps(MF, argparse.Namespace(**{**vars(args), **change})) \
             == MF.default_steps

@@ -69,7 +69,7 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
         clocks, the policy and the staleness record, docs/algorithms.md) or ``"auto"``
         (the workload's ``default_lane`` where the knobs allow it, else "batch"). A
         workload whose gradient is a batch mean steps ``lr / batch`` per sample; with
-        no ``batch`` the lane takes the workload's ``default_lane_batch`` (mf: 256).
+        no ``batch`` the lane takes the workload's ``default_lane_batch`` (mf: 4,096).
     checkpoint_every : seconds between fuzzy checkpoints into ``out/checkpoint.npz``;
         "auto": 60 when ``out`` is given; None: only the quiesced one at the end.
     on_failure : ``"stop"`` (the first worker that dies ends the run with

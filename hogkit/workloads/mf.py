@@ -37,7 +37,7 @@ offsets) and ``blk_sched`` (the scheduler) to the data; the parameters, the rati
 set and the loss are the sweep's. ``metrics`` adds the scheduler's counts.
 
 What ``train("mf")`` and ``hogkit run`` take (docs/algorithms.md §1, "The lane's
-defaults"): the per-sample lane, 256 ratings a step, the block order and row-wise
+defaults"): the per-sample lane, 4,096 ratings a step, the block order and row-wise
 AdaGrad from 1 at lr 0.2 (``default_lane_*``), measured fastest to the target by
 ``hogkit bench peers``; an object built here keeps the sweep, and the batch lane and the
 simulator keep SGD at ``default_lr``.
@@ -109,10 +109,12 @@ class MatrixFactorization(Workload):
     default_batch = 64
     #: per-sample Hogwild! (docs/algorithms.md §1): on the default preset 2.2x the batch
     #: lane's ratings/s with 1 worker and 2.0x with 2 (benchmarks/RESULTS.md, "hogkit's
-    #: defaults"); 256 ratings a step is what the defaults were measured with (larger
-    #: steps cost less clock and record work a rating, and coarsen the record)
+    #: defaults"). 4,096 ratings a step: one worker's rate against the plain loop's,
+    #: in the same rounds, 0.86 and 0.84 where 256 gave 0.82 and 0.82 (the step's clock
+    #: reads, tick and record paid 16x less often; benchmarks/RESULTS.md, "The lane's
+    #: step size"); the record is coarser (an event per step, ~45 µs of one worker)
     default_lane = "sample"
-    default_lane_batch = 256
+    default_lane_batch = 4096
     #: made by name, the per-sample lane takes the block order (workers on blocks no
     #: other worker holds); with the rule below, 2 workers reach MSE 0.012 2.6x sooner
     #: than per-sample SGD in the sweep on the default preset, and on the large preset
