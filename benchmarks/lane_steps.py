@@ -23,20 +23,12 @@ REPEATS = 2
 
 def run(batches=BATCHES, repeats=REPEATS) -> dict:
     """The rate rounds at each step size, ``repeats`` times (see the docstring)."""
-    from hogkit import workloads
-
-    from . import peers
-    from .many_cores import RATE_LR, RATE_ROUNDS, RATE_SECONDS
-    wl = workloads.get("mf", preset="default")
-    params, data = wl.build(0)
-    peers.plain_mf_epoch(params["P"][:2].copy(), params["Q"][:2].copy(),
-                         data["u"][:0], data["i"][:0], data["r"][:0], RATE_LR)  # compile
+    from .many_cores import rate_inputs, rates
+    inputs = rate_inputs()
     runs = []
     for k in range(repeats):
         for b in (batches if k % 2 == 0 else batches[::-1]):
-            c = {"plain": {"lr": RATE_LR}, "hogkit_sample_1": {"lr": RATE_LR, "batch": b}}
-            runs.append({"batch": b, "repeat": k, "rates": peers._mf_rates(
-                wl, params, data, c, RATE_SECONDS, RATE_ROUNDS)})
+            runs.append({"batch": b, "repeat": k, "rates": rates(*inputs, batch=b)})
     return {"preset": "default", "batches": list(batches), "repeats": repeats, "runs": runs}
 
 

@@ -44,17 +44,28 @@ RATE_LR, RATE_BATCH, RATE_SECONDS, RATE_ROUNDS = 0.05, 256, 3.0, 6
 PARTS = ("replication", "rates", "target", "simulate")
 
 
-def _rates():
+def rate_inputs():
+    """``(wl, params, data)`` of the rate rounds (mf, default preset, seed 0), with the
+    plain loop compiled before any round is timed."""
     from hogkit import workloads
 
     from . import peers
     wl = workloads.get("mf", preset="default")
     params, data = wl.build(0)
-    c = {"plain": {"lr": RATE_LR}, "hogkit_sample_1": {"lr": RATE_LR, "batch": RATE_BATCH}}
     peers.plain_mf_epoch(params["P"][:2].copy(), params["Q"][:2].copy(),
                          data["u"][:0], data["i"][:0], data["r"][:0], RATE_LR)  # compile
-    return {"preset": "default",
-            "rates": peers._mf_rates(wl, params, data, c, RATE_SECONDS, RATE_ROUNDS)}
+    return wl, params, data
+
+
+def rates(wl, params, data, batch=RATE_BATCH) -> dict:
+    """One set of rate rounds at :data:`RATE_LR`, the lane at ``batch`` ratings a step."""
+    from . import peers
+    c = {"plain": {"lr": RATE_LR}, "hogkit_sample_1": {"lr": RATE_LR, "batch": batch}}
+    return peers._mf_rates(wl, params, data, c, RATE_SECONDS, RATE_ROUNDS)
+
+
+def _rates():
+    return {"preset": "default", "rates": rates(*rate_inputs())}
 
 
 def part(name) -> dict:

@@ -31,6 +31,10 @@ With ``NUMBA_DISABLE_JIT=1`` all six are plain Python (a no-op, ``math.sqrt``,
 ``ndarray.view``, ``time.monotonic_ns``, ``os.sched_yield`` and a compare-then-store
 that is *not* atomic: one interpreted process only), so the kernels still run,
 interpreted, for coverage.
+
+``FASTMATH``, the kernels' fast-math flags, is defined here too, at the bottom of every
+kernel family: a called kernel states its flags (numba gives one that states none its
+first caller's and caches that build: ``delayed.py``), and most state these.
 """
 
 import math
@@ -41,6 +45,9 @@ import numpy as np
 
 from numba import njit
 from numba.core import config
+
+#: the kernels' arithmetic flags (see ``step.py``): reassociation only
+FASTMATH = {"reassoc"}
 
 if config.DISABLE_JIT:
     def prefetch(A, r, j):

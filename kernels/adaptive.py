@@ -43,17 +43,14 @@ validates shapes, dtypes and row ranges first (numba does no bounds checking). H
 races as in ``sparse.py``: deterministic with one writer. Square roots use the
 ``llvm.sqrt`` intrinsic so the loops vectorise (``_intrinsics.py``).
 
-``FASTMATH`` (the step core's arithmetic flags) is defined here, the bottom of the rule
-kernels, and re-exported by ``kernels.rule`` (which imports this module).
+``FASTMATH`` (the step core's arithmetic flags, ``_intrinsics.py``'s) is re-exported
+from here by ``kernels.rule`` (which imports this module).
 """
 
 from numba import njit
 
-from ._intrinsics import prefetch_row, sqrt
+from ._intrinsics import FASTMATH, prefetch_row, sqrt
 from .sparse import prefetched
-
-#: the step core's arithmetic flags (see ``step.py``): reassociation only
-FASTMATH = {"reassoc"}
 
 _AHEAD = 8               # rows prefetched ahead: two tables per entry, as momentum_rows
 

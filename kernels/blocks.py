@@ -57,8 +57,7 @@ Pure functions on arrays; nothing here imports hogkit.
 import numpy as np
 from numba import njit
 
-from ._intrinsics import cas, sched_yield
-from .adaptive import FASTMATH
+from ._intrinsics import FASTMATH, cas, sched_yield
 
 #: ``sched`` layout: a header line, then the held words (one cache line each: row-block
 #: ``rb`` at ``HELD + LINE*rb``, column-block ``cb`` at ``HELD + LINE*(G + cb)``), then

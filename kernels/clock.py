@@ -54,7 +54,7 @@ worker waits for (its lead must come down to it).
 import numpy as np
 from numba import njit
 
-from .adaptive import FASTMATH
+from ._intrinsics import FASTMATH
 
 SLOT = 8
 UPD, ITER, BEAT, STATE, INTERVAL, STEP = 0, 1, 2, 3, 4, 5

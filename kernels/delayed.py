@@ -32,7 +32,7 @@ rows 8 ahead (with 2-3 tables per entry 16 was slower than 8); square roots use
 the ``llvm.sqrt`` intrinsic so the loops vectorise (``_intrinsics.py``).
 
 **Flags.** Every kernel here states its fast-math flags: the step core's
-:data:`~hogkit.kernels.adaptive.FASTMATH` (reassociation), the flags these kernels have
+:data:`~hogkit.kernels._intrinsics.FASTMATH` (reassociation), the flags these kernels have
 always run with on every engine (they are reached through ``rule.apply_rows`` /
 ``apply_flat``, compiled with them). A numba kernel that states none takes its first
 caller's: compiled first by a direct call, then cached, it ran without reassociation,
@@ -46,8 +46,7 @@ a select (:func:`_dc_step`).
 import numpy as np
 from numba import njit
 
-from ._intrinsics import prefetch, prefetch_row, sqrt
-from .adaptive import FASTMATH
+from ._intrinsics import FASTMATH, prefetch, prefetch_row, sqrt
 from .dense import momentum_flat, sgd_flat
 from .sparse import momentum_rows, prefetched, sgd_rows
 

@@ -11,12 +11,12 @@ is deterministic).
 Scalars are cast to the buffer's dtype once per call, so float32 stays float32.
 Nothing here checks shapes: ``hogkit.rules.core`` does. Each kernel states its own
 fast-math flags (``delayed.py`` says why): the rule updates the step core's
-:data:`~hogkit.kernels.adaptive.FASTMATH`, the merge none (numpy's arithmetic).
+:data:`~hogkit.kernels._intrinsics.FASTMATH`, the merge none (numpy's arithmetic).
 """
 
 from numba import njit
 
-from .adaptive import FASTMATH
+from ._intrinsics import FASTMATH
 
 
 @njit(cache=True, nogil=True, fastmath=FASTMATH)

@@ -18,8 +18,7 @@ either in the sent update or in the residual, never both, never altered.
 import numpy as np
 from numba import njit
 
-from ._intrinsics import uint_bits
-from .adaptive import FASTMATH
+from ._intrinsics import FASTMATH, uint_bits
 
 
 @njit(cache=True, nogil=True, fastmath=FASTMATH)

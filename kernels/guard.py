@@ -3,8 +3,10 @@ before anything of it is written."""
 
 from numba import njit
 
+from ._intrinsics import FASTMATH
 
-@njit(cache=True, nogil=True, inline="always", fastmath={"reassoc"})
+
+@njit(cache=True, nogil=True, inline="always", fastmath=FASTMATH)
 def finite_prefix(values, m):
     """True when the first ``m`` elements of the flat float array ``values`` are free of
     NaN and inf.
@@ -22,13 +24,13 @@ def finite_prefix(values, m):
     return acc == 0
 
 
-@njit(cache=True, nogil=True, fastmath={"reassoc"})
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def all_finite(values):
     """True when every element of the flat float32/float64 array ``values`` is finite."""
     return finite_prefix(values, values.shape[0])
 
 
-@njit(cache=True, nogil=True, fastmath={"reassoc"})
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def all_finite_each(arrays):
     """True when every array of the tuple ``arrays`` (flat, one float dtype) is finite:
     the guard of a whole update in one call."""
@@ -38,7 +40,7 @@ def all_finite_each(arrays):
     return True
 
 
-@njit(cache=True, nogil=True, fastmath={"reassoc"})
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
 def index_bounds(rows):
     """``(min, max)`` of a non-empty 1-D integer array in one pass."""
     lo = rows[0]

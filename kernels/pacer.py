@@ -19,7 +19,7 @@ import math
 
 from numba import njit
 
-from .adaptive import FASTMATH
+from ._intrinsics import FASTMATH
 from .layout import PACE_LOAD, PACE_PAUSES, PACE_SLOWDOWN
 
 
