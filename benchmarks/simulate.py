@@ -22,6 +22,12 @@ median over rounds, with evaluation points and without (``eval_every=None``); an
 same at 512 workers without evaluation points (where finding the next event among
 the workers weighs most).
 
+``queue``: the same configuration (with its evaluation points) at 8, 16, 32 and 64
+workers, the next event found by the scan of every worker and by the tournament tree
+(``kernels.layout.QUEUE_MIN_WORKERS`` set for the run: the loop's code is the same,
+only the queue's slots decide), alternating in every round so that a drift of the
+machine favours neither; medians and the median of each round's tree / scan ratio.
+
 ``cli``: the same command as a user runs it, each round a fresh process after one that
 fills numba's cache (not counted): the ``engine_updates_per_s`` and ``engine_setup_s``
 of its ``summary.json`` (the per-worker set-up before the loop), its ``wall_s`` and the
@@ -72,6 +78,34 @@ def _ssp(steps, rounds):
     return {"workers": 64, "policy": "ssp:3", "batch": 16, "steps": steps, **out}
 
 
+QUEUE_WORKERS = (8, 16, 32, 64)
+
+
+def _queue(steps, rounds, counts=QUEUE_WORKERS):
+    from hogkit.kernels import layout
+    from hogkit.policy import SSP
+    kept = layout.QUEUE_MIN_WORKERS
+    out = {}
+    try:
+        for W in counts:
+            rates = {"scan": [], "tree": []}
+            for r in range(rounds):
+                for how in (("scan", "tree") if r % 2 == 0 else ("tree", "scan")):
+                    layout.QUEUE_MIN_WORKERS = W + 1 if how == "scan" else W
+                    run = simulate("logreg", workers=W, policy=SSP(3), batch=16, steps=steps,
+                                   keep_params=False)
+                    rates[how].append(run.extra["engine_updates_per_s"])
+            out[str(W)] = {"scan": statistics.median(rates["scan"]),
+                           "tree": statistics.median(rates["tree"]),
+                           "tree_over_scan": statistics.median(
+                               t / s for t, s in zip(rates["tree"], rates["scan"])),
+                           "scan_all": rates["scan"], "tree_all": rates["tree"]}
+    finally:
+        layout.QUEUE_MIN_WORKERS = kept
+    return {"policy": "ssp:3", "batch": 16, "steps": steps, "rounds": rounds,
+            "by_workers": out}
+
+
 def _cli(steps, rounds):
     cmd = [sys.executable, "-m", "hogkit.cli", "sim", "--workload", "logreg", "--workers",
            "64", "--policy", "ssp:3", "--batch", "16", "--steps", str(steps), "--no-progress"]
@@ -110,6 +144,7 @@ def run(quick=False, rounds=None, batches=BATCHES) -> dict:
         result["ratios"][f"fused_over_python_b{b}"] = f / p if p else 0.0
         result["ratios"][f"fused_1e6_updates_s_b{b}"] = 1e6 / f if f else 0.0
     result["ssp"] = _ssp(20_000 if quick else 200_000, rounds)
+    result["queue"] = _queue(20_000 if quick else 200_000, max(rounds, 2 if quick else 5))
     result["cli"] = _cli(20_000 if quick else 200_000, rounds)
     return result
 
@@ -130,6 +165,10 @@ def format_table(result) -> str:
         lines.append(f"ssp:3, 64 workers, batch 16, {s['steps']:,} updates: fused engine "
                      f"{s['evals']['updates_per_s']:,.0f} upd/s with evaluation points, "
                      f"{s['no_evals']['updates_per_s']:,.0f} without")
+    if "queue" in result:
+        lines.append("next event at 64 workers and fewer, tree / scan (ssp:3, batch 16): " +
+                     ", ".join(f"{w} workers {q['tree_over_scan']:.2f}x"
+                               for w, q in result["queue"]["by_workers"].items()))
     if "cli" in result:
         m = result["cli"]["median"]
         setup = f", set-up {m['engine_setup_s']:.3f} s" if "engine_setup_s" in m else ""
@@ -137,6 +176,17 @@ def format_table(result) -> str:
                      f"{m['engine_updates_per_s']:,.0f} upd/s{setup}, wall {m['wall_s']:.2f} s, "
                      f"process {m['process_s']:.2f} s")
     return "\n".join(lines)
+
+
+def format_queue(result) -> str:
+    """The scan against the tree, by workers, as RESULTS.md shows it."""
+    q = result["queue"]
+    rows = ["| workers | scan upd/s | tree upd/s | tree / scan (median of rounds) |",
+            "|---|---|---|---|"]
+    for w, r in q["by_workers"].items():
+        rows.append(f"| {w} | {r['scan']:,.0f} | {r['tree']:,.0f} | "
+                    f"{r['tree_over_scan']:.2f}x |")
+    return "\n".join(rows)
 
 
 def format_markdown(result, before=None) -> str:

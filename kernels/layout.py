@@ -93,10 +93,11 @@ NG = G_QUEUE
 
 
 #: the fewest workers that get the tree; below it the loop scans every worker for the
-#: next event (no slots): at 8 and 64 workers keeping the tree measured slower than the
-#: scan (scratch A/B runs), at 512 the loop ran ~1.5x faster with it
-#: (benchmarks/RESULTS.md, "The next event from a tournament tree")
-QUEUE_MIN_WORKERS = 128
+#: next event (no slots). Measured in one invocation, the scan and the tree alternating
+#: (``hogkit bench simulate``'s ``queue`` part, benchmarks/RESULTS.md "The tree from 16
+#: workers on"): the tree was never slower from 8 workers on and ahead at 64; at 512
+#: the loop ran ~1.5x faster with it ("The next event from a tournament tree")
+QUEUE_MIN_WORKERS = 16
 
 
 def queue_slots(workers: int) -> int:
