@@ -85,6 +85,34 @@ def test_fused_engine_equals_python_engine(wl, policy, rule):
     _same(a, b)
 
 
+def test_evaluation_points_leave_no_thread_and_raise_the_losss_error(monkeypatch):
+    """The fused engine takes each evaluation point's loss in a thread beside the loop
+    (on a copy of the parameters at that point): its values are the in-line ones (the
+    engines' equality above), an error in it reaches the caller, and no thread outlives
+    the run either way."""
+    import threading
+
+    def evals():
+        return [t for t in threading.enumerate() if t.name.startswith("hogkit-eval")]
+    wl = workloads.get("logreg", n_samples=400, n_features=120, min_nnz=3, max_nnz=8)
+    kw = dict(workers=3, steps=300, batch=8, seed=2, eval_every=0.01, engine="fused")
+    run = simulate(wl, **kw)
+    assert len(run.loss_curve) > 5 and not evals()
+    seen = []
+    real = wl.loss
+
+    def loss(params, data):
+        seen.append(params["w"])
+        if len(seen) == 4:              # the third evaluation point (1: the initial loss)
+            raise RuntimeError("the user's loss failed")
+        return real(params, data)
+    monkeypatch.setattr(wl, "loss", loss)
+    with pytest.raises(RuntimeError, match="the user's loss failed"):
+        simulate(wl, **kw)
+    assert not evals()
+    assert all(a is not seen[0] for a in seen[1:])      # copies, never the live table
+
+
 @st.composite
 def _event_ops(draw):
     """Workers' pending events (time from few values, so ties are common) and a

@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -301,39 +302,66 @@ def _loop_state(S):
             "times": times, "streams": streams}
 
 
-def _drive(S, st, run, args, on_step=None):
+def _drive(S, st, run, args, on_step=None, overlap=False):
     """Call the event loop until it is done, serving what it hands back; the result's
     ``loop_s`` times the loop from its first call, the kernel loaded (the engine's
-    time: the set-up before it is not in it)."""
+    time: the set-up before it is not in it), to the last evaluation point's loss.
+
+    ``overlap`` (the fused engine): each evaluation point's loss is taken on a copy of
+    the parameters in a thread of its own while the loop goes on, so a second core
+    takes it off the loop's path (the loop and the compiled loss kernels release the
+    GIL). The same values: the copy is the parameters at that point, as the loop left
+    them. One evaluation at a time: a point waits for the one before it, so at most one
+    copy is alive. The Python engine evaluates in line (its steps and a torch loss
+    share the workload's state)."""
     ist, fst, gi, cfg = st["ist"], st["fst"], st["gi"], st["cfg"]
     base, pause = st["times"][0], st["times"][1]
     if hasattr(run, "compile"):               # a dispatcher (not under NUMBA_DISABLE_JIT)
         run.compile(tuple(run.typeof_pyval(a) for a in args))   # load now, not in the loop
+    pool = ThreadPoolExecutor(1, thread_name_prefix="hogkit-eval") if overlap else None
+    pending = []                              # (curve point, future), in order
     t_loop = time.perf_counter()
 
     def loss_point(t):
-        S.curve.append({"t": t, "updates": int(gi[L.G_TOTAL]),
-                        "loss": float(S.wl.loss(S.params, S.data))})
+        point = {"t": t, "updates": int(gi[L.G_TOTAL]), "loss": None}
+        S.curve.append(point)
+        if pool is None:
+            point["loss"] = float(S.wl.loss(S.params, S.data))
+            return
+        settle(len(pending))
+        snap = {k: v.copy() for k, v in S.params.items()}
+        pending.append((point, pool.submit(S.wl.loss, snap, S.data)))
 
-    while True:
-        code = run(*args)
-        w = int(gi[L.G_WHO])
-        if code == L.R_DONE:
-            break
-        if code == L.R_REFILL:
-            base[w], pause[w] = st["streams"][w].fill(CHUNK)
-            ist[w, L.I_FILLED] += CHUNK
-        elif code == L.R_EVAL_T:
-            loss_point(float(cfg[L.C_EVAL_T]))
-            cfg[L.C_EVAL_T] += S.eval_every
-        elif code == L.R_EVAL_U:
-            loss_point(float(fst[:, L.F_LAST].max()))
-            cfg[L.C_EVAL_U] += S.eval_updates
-        elif code == L.R_NONFINITE:
-            raise NonFiniteGradient.at(f"virtual worker {w}", int(st["slots"][w, _kc.ITER]),
-                                       f" (virtual time {fst[w, L.F_T]:.6g} s)")
-        else:
-            on_step(code, w)
+    def settle(n):
+        for point, f in pending[:n]:
+            point["loss"] = float(f.result())
+        del pending[:n]
+
+    try:
+        while True:
+            code = run(*args)
+            w = int(gi[L.G_WHO])
+            if code == L.R_DONE:
+                break
+            if code == L.R_REFILL:
+                base[w], pause[w] = st["streams"][w].fill(CHUNK)
+                ist[w, L.I_FILLED] += CHUNK
+            elif code == L.R_EVAL_T:
+                loss_point(float(cfg[L.C_EVAL_T]))
+                cfg[L.C_EVAL_T] += S.eval_every
+            elif code == L.R_EVAL_U:
+                loss_point(float(fst[:, L.F_LAST].max()))
+                cfg[L.C_EVAL_U] += S.eval_updates
+            elif code == L.R_NONFINITE:
+                raise NonFiniteGradient.at(f"virtual worker {w}",
+                                           int(st["slots"][w, _kc.ITER]),
+                                           f" (virtual time {fst[w, L.F_T]:.6g} s)")
+            else:
+                on_step(code, w)
+        settle(len(pending))
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
     slots = st["slots"]
     return {"updates": slots[:, _kc.UPD].copy(), "iterations": slots[:, _kc.ITER].copy(),
             "wait": fst[:, L.F_WAIT].copy(), "last": fst[:, L.F_LAST].copy(),
@@ -371,7 +399,7 @@ def _run_fused(S):
             dens[0][7], st["slots"], _log_arrays(S), st["times"], st["ist"], st["fst"],
             st["gi"], st["cfg"], st["policy"])
     run = K.run_events if cacheable(type(args[0])) else K.run_events_uncached
-    return _drive(S, st, run, args)
+    return _drive(S, st, run, args, overlap=True)
 
 
 def _stack(trees):
