@@ -22,10 +22,13 @@ Plain integers only: nothing here compiles, so importing the layout loads no num
 #: step index density's random masks and every-k phase use (a resumed segment goes on
 #: with the whole run's sequence), LANE the step's lane (LANE_BATCH: the exact
 #: minibatch step; LANE_SAMPLE: per-sample Hogwild! through the workload's gradient and
-#: the rule, one sample at a time; LANE_FUSED: the workload's own per-sample kernel).
+#: the rule, one sample at a time; LANE_FUSED: the workload's own per-sample kernel),
+#: MERGE_CORE a local phase's merge runs in the core (``step.merge_phase``; 0: the core
+#: returns MERGE and Python merges), DIVISOR what the merge divides a phase's change by,
+#: COUNT_STEPS a merge counts its phase's steps as updates (replicas; else one).
 (ME, BATCH, KEEP_READ, SKIP, STRIDE, LOCAL_H, QUOTA, TIMING, RECORD, FUSED,
- STEP0, LANE) = range(12)
-NCFG = 12
+ STEP0, LANE, MERGE_CORE, DIVISOR, COUNT_STEPS) = range(15)
+NCFG = 15
 LANE_BATCH, LANE_SAMPLE, LANE_FUSED = 0, 1, 2
 
 #: ``rt`` (int64, one row of RT columns per worker) counters: written by the worker
@@ -45,9 +48,12 @@ RT = 16
 CHUNK, STOPPED, QUOTA_DONE, BLOCKED, MERGE, PAUSE, NONFINITE = range(7)
 
 #: ``io`` (int64) results of ``step.run_steps``, written by the core, read by the
-#: driver: the steps run by the call, the long pause it asks for (ns).
-IO_DONE, IO_PAUSE_NS = 0, 1
-NIO = 4
+#: driver: the steps run by the call, the long pause it asks for (ns); with
+#: ``cfg[MERGE_CORE]`` also the local phase's read, written by both (the driver before a
+#: call, the core at each merge): others' updates and the clock lag when the phase
+#: pulled the shared model, and the worker's steps merged so far.
+IO_DONE, IO_PAUSE_NS, IO_OTHERS, IO_LAG, IO_MERGED = range(5)
+NIO = 8
 
 #: pacer kinds, the first entry of a straggler's pacer row ``[kind, a, b, t0_ns]``:
 #: written by the straggler models (``hogkit.engine.delays``: ``Slowdown``, ``Pauses``,

@@ -88,18 +88,19 @@ hogkit. Races: the gradient reads and the rule writes shared parameters with no 
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
+from numba import literal_unroll, njit
 from numba.extending import overload
 
 from ._intrinsics import monotonic_ns, sched_yield
 from .clock import (A_EXTRA, A_RELEASED, ITER, P_A, P_KIND, STEP, UPD, admit,
                     admitted_as_is, blocked, clock_lag, finish_iteration, lead_given,
                     others_updates, proceed_released, unbounded)
+from .dense import merge_flat
 from .density import NONE, filter_rows, hold_rows
 from .guard import all_finite, finite_prefix
-from .layout import (BATCH, BLOCKED, CHUNK, FUSED, IO_DONE, IO_PAUSE_NS, KEEP_READ, LANE,
-                     LOCAL_H, MERGE, ME, NONFINITE, PACE_NONE, PAUSE, QUOTA,
-                     QUOTA_DONE,
+from .layout import (BATCH, BLOCKED, CHUNK, COUNT_STEPS, DIVISOR, FUSED, IO_DONE, IO_LAG,
+                     IO_MERGED, IO_OTHERS, IO_PAUSE_NS, KEEP_READ, LANE, LOCAL_H, MERGE,
+                     MERGE_CORE, ME, NONFINITE, PACE_NONE, PAUSE, QUOTA, QUOTA_DONE,
                      RECORD, RT_COMPUTE, RT_HELD, RT_NONFINITE, RT_PAUSED, RT_SAMPLES,
                      RT_WAIT, SKIP, STEP0, STOPPED, STRIDE, TIMING)
 from .pacer import pace_ns
@@ -453,15 +454,39 @@ def _pace(pacer, prng, rt, me, t0):
     return 0
 
 
+@njit(cache=True, nogil=True, fastmath=False)
+def merge_phase(local, slots, me, k, io, log, cfg):
+    """Worker ``me``'s local phase merged in the core after its step ``k``
+    (``cfg[MERGE_CORE]``): what the worker loop's Python merge does, in its order, with
+    no return to Python (a return and re-entry cost a replica every 16 steps ~a third
+    of its samples). ``local`` holds a ``(shared, replica, base)`` triple of flat views
+    per parameter (:func:`dense.merge_flat`: ``shared += (replica - base) /
+    cfg[DIVISOR]``, then ``replica = base =`` the sum; without ``cfg[MERGE_CORE]`` the
+    parameters' own views, never used, so the loop compiles to one type either way).
+    The gap is others' updates since the phase's read (``io[IO_OTHERS]``); the merge
+    ticks the worker's update clock by its phase's steps (``cfg[COUNT_STEPS]``,
+    replicas) or by one (LocalSGD), records the event with the read's clock lag, and
+    reads again: the next phase's others and lag."""
+    gap = others_updates(slots, me) - io[IO_OTHERS]
+    for t in literal_unroll(local):
+        merge_flat(t[0], t[1], t[2], cfg[DIVISOR])
+    slots[me, UPD] += max(0, k + 1 - io[IO_MERGED]) if cfg[COUNT_STEPS] != 0 else 1
+    io[IO_MERGED] = k + 1
+    gh, lh, stats, ring = log
+    record_event(gh, lh, stats, ring, me, k, gap, io[IO_LAG], monotonic_ns(), 1)
+    io[IO_OTHERS] = others_updates(slots, me)
+    io[IO_LAG] = clock_lag(slots, me)
+
+
 def _run_steps(n, wl, rng, cursor, params, bufs, rule, dens, ctl, log, cfg, io, pacer,
-               prng):
+               prng, local):
     """Run up to ``n`` steps of worker ``cfg[ME]``; returns a code (``CHUNK`` when all
-    ``n`` ran; ``io[IO_DONE]`` counts the steps run). ``ctl`` = ``(slots, rt, stop,
-    pol, adm, grants)``: the clock slots, runtime counters, stop flag, the policy's
-    encoded row, this worker's admission state and DSSP grants (``clock.admit``). A
-    wait spins here for ``SPIN_WAIT_NS``, then returns ``BLOCKED`` (bound in
-    ``adm[A_WAIT]``); Python's backoff waits and sets ``adm[A_RELEASED]``. Every tuple
-    is unpacked once, here: the inlined step then takes no reference per step."""
+    ``n`` ran; ``io[IO_DONE]`` counts them). ``ctl`` = ``(slots, rt, stop, pol, adm,
+    grants)``: the clock slots, runtime counters, stop flag, the policy's encoded
+    row, this worker's admission state and DSSP grants (``clock.admit``). A wait
+    spins here for ``SPIN_WAIT_NS``, then returns ``BLOCKED`` (bound in
+    ``adm[A_WAIT]``); Python's backoff waits and sets ``adm[A_RELEASED]``. ``local``:
+    :func:`merge_phase`'s. Tuples are unpacked once, here (no reference a step)."""
     slots, rt, stop, pol, adm, grants = ctl
     G, R, RD, cnt, idx, GF, scratch = bufs
     kind, rcfg, S1, S2, K = rule
@@ -521,9 +546,11 @@ def _run_steps(n, wl, rng, cursor, params, bufs, rule, dens, ctl, log, cfg, io, 
         long_pause = _pace(pacer, prng, rt, me, t0) if pacing else 0
         done += 1
         if local_h > 0 and (k + 1) % local_h == 0:
-            io[IO_DONE] = done
-            io[IO_PAUSE_NS] = long_pause          # Python merges, ticks, then pauses
-            return MERGE
+            if cfg[MERGE_CORE] == 0:
+                io[IO_DONE] = done
+                io[IO_PAUSE_NS] = long_pause      # Python merges, ticks, then pauses
+                return MERGE
+            merge_phase(local, slots, me, k, io, log, cfg)
         finish_iteration(slots, me, monotonic_ns() if timing else 0)
         if long_pause > 0:
             io[IO_PAUSE_NS] = long_pause
@@ -534,7 +561,7 @@ def _run_steps(n, wl, rng, cursor, params, bufs, rule, dens, ctl, log, cfg, io, 
 
 
 def _run_lane_steps(n, wl, rng, cursor, params, bufs, rule, dens, ctl, log, cfg, io,
-                    pacer, prng):
+                    pacer, prng, local):
     """:func:`_run_steps` for a workload's own per-sample lane (``cfg[LANE]`` is
     ``LANE_FUSED``): the same loop, line for line, with the lane kernel as its only
     step. With the minibatch step and the generic lane beside it in one loop body,
@@ -587,9 +614,11 @@ def _run_lane_steps(n, wl, rng, cursor, params, bufs, rule, dens, ctl, log, cfg,
         long_pause = _pace(pacer, prng, rt, me, t0) if pacing else 0
         done += 1
         if local_h > 0 and (k + 1) % local_h == 0:
-            io[IO_DONE] = done
-            io[IO_PAUSE_NS] = long_pause
-            return MERGE
+            if cfg[MERGE_CORE] == 0:
+                io[IO_DONE] = done
+                io[IO_PAUSE_NS] = long_pause
+                return MERGE
+            merge_phase(local, slots, me, k, io, log, cfg)
         finish_iteration(slots, me, monotonic_ns() if timing else 0)
         if long_pause > 0:
             io[IO_PAUSE_NS] = long_pause

@@ -512,8 +512,9 @@ def test_dense_section_comes_from_the_committed_json():
     k16 = [a + b for a, b in zip(above["sum16_2w"], above["worker16_2w"])]
     assert (f"were\n  {above['sum256_2w'][0]} of {above['sum256_2w'][1]} at K = 256" in text
             and f"{k16[0]} of {k16[1]} at K = 16" in text), above
-    # the README's line on replicas quotes the JSON's logreg figures
-    lg = rep["replication"]["workloads"]["logreg"]["cases"]
+    # the README's line on replicas quotes the latest JSON's logreg figures
+    lg = json.loads((root / "dense_replication_core.json").read_text())
+    lg = lg["replication"]["workloads"]["logreg"]["cases"]
     readme = " ".join((root.parent / "README.md").read_text().split())
     assert (f"run {lg['2w_worker']['speedup']:.2f}x one worker's samples/s on replicas "
             f"against {lg['2w_shared']['speedup']:.2f}x on the shared copy") in readme
@@ -602,10 +603,6 @@ def test_many_cores_section_comes_from_the_committed_figures():
     parts = many_cores.load(folder)
     assert set(parts) == set(many_cores.PARTS)
     assert many_cores.format_markdown(parts).rstrip("\n") in text
-    cases = parts["replication"]["workloads"]["logreg"]["cases"]
-    readme = " ".join((root.parent / "README.md").read_text().split())
-    assert (f"{cases['2w_worker']['speedup']:.2f}x on replicas, "
-            f"{cases['2w_shared']['speedup']:.2f}x shared") in readme
     t = parts["target"]["contenders"]
     assert min(v["median_s"] for k, v in t.items() if k != "sample_1w") > \
         t["sample_1w"]["median_s"]          # "no two-worker run reached it sooner"
@@ -835,3 +832,52 @@ def test_the_tree_and_overlap_section_comes_from_the_committed_json():
     assert (f"{share('simulate_overlap_before_1')} and {share('simulate_overlap_before_2')} "
             f"before, {share('simulate_overlap_1')} and {share('simulate_overlap_2')} after"
             in text)
+
+
+def test_the_core_merge_section_comes_from_the_committed_json():
+    """The in-core merge's section: every table renders from its JSON (this machine
+    after and before, the 16-core machine's two invocations), and the prose's and the
+    README's times to the target are the JSONs' medians and ranges."""
+    import json
+    from pathlib import Path
+
+    from hogkit.benchmarks import dense
+    root = Path(__file__).resolve().parent.parent / "benchmarks"
+    results = (root / "RESULTS.md").read_text()
+    section = results.split("## Replicas merge in the compiled core")[1].split("\n## ")[0]
+    text = " ".join(section.split())
+    readme = " ".join((root.parent / "README.md").read_text().split())
+
+    def load(name):
+        return json.loads((root / name).read_text())
+    for name in ("dense_replication_core.json", "dense_replication_before_core.json"):
+        assert dense.format_replication_markdown(load(name)) in section
+        for label, v in load(name)["replication"]["workloads"].items():   # auto: faster
+            c = v["cases"]
+            assert v["auto"]["mode"] == max(("shared", "worker"), key=lambda m: c[
+                f"2w_{m}"]["samples_per_s"]), (name, label)
+    r16 = load("many_cores_16_core/replication.json")["workloads"]["logreg"]["cases"]
+    assert (f"{r16['2w_worker']['speedup']:.2f}x on replicas, "
+            f"{r16['2w_shared']['speedup']:.2f}x shared") in text
+    after, before = load("dense_target_core.json"), load("dense_target_before_core.json")
+    for t in (after, before):
+        assert dense.format_target_markdown(t) in section
+    for name in ("target.json", "target_2.json"):
+        assert dense.format_target_markdown({"target": load(f"many_cores_16_core/{name}")}) \
+            in section
+
+    def fig(t, k):
+        v = t["target"]["contenders"][k]
+        return f"{v['median_s']:.2f} s [{v['range_s'][0]:.2f}-{v['range_s'][1]:.2f}]"
+    for k in ("sample_1w", "sum16_2w", "worker4_2w", "worker16_2w"):
+        assert fig(after, k) in text, k
+    a = after["target"]["contenders"]
+    one = a["sample_1w"]
+    assert a["sum16_2w"]["range_s"][1] < one["range_s"][0]        # "clear of it"
+    assert a["worker4_2w"]["range_s"][1] < one["range_s"][0]
+    assert f"one worker {one['median_s']:.2f} s" in readme
+    assert f"on replicas {a['sum16_2w']['median_s']:.2f} s (summed every 16" in readme
+    both = {f"{a[k]['median_s']:.2f}" for k in ("worker4_2w", "worker16_2w")}
+    assert len(both) == 1 and f"and {both.pop()} s (every 4, and" in readme
+    lg = load("dense_replication_core.json")["replication"]["workloads"]["logreg"]["cases"]
+    assert f"**{lg['2w_worker']['speedup']:.2f}x** one worker's samples/s" in text

@@ -16,7 +16,8 @@ from hogkit.kernels import clock, layout, pacer, sim, step
 
 BLOCKS = {
     "cfg": ("ME", "BATCH", "KEEP_READ", "SKIP", "STRIDE", "LOCAL_H", "QUOTA", "TIMING",
-            "RECORD", "FUSED", "STEP0"),
+            "RECORD", "FUSED", "STEP0", "LANE", "MERGE_CORE", "DIVISOR", "COUNT_STEPS"),
+    "io": ("IO_DONE", "IO_PAUSE_NS", "IO_OTHERS", "IO_LAG", "IO_MERGED"),
     "rt": ("RT_WAIT", "RT_BUSY", "RT_NONFINITE", "RT_SAMPLES", "RT_T0", "RT_T1",
            "RT_COMPUTE", "RT_PAUSED", "RT_HELD", "RT_STRIDE"),
     "codes": ("CHUNK", "STOPPED", "QUOTA_DONE", "BLOCKED", "MERGE", "PAUSE", "NONFINITE"),
@@ -34,7 +35,8 @@ def test_each_block_is_distinct_and_fits(block):
         values = values[:-2] + list(range(layout.I_ADM + 1, layout.I_ADM + clock.NADM)) \
             + values[-2:]
     assert len(set(values)) == len(values)
-    width = {"cfg": layout.NCFG, "rt": layout.RT, "ist": layout.NI}.get(block)
+    width = {"cfg": layout.NCFG, "rt": layout.RT, "ist": layout.NI,
+             "io": layout.NIO}.get(block)
     if width is not None:
         assert max(values) < width
 

@@ -150,6 +150,56 @@ def test_block_order_workers_write_disjoint_lines():
 
 # --------------------------------------------------------------------------- live
 
+@pytest.mark.parametrize("count_steps,divisor", [(True, 1), (False, 3)])
+def test_the_cores_merge_phase_is_the_worker_loops_merge(count_steps, divisor):
+    """``kernels.step.merge_phase`` against the worker loop's Python merge written out
+    in numpy: the shared copy gets ``(replica - base) / divisor`` (float32, as numpy),
+    replica and base take the sum, the clock ticks a phase's steps (replicas) or one
+    (LocalSGD), the event holds the others' updates since the read and the read's lag,
+    and the next read is taken."""
+    from hogkit.kernels import clock as kc
+    from hogkit.kernels import layout as kl
+    from hogkit.kernels.step import merge_phase
+    from hogkit.state.reader import StalenessLog
+    rng = np.random.default_rng(0)
+    shared, replica, base = (rng.standard_normal(9000).astype(np.float32) for _ in range(3))
+    want = shared + (replica - base) / np.float32(divisor)
+    slots = np.zeros((3, kc.SLOT), np.int64)
+    slots[:, kc.UPD] = [5, 11, 20]
+    slots[:, kc.ITER] = [16, 14, 17]
+    io = np.zeros(kl.NIO, np.int64)
+    io[kl.IO_OTHERS], io[kl.IO_LAG], io[kl.IO_MERGED] = 19, 2, 8
+    log = StalenessLog({k: np.zeros(shape, dt) for k, (shape, dt)
+                        in StalenessLog.specs(3, ring=4).items()})
+    arrays = (log.gap_hist, log.lag_hist, log.stats, log.events)
+    cfg = np.zeros(kl.NCFG, np.int64)
+    cfg[kl.MERGE_CORE], cfg[kl.DIVISOR], cfg[kl.COUNT_STEPS] = 1, divisor, count_steps
+    merge_phase(((shared, replica, base),), slots, 0, 15, io, arrays, cfg)
+    for a in (shared, replica, base):
+        np.testing.assert_array_equal(a, want)
+    assert slots[0, kc.UPD] == 5 + (8 if count_steps else 1)
+    assert (io[kl.IO_OTHERS], io[kl.IO_MERGED]) == (31, 16)
+    assert io[kl.IO_LAG] == kc.clock_lag(slots, 0) == 2
+    s = log.summary(0)
+    assert (s["gap"]["count"], s["gap"]["max"], s["lag"]["max"]) == (1, 31 - 19, 2)
+
+
+@pytest.mark.process
+def test_the_cores_merge_gives_the_python_merges_bits():
+    """A replica's merge runs in the compiled core (no return to Python a phase); a
+    paced merge (LocalSGD's ``cost``) still returns to the worker loop's Python merge.
+    One worker, so the runs are deterministic: the same parameters either way, the
+    merges counted as steps in the core and as merges in Python."""
+    kw = dict(workers=1, steps=120, progress=False, eval_every=None, rule=None, lr=0.5,
+              seed=4)
+    core = train("logreg", replication="worker:8", **kw)
+    py = train("logreg", policy=LocalSGD(8, merge="sum", cost=1e-6), **kw)
+    for k in core.params:
+        np.testing.assert_array_equal(core.params[k], py.params[k])
+    assert core.updates == 120 and py.updates == 15
+    assert core.staleness["update_gap"]["count"] == py.staleness["update_gap"]["count"] == 15
+
+
 @pytest.mark.process
 def test_live_replicas_merge_count_steps_and_learn():
     run = train("logreg", workers=2, steps=400, replication="worker:8", progress=False,

@@ -216,6 +216,9 @@ class CompiledStep:
     it: the run's :attr:`~hogkit.engine.plan.RunPlan.local` phase); ``adm`` is this worker's
     admission state and ``grants`` its histogram row of DSSP grants
     (``hogkit.kernels.clock.admit``). ``params2d`` overrides the parameters written.
+    ``merge`` = ``(shared, base, divisor, count_steps)``: a local phase (the parameters
+    are the replica) merged in the core every ``local_h`` steps (:func:`_merge_views`;
+    the driver keeps ``io``'s phase read in step with its reader).
     :meth:`run` returns the core's code and leaves what happened in
     ``cfg``/``io``/``rt``/``adm``.
     """
@@ -223,7 +226,7 @@ class CompiledStep:
     def __init__(self, ctx, *, rank, batch, rule, rule_state, density, density_state,
                  slots, rt, stop, log, rng, policy=None, grants=None, quota=-1,
                  nonfinite="raise", record=True, stride=1, pacer=None, params2d=None,
-                 step0=0, lane="batch", lane_lr_scale=1.0, local_h=None):
+                 step0=0, lane="batch", lane_lr_scale=1.0, local_h=None, merge=None):
         self.ctx = ctx
         ctx.grow(batch) if batch > ctx.capacity else None
         self.params = tuple(params2d) if params2d is not None else ctx.params
@@ -271,6 +274,7 @@ class CompiledStep:
         if cfg[_kl.FUSED]:
             ctx.use_fused_scratch()
         self.io = np.zeros(_kl.NIO, np.int64)
+        self.local = _merge_views(self.params, merge, cfg)
         from hogkit.kernels.step import cacheable
         cached = cacheable(type(ctx.parts.arrays))
         if cfg[_kl.LANE] == _kl.LANE_FUSED:  # the workload's own lane: its own loop,
@@ -285,7 +289,7 @@ class CompiledStep:
         ctx = self.ctx
         return self._run(n, ctx.parts.arrays, self.rng, ctx.cursor, self.params,
                          ctx.bufs(), self.rule, self.dens, self.ctl, self.log, self.cfg,
-                         self.io, self.pacer, self.prng)
+                         self.io, self.pacer, self.prng, self.local)
 
     @property
     def lane(self) -> str:
@@ -304,6 +308,26 @@ class CompiledStep:
         DSSP grant), as ``policy.wait`` returning does on the Python path."""
         self.adm[_kc.A_RELEASED] = 1
 
+
+
+def _merge_views(params, merge, cfg):
+    """The step core's ``local`` argument: per parameter a ``(shared, replica, base)``
+    triple of flat views. ``merge`` = ``(shared, base, divisor, count_steps)`` (the
+    local phase's arrays in ``params``' order, ``params`` the replica): the core merges
+    each phase itself (``cfg[MERGE_CORE]``) when every array is C-contiguous, the
+    triple of one dtype; else (and without ``merge``) the parameters' own views, which
+    the core never touches, so the loop compiles to one type either way."""
+    own = tuple((p.reshape(-1),) * 3 for p in params)
+    if merge is None:
+        return own
+    shared, base, divisor, count_steps = merge
+    triples = tuple((s, p, b) for s, p, b in zip(shared, params, base))
+    if not all(a.flags.c_contiguous and a.dtype == t[0].dtype for t in triples for a in t):
+        return own
+    cfg[_kl.MERGE_CORE] = 1
+    cfg[_kl.DIVISOR] = int(divisor)
+    cfg[_kl.COUNT_STEPS] = int(bool(count_steps))
+    return tuple(tuple(a.reshape(-1) for a in t) for t in triples)
 
 
 def _fused_lane(ctx, rule):

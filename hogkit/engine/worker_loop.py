@@ -247,10 +247,34 @@ class _Worker:
             quota=-1 if spec.steps is None else spec.steps, nonfinite=spec.plan.nonfinite,
             pacer=encode_pacer(spec.delay, spec.plan.worker_seed, rank), step0=spec.step0,
             lane=spec.plan.lane, lane_lr_scale=lane_lr_scale(spec.plan),
-            local_h=self.lp.h if self.lp is not None else 0)
+            local_h=self.lp.h if self.lp is not None else 0, merge=self._core_merge())
         if spec.plan.rule.slots[2]:
             self.counts = (self.ctx.names, self.core.rule[4], self.rule_state)
         self.core.run(0)
+
+    def _core_merge(self):
+        """What the compiled core needs to merge each local phase itself (None: it
+        returns MERGE and :meth:`merge` runs here): not with an overlapped or paced
+        merge (a thread, a sleep), nor with per-shard clocks (the core ticks the whole
+        clock only)."""
+        lp = self.lp
+        if lp is None or lp.overlap or lp.cost > 0 or self.shards > 1:
+            return None
+        names = self.ctx.names
+        return (tuple(self.local.shared[n] for n in names),
+                tuple(self.local.base[n] for n in names), lp.divisor, lp.count_steps)
+
+    def _sync_phase(self, into_core):
+        """Keep the local phase's read (others' updates, clock lag, steps merged) the
+        same in the reader and in the core's ``io``, which merges in the core update."""
+        io = self.core.io
+        if into_core:
+            io[_kl.IO_OTHERS] = self.reader.others_read()
+            io[_kl.IO_LAG] = self.reader.lag
+            io[_kl.IO_MERGED] = self.merged
+        else:
+            self.reader.set_read(io[_kl.IO_OTHERS], io[_kl.IO_LAG])
+            self.merged = int(io[_kl.IO_MERGED])
 
     def compiled_loop(self) -> int:
         """Run this worker's steps on the compiled engine (on the local-SGD replica
@@ -261,9 +285,14 @@ class _Worker:
         rt[_kl.RT_STRIDE] = 1
         parent = spec.parent_pid
         chunk, steps = 8, 0
+        in_core = bool(core.cfg[_kl.MERGE_CORE])
         while True:
             t0 = time.perf_counter_ns()
+            if in_core:
+                self._sync_phase(True)
             code = core.run(chunk)
+            if in_core:
+                self._sync_phase(False)
             self.publish()                     # ~every 16 ms (a publish is ~10 µs);
                                                # finish() publishes the exact end
             t1 = time.perf_counter_ns()
