@@ -88,7 +88,7 @@ hogkit. Races: the gradient reads and the rule writes shared parameters with no 
 from typing import NamedTuple
 
 import numpy as np
-from numba import literal_unroll, njit
+from numba import literal_unroll, njit, types
 from numba.extending import overload
 
 from ._intrinsics import monotonic_ns, sched_yield
@@ -461,9 +461,7 @@ def merge_phase(local, slots, me, k, io, log, cfg):
     no return to Python (a return and re-entry cost a replica every 16 steps ~a third
     of its samples). ``local`` holds a ``(shared, replica, base)`` triple of flat views
     per parameter (:func:`dense.merge_flat`: ``shared += (replica - base) /
-    cfg[DIVISOR]``, then ``replica = base =`` the sum; without ``cfg[MERGE_CORE]`` the
-    parameters' own views, never used, so the loop compiles to one type either way).
-    The gap is others' updates since the phase's read (``io[IO_OTHERS]``); the merge
+    cfg[DIVISOR]``, then ``replica = base =`` the sum). The gap is others' updates since the phase's read (``io[IO_OTHERS]``); the merge
     ticks the worker's update clock by its phase's steps (``cfg[COUNT_STEPS]``,
     replicas) or by one (LocalSGD), records the event with the read's clock lag, and
     reads again: the next phase's others and lag."""
@@ -478,6 +476,20 @@ def merge_phase(local, slots, me, k, io, log, cfg):
     io[IO_LAG] = clock_lag(slots, me)
 
 
+def merge_local(local, slots, me, k, io, log, cfg):  # pragma: no cover - overloaded
+    """:func:`merge_phase` where the loop has merges to run; where ``local`` is empty
+    (no in-core merge: :func:`hogkit.engine.step._merge_views`), nothing, and nothing
+    compiled: merge_phase's own compile was ~1 s of a cold first run (scratch runs)."""
+
+
+@overload(merge_local)
+def _merge_local_jit(local, slots, me, k, io, log, cfg):
+    if isinstance(local, types.BaseTuple) and len(local) == 0:
+        return lambda local, slots, me, k, io, log, cfg: None
+    return lambda local, slots, me, k, io, log, cfg: merge_phase(local, slots, me, k, io,
+                                                                   log, cfg)
+
+
 def _run_steps(n, wl, rng, cursor, params, bufs, rule, dens, ctl, log, cfg, io, pacer,
                prng, local):
     """Run up to ``n`` steps of worker ``cfg[ME]``; returns a code (``CHUNK`` when all
@@ -486,7 +498,7 @@ def _run_steps(n, wl, rng, cursor, params, bufs, rule, dens, ctl, log, cfg, io, 
     row, this worker's admission state and DSSP grants (``clock.admit``). A wait
     spins here for ``SPIN_WAIT_NS``, then returns ``BLOCKED`` (bound in
     ``adm[A_WAIT]``); Python's backoff waits and sets ``adm[A_RELEASED]``. ``local``:
-    :func:`merge_phase`'s. Tuples are unpacked once, here (no reference a step)."""
+    :func:`merge_local`'s. Tuples are unpacked once, here (no reference a step)."""
     slots, rt, stop, pol, adm, grants = ctl
     G, R, RD, cnt, idx, GF, scratch = bufs
     kind, rcfg, S1, S2, K = rule
@@ -550,7 +562,7 @@ def _run_steps(n, wl, rng, cursor, params, bufs, rule, dens, ctl, log, cfg, io, 
                 io[IO_DONE] = done
                 io[IO_PAUSE_NS] = long_pause      # Python merges, ticks, then pauses
                 return MERGE
-            merge_phase(local, slots, me, k, io, log, cfg)
+            merge_local(local, slots, me, k, io, log, cfg)
         finish_iteration(slots, me, monotonic_ns() if timing else 0)
         if long_pause > 0:
             io[IO_PAUSE_NS] = long_pause
@@ -618,7 +630,7 @@ def _run_lane_steps(n, wl, rng, cursor, params, bufs, rule, dens, ctl, log, cfg,
                 io[IO_DONE] = done
                 io[IO_PAUSE_NS] = long_pause
                 return MERGE
-            merge_phase(local, slots, me, k, io, log, cfg)
+            merge_local(local, slots, me, k, io, log, cfg)
         finish_iteration(slots, me, monotonic_ns() if timing else 0)
         if long_pause > 0:
             io[IO_PAUSE_NS] = long_pause

@@ -315,15 +315,14 @@ def _merge_views(params, merge, cfg):
     triple of flat views. ``merge`` = ``(shared, base, divisor, count_steps)`` (the
     local phase's arrays in ``params``' order, ``params`` the replica): the core merges
     each phase itself (``cfg[MERGE_CORE]``) when every array is C-contiguous, the
-    triple of one dtype; else (and without ``merge``) the parameters' own views, which
-    the core never touches, so the loop compiles to one type either way."""
-    own = tuple((p.reshape(-1),) * 3 for p in params)
+    triple of one dtype; else (and without ``merge``) ``()``, and the loop compiles
+    without a merge (a run with one compiles its own loop, once per cache)."""
     if merge is None:
-        return own
+        return ()
     shared, base, divisor, count_steps = merge
     triples = tuple((s, p, b) for s, p, b in zip(shared, params, base))
     if not all(a.flags.c_contiguous and a.dtype == t[0].dtype for t in triples for a in t):
-        return own
+        return ()
     cfg[_kl.MERGE_CORE] = 1
     cfg[_kl.DIVISOR] = int(divisor)
     cfg[_kl.COUNT_STEPS] = int(bool(count_steps))
