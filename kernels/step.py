@@ -458,13 +458,13 @@ def _pace(pacer, prng, rt, me, t0):
 def merge_phase(local, slots, me, k, io, log, cfg):
     """Worker ``me``'s local phase merged in the core after its step ``k``
     (``cfg[MERGE_CORE]``): what the worker loop's Python merge does, in its order, with
-    no return to Python (a return and re-entry cost a replica every 16 steps ~a third
-    of its samples). ``local`` holds a ``(shared, replica, base)`` triple of flat views
-    per parameter (:func:`dense.merge_flat`: ``shared += (replica - base) /
-    cfg[DIVISOR]``, then ``replica = base =`` the sum). The gap is others' updates since the phase's read (``io[IO_OTHERS]``); the merge
-    ticks the worker's update clock by its phase's steps (``cfg[COUNT_STEPS]``,
-    replicas) or by one (LocalSGD), records the event with the read's clock lag, and
-    reads again: the next phase's others and lag."""
+    no return to Python (a return and re-entry cost a replica every 16 steps ~a third of
+    its samples). ``local`` holds a ``(shared, replica, base)`` triple of flat views per
+    parameter (:func:`dense.merge_flat`: ``shared += (replica - base) / cfg[DIVISOR]``,
+    then ``replica = base =`` the sum). The gap is others' updates since the phase's
+    read (``io[IO_OTHERS]``); the merge ticks the worker's update clock by its phase's
+    steps (``cfg[COUNT_STEPS]``, replicas) or by one (LocalSGD), records the event with
+    the read's clock lag, and reads again: the next phase's others and lag."""
     gap = others_updates(slots, me) - io[IO_OTHERS]
     for t in literal_unroll(local):
         merge_flat(t[0], t[1], t[2], cfg[DIVISOR])
