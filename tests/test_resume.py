@@ -89,7 +89,7 @@ def test_sigkill_of_the_parent_then_resume_reaches_the_uninterrupted_loss(tmp_pa
     """The issue's test: kill the parent with SIGKILL mid-run, ``hogkit run --resume``,
     and reach the loss of an uninterrupted run of the same length; the dead run's
     segments are swept and its workers are gone."""
-    steps = "1500000"
+    steps = "93750"          # 384M ratings: 4,096 a lane step (was 1,500,000 at 256)
     common = ["--workload", "mf", "-o", "preset=hot", "--steps", steps, "--no-progress",
               "--checkpoint-every", "0.25"]
     whole = str(tmp_path / "whole")
