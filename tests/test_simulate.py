@@ -85,7 +85,7 @@ def test_fused_engine_equals_python_engine(wl, policy, rule):
     _same(a, b)
 
 
-def test_evaluation_points_leave_no_thread_and_raise_the_losss_error(monkeypatch):
+def test_evaluation_points_leave_no_thread_and_raise_the_loss_error(monkeypatch):
     """The fused engine takes each evaluation point's loss in a thread beside the loop
     (on a copy of the parameters at that point): its values are the in-line ones (the
     engines' equality above), an error in it reaches the caller, and no thread outlives
