@@ -881,3 +881,20 @@ def test_the_core_merge_section_comes_from_the_committed_json():
     assert len(both) == 1 and f"and {both.pop()} s (every 4, and" in readme
     lg = load("dense_replication_core.json")["replication"]["workloads"]["logreg"]["cases"]
     assert f"**{lg['2w_worker']['speedup']:.2f}x** one worker's samples/s" in text
+
+
+def test_session47_default_peer_run_is_quoted_from_its_json():
+    """The end-of-session-47 rerun (the step loop with the in-core merge): its table
+    renders the JSON and the prose's figures are the JSON's."""
+    rr, (lo, hi), c, text, _ = _peer_rerun("peers_session47_default.json",
+                                           "### Rerun at the end of session 47")
+    assert (f"rate rounds **{rr['mf_default_rounds_sample1_over_plain']:.2f}** "
+            f"(rounds {lo:.2f}–{hi:.2f})") in text
+    t2 = c["hogkit_default_2"]["time_to_target"]
+    assert f"in {t2:.3f} s, {t2 / c['libmf_2']['time_to_target']:.2f}x LIBMF's" in text
+    assert f"theirs is {rr['mf_default_plain_time_over_default2_time']:.2f};" in text
+    assert f"run {rr['mf_default_default2_over_default1']:.2f}x one worker's" in text
+    # "on the same side of its bar as in session 46's rerun"
+    assert rr["mf_default_rounds_sample1_over_plain"] >= 0.9
+    assert t2 / c["libmf_2"]["time_to_target"] <= 0.7
+    assert rr["mf_default_plain_time_over_default2_time"] > 1

@@ -265,8 +265,9 @@ class _Worker:
                 tuple(self.local.base[n] for n in names), lp.divisor, lp.count_steps)
 
     def _sync_phase(self, into_core):
-        """Keep the local phase's read (others' updates, clock lag, steps merged) the
-        same in the reader and in the core's ``io``, which merges in the core update."""
+        """Hand the local phase's read (others' updates, clock lag, steps merged) from
+        the reader to the core's ``io`` (``into_core``), or back: the core's merges
+        update it, and only the core merges while it runs."""
         io = self.core.io
         if into_core:
             io[_kl.IO_OTHERS] = self.reader.others_read()
@@ -278,21 +279,29 @@ class _Worker:
 
     def compiled_loop(self) -> int:
         """Run this worker's steps on the compiled engine (on the local-SGD replica
-        when there is one: ``ctx`` was set up on it); returns the steps run."""
+        when there is one: ``ctx`` was set up on it); returns the steps run. Where the
+        core merges the phases, it holds the phase's read for the whole loop: handed
+        over once before it, taken back once after (for :meth:`finish`'s last merge)."""
+        in_core = bool(self.core.cfg[_kl.MERGE_CORE])
+        if in_core:
+            self._sync_phase(True)
+        try:
+            return self._chunks()
+        finally:
+            if in_core:
+                self._sync_phase(False)
+
+    def _chunks(self) -> int:
+        """:meth:`compiled_loop`'s chunks of steps, and what each return asks for."""
         spec, rank, clocks, rt = self.spec, self.rank, self.clocks, self.rt
         policy, core = spec.plan.policy, self.core
         core.pacer[3] = time.monotonic_ns()          # a Load pacer's t = 0: the start
         rt[_kl.RT_STRIDE] = 1
         parent = spec.parent_pid
         chunk, steps = 8, 0
-        in_core = bool(core.cfg[_kl.MERGE_CORE])
         while True:
             t0 = time.perf_counter_ns()
-            if in_core:
-                self._sync_phase(True)
             code = core.run(chunk)
-            if in_core:
-                self._sync_phase(False)
             self.publish()                     # ~every 16 ms (a publish is ~10 µs);
                                                # finish() publishes the exact end
             t1 = time.perf_counter_ns()
