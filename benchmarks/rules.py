@@ -10,6 +10,13 @@ same round (issue 26 asks >= 0.7 for Gap-Aware and adaptive DC-ASGD). Plain SGD 
 the workload's fused kernel where it has one; every other rule the general path (the
 gradient into buffers, then the rule's row kernel), so the ratio is what choosing the
 rule costs a user. The lr is each workload's default: speed does not depend on it.
+
+Part ``one_worker``: the same rules' steps in this process, one worker, no other writer
+(the compiled core on the workload's sampler and default batch, record on), the rules
+taking turns, ``STEP_ROUNDS`` rounds of ``STEPS`` steps each: nanoseconds per sample
+and each rule's median per-round ratio to SGD. No process, no second worker: when
+these ratios equal the live ones, what a rule costs is its own work per step, not
+contention between workers.
 """
 
 from __future__ import annotations
@@ -19,6 +26,9 @@ import statistics
 #: seconds per rule and round, rounds, workers
 SECONDS, ROUNDS, WORKERS = 2.0, 3, 2
 WORKLOADS = ("mf", "logreg")
+#: the one-worker part: rounds, and steps per rule and round (per workload)
+STEP_ROUNDS = 7
+STEPS = {"mf": 2000, "logreg": 1000}
 
 
 def _rules(lr):
@@ -50,18 +60,73 @@ def _one(name, seconds, rounds, workers, only=None):
             "over_sgd": ratio}
 
 
+def _core(wl, rule):
+    """A one-worker compiled step core for ``rule`` on fresh parameters of ``wl``."""
+    import numpy as np
+
+    from hogkit.engine.step import CompiledStep
+    from hogkit.engine.worker_loop import runtime_specs
+    from hogkit.state.clocks import RUNNING, Clocks
+    from hogkit.state.reader import StalenessLog
+    params, data = wl.build(0)
+    views = {k: np.zeros(shape, dt) for k, (shape, dt) in
+             {**Clocks.specs(1), **StalenessLog.specs(1, ring=64),
+              **runtime_specs(1)}.items()}
+    clocks, log = Clocks(views), StalenessLog(views)
+    clocks.state[:] = RUNNING
+    ctx = wl.setup(params, data, rank=0, seed=0)
+    return CompiledStep(ctx, rank=0, batch=wl.default_batch, rule=rule,
+                        rule_state=rule.init(params), density=None, density_state=None,
+                        slots=clocks.slots, rt=views["rt"], stop=clocks.stop,
+                        log=log.arrays(), rng=np.random.default_rng([0, 0]))
+
+
+def _one_worker(name, rounds, steps, only=None):
+    """The ``one_worker`` part on workload ``name``: each rule's step, in turns."""
+    import time
+
+    from hogkit import workloads
+    wl = workloads.get(name)
+    rules = {k: v for k, v in _rules(wl.default_lr).items() if only is None or k in only}
+    cores = {k: _core(wl, r) for k, r in rules.items()}
+    for core in cores.values():
+        core.run(min(steps, 50))              # compiled, caches warm
+    per = wl.default_batch * steps
+    out = []
+    for k in range(rounds):
+        names = list(cores)
+        order = names[k % len(names):] + names[:k % len(names)]
+        got = {"order": order}
+        for rule in order:
+            t0 = time.perf_counter()
+            cores[rule].run(steps)
+            got[rule] = (time.perf_counter() - t0) / per * 1e9
+        out.append(got)
+    med = {r: statistics.median(g[r] for g in out) for r in cores}
+    ratio = {r: statistics.median(g["sgd"] / g[r] for g in out) for r in cores if r != "sgd"}
+    return {"workload": name, "batch": wl.default_batch, "steps": steps, "rounds": out,
+            "ns_per_sample": med, "over_sgd": ratio}
+
+
 def run(quick=False) -> dict:
     """Every rule on every workload; ``quick``: SGD and Gap-Aware on logreg, one round
     of 0.5 s (a smoke run: each rule compiles its own core on a cold cache)."""
     seconds, rounds = (0.5, 1) if quick else (SECONDS, ROUNDS)
     names = WORKLOADS[-1:] if quick else WORKLOADS
     only = ("sgd", "gap_aware") if quick else None
-    result = {"scenario": "rules", "quick": quick, "by_workload": {}, "ratios": {}}
+    result = {"scenario": "rules", "quick": quick, "by_workload": {}, "one_worker": {},
+              "ratios": {}}
     for name in names:
         r = _one(name, seconds, rounds, WORKERS, only)
         result["by_workload"][name] = r
         for rule, v in r["over_sgd"].items():
             result["ratios"][f"{name}_{rule}_over_sgd"] = v
+    for name in names:
+        r = _one_worker(name, 1 if quick else STEP_ROUNDS, 20 if quick else STEPS[name],
+                        only)
+        result["one_worker"][name] = r
+        for rule, v in r["over_sgd"].items():
+            result["ratios"][f"{name}_{rule}_one_worker_over_sgd"] = v
     return result
 
 
@@ -74,7 +139,33 @@ def format_table(result) -> str:
             ratio = r["over_sgd"].get(rule)
             lines.append(f"  {rule:16s} {v / 1e6:8.2f} M samples/s"
                          + (f"   {ratio:.2f}x SGD" if ratio is not None else ""))
+    for name, r in result.get("one_worker", {}).items():
+        lines.append(f"{name}: one worker in this process, batch {r['batch']}, "
+                     f"{len(r['rounds'])} round(s) of {r['steps']} steps per rule")
+        for rule, v in r["ns_per_sample"].items():
+            ratio = r["over_sgd"].get(rule)
+            lines.append(f"  {rule:16s} {v:8.1f} ns/sample"
+                         + (f"   {ratio:.2f}x SGD" if ratio is not None else ""))
     return "\n".join(lines)
+
+
+def format_one_worker(result) -> str:
+    """The ``one_worker`` part's table (markdown): ns per sample and the ratio to SGD
+    beside the live ratio of the same invocation."""
+    names = list(result["one_worker"])
+    cols = [f"`{n}` ns/sample | `{n}` / SGD | live" for n in names]
+    rows = ["| rule (one worker, in process) | " + " | ".join(cols) + " |",
+            "|---|" + "---|---|---|" * len(names)]
+    for rule in result["one_worker"][names[0]]["ns_per_sample"]:
+        cells = []
+        for n in names:
+            r, live = result["one_worker"][n], result["by_workload"][n]["over_sgd"]
+            ratio = r["over_sgd"].get(rule)
+            cells.append(f"{r['ns_per_sample'][rule]:.1f} | "
+                         + (f"{ratio:.2f} | {live[rule]:.2f}" if ratio is not None
+                            else "1 | 1"))
+        rows.append(f"| {rule} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
 
 
 def format_markdown(result, before=None) -> str:

@@ -555,6 +555,34 @@ def test_rules_gaps_section_comes_from_the_committed_json():
     _rules_section("rules_gaps.json", "rules_gather.json", "logreg is at the line")
 
 
+def test_rules_one_worker_section_comes_from_the_committed_json():
+    """Session 48's rules section: both tables render benchmarks/rules_session48.json,
+    the first invocation's ratios and the one-worker ratios its text quotes are the
+    JSONs', and the claim that one worker pays a larger share on mf holds there."""
+    import json
+    from pathlib import Path
+
+    from hogkit.benchmarks import rules
+    root = Path(__file__).resolve().parent.parent / "benchmarks"
+    r = json.loads((root / "rules_session48.json").read_text())
+    o = json.loads((root / "rules_gaps.json").read_text())
+    f = json.loads((root / "rules_session48_first.json").read_text())
+    results = (root / "RESULTS.md").read_text()
+    assert rules.format_markdown(r, o) in results
+    assert rules.format_one_worker(r) in results
+    text = " ".join(results.split())
+    first = {n: f["by_workload"][n]["over_sgd"] for n in ("mf", "logreg")}
+    assert (f"gave logreg Gap-Aware {first['logreg']['gap_aware']:.2f}x and adaptive "
+            f"DC-ASGD {first['logreg']['dc_adaptive']:.2f}x, mf "
+            f"{first['mf']['gap_aware']:.2f}x and {first['mf']['dc_adaptive']:.2f}x") in text
+    one, live = r["one_worker"]["mf"]["over_sgd"], r["by_workload"]["mf"]["over_sgd"]
+    assert (f"(mf Gap-Aware {one['gap_aware']:.2f}x, adaptive DC-ASGD "
+            f"{one['dc_adaptive']:.2f}x)") in text
+    for rule in ("gap_aware", "dc_adaptive"):
+        assert one[rule] < live[rule] < 0.7           # "a larger share than live"
+    assert "Item 3's bar is not met on this machine." in text
+
+
 def test_explore_section_comes_from_the_committed_json():
     """Issue 29's section: its table renders benchmarks/explore.json, and the stress
     figures its text quotes are the JSON's."""
