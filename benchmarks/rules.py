@@ -130,22 +130,26 @@ def run(quick=False) -> dict:
     return result
 
 
+def _table_lines(head, values, ratios, fmt):
+    """A part's lines of :func:`format_table`: ``head``, then one per rule (its value
+    through ``fmt`` and, except SGD's, its ratio to SGD)."""
+    return [head] + [f"  {rule:16s} {fmt(v)}" + (f"   {ratios[rule]:.2f}x SGD"
+                                                 if rule in ratios else "")
+                     for rule, v in values.items()]
+
+
 def format_table(result) -> str:
     lines = []
     for name, r in result["by_workload"].items():
-        lines.append(f"{name}: {r['workers']} workers, batch {r['batch']}, "
-                     f"{len(r['rounds'])} round(s) of {r['seconds']:g} s per rule")
-        for rule, v in r["samples_per_s"].items():
-            ratio = r["over_sgd"].get(rule)
-            lines.append(f"  {rule:16s} {v / 1e6:8.2f} M samples/s"
-                         + (f"   {ratio:.2f}x SGD" if ratio is not None else ""))
+        lines += _table_lines(f"{name}: {r['workers']} workers, batch {r['batch']}, "
+                              f"{len(r['rounds'])} round(s) of {r['seconds']:g} s per rule",
+                              r["samples_per_s"], r["over_sgd"],
+                              lambda v: f"{v / 1e6:8.2f} M samples/s")
     for name, r in result.get("one_worker", {}).items():
-        lines.append(f"{name}: one worker in this process, batch {r['batch']}, "
-                     f"{len(r['rounds'])} round(s) of {r['steps']} steps per rule")
-        for rule, v in r["ns_per_sample"].items():
-            ratio = r["over_sgd"].get(rule)
-            lines.append(f"  {rule:16s} {v:8.1f} ns/sample"
-                         + (f"   {ratio:.2f}x SGD" if ratio is not None else ""))
+        lines += _table_lines(f"{name}: one worker in this process, batch {r['batch']}, "
+                              f"{len(r['rounds'])} round(s) of {r['steps']} steps per rule",
+                              r["ns_per_sample"], r["over_sgd"],
+                              lambda v: f"{v:8.1f} ns/sample")
     return "\n".join(lines)
 
 
