@@ -21,16 +21,16 @@ from hogkit.cluster.backend import ShardFailed
 from hogkit.cluster.node import NodeFailed
 
 from helpers.faulty import Faulty
-from helpers.procs import children
+from helpers.procs import children, own_segments
 
 pytestmark = [pytest.mark.ray, pytest.mark.process, pytest.mark.slow,
               pytest.mark.timeout(240)]
 
-SHM = "/dev/shm"
 
 
 def _segments():
-    return {n for n in os.listdir(SHM) if n.startswith("hogkit_")}
+    """hogkit segments this test answers for (not another test process's: ``-n 2``)."""
+    return own_segments()
 
 
 @pytest.fixture

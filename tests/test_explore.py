@@ -299,12 +299,13 @@ def test_stress_names_the_failing_worker_and_leaves_nothing(tmp_path):
     from tests.helpers.race_kernels import bad_index, dies, raises
     from hogkit.errors import WorkerFailed
     from hogkit.testing import stress
-    before = set(os.listdir("/dev/shm"))
+    from tests.helpers.procs import own_segments
+    before = own_segments()
     with pytest.raises(WorkerFailed, match=r"(?s)worker 1 .*IndexError"):
         stress(raises, {"W": np.zeros((1, 1))}, [{"r": 0}, {"r": 7}], rounds=3,
                timeout=20)
     with pytest.raises(WorkerFailed, match="exited with code 3"):
         stress(dies, {"W": np.zeros((1, 1))}, [{"r": 0}], rounds=3, timeout=20)
-    assert set(os.listdir("/dev/shm")) <= before
+    assert own_segments() <= before
     with pytest.raises(InvalidArgument, match="one call after another"):
         stress(bad_index, {"W": np.zeros((1, 1))}, [{"r": 0}, {"r": 5}])
