@@ -65,13 +65,11 @@ def _core(wl, rule):
     import numpy as np
 
     from hogkit.engine.step import CompiledStep
-    from hogkit.engine.worker_loop import runtime_specs
+    from hogkit.engine.worker_loop import control_specs
     from hogkit.state.clocks import RUNNING, Clocks
     from hogkit.state.reader import StalenessLog
     params, data = wl.build(0)
-    views = {k: np.zeros(shape, dt) for k, (shape, dt) in
-             {**Clocks.specs(1), **StalenessLog.specs(1, ring=64),
-              **runtime_specs(1)}.items()}
+    views = {k: np.zeros(shape, dt) for k, (shape, dt) in control_specs(1, ring=64).items()}
     clocks, log = Clocks(views), StalenessLog(views)
     clocks.state[:] = RUNNING
     ctx = wl.setup(params, data, rank=0, seed=0)

@@ -21,16 +21,11 @@ from hogkit.cluster.backend import ShardFailed
 from hogkit.cluster.node import NodeFailed
 
 from helpers.faulty import Faulty
-from helpers.procs import children, own_segments
+from helpers.procs import children
+from helpers.procs import own_segments as _segments   # not another test process's
 
 pytestmark = [pytest.mark.ray, pytest.mark.process, pytest.mark.slow,
               pytest.mark.timeout(240)]
-
-
-
-def _segments():
-    """hogkit segments this test answers for (not another test process's: ``-n 2``)."""
-    return own_segments()
 
 
 @pytest.fixture
