@@ -10,6 +10,10 @@ same round (issue 26 asks >= 0.7 for Gap-Aware and adaptive DC-ASGD). Plain SGD 
 the workload's fused kernel where it has one; every other rule the general path (the
 gradient into buffers, then the rule's row kernel), so the ratio is what choosing the
 rule costs a user. The lr is each workload's default: speed does not depend on it.
+``momentum`` (SGD with heavy-ball momentum, at ``lr·(1 - MU)``) is no staleness rule: it
+is the floor of what a per-coordinate state costs. It reads and writes a table as large
+as the model, as Gap-Aware's second moment and adaptive DC-ASGD's mean square do, and
+does none of their gap work (no read copies, no gaps, no check).
 
 Part ``one_worker``: the same rules' steps in this process, one worker, no other writer
 (the compiled core on the workload's sampler and default batch, record on), the rules
@@ -31,10 +35,14 @@ STEP_ROUNDS = 7
 STEPS = {"mf": 2000, "logreg": 1000}
 
 
+#: the momentum floor's decay (its lr is scaled by ``1 - MU``: the same step size as SGD's)
+MU = 0.9
+
+
 def _rules(lr):
     from hogkit.rules.core import SGD, DelayCompensated, GapAware, StalenessAware
     return {"sgd": SGD(lr), "staleness_aware": StalenessAware(lr),
-            "dc": DelayCompensated(lr), "dc_adaptive": DelayCompensated(lr, adaptive=True),
+            "momentum": SGD(lr * (1.0 - MU), momentum=MU), "dc": DelayCompensated(lr), "dc_adaptive": DelayCompensated(lr, adaptive=True),
             "gap_aware": GapAware(lr)}
 
 
@@ -186,8 +194,10 @@ def format_markdown(result, before=None) -> str:
             cell = (f"{r['samples_per_s'][rule] / 1e6:.2f} | "
                     + (f"{ratio:.2f}" if ratio is not None else "1"))
             if before:
-                then = before["by_workload"][n]["over_sgd"].get(rule)
-                cell += " | " + (f"{then:.2f}" if then is not None else "1")
+                b = before["by_workload"][n]
+                then = b["over_sgd"].get(rule)
+                cell += " | " + (f"{then:.2f}" if then is not None else
+                                 "1" if rule == "sgd" else "–")
             cells.append(cell)
         rows.append(f"| {rule} | " + " | ".join(cells) + " |")
     return "\n".join(rows)

@@ -454,8 +454,7 @@ def test_coldstart_reads_the_stage_lines():
 
 def test_session38_peer_runs_are_quoted_from_their_json():
     """The rerun of both presets on the final engine and the default-only run beside
-    it: the section's table renders the JSON, its bar figures are the JSONs', and the
-    README's one-worker figures are these runs'."""
+    it: the section's table renders the JSON and its bar figures are the JSONs'."""
     import json
     from pathlib import Path
 
@@ -478,12 +477,6 @@ def test_session38_peer_runs_are_quoted_from_their_json():
     assert f"one worker at **{ro['mf_default_rounds_sample1_over_plain']:.2f}**" in text
     assert rr["mf_default_rounds_sample1_over_plain"] < 0.9 <= ro[
         "mf_default_rounds_sample1_over_plain"]                    # one above, one below
-    readme = " ".join((root.parent / "README.md").read_text().split())
-    assert (f"on the default preset: {rr['mf_default_rounds_sample1_over_plain']:.2f}x the "
-            f"plain loop's ratings/s in alternating rate rounds in the latest invocation of "
-            f"both presets and {ro['mf_default_rounds_sample1_over_plain']:.2f}x in a "
-            f"default-only one, {rr['mf_large_rounds_sample1_over_plain']:.2f}x on the "
-            f"large preset") in readme
 
 
 def test_dense_section_comes_from_the_committed_json():
@@ -736,9 +729,6 @@ def test_session45_default_peer_run_is_quoted_from_its_json():
     t2 = c["hogkit_default_2"]["time_to_target"]
     assert f"in {t2:.3f} s, {t2 / c['libmf_2']['time_to_target']:.2f}x LIBMF's" in text
     assert f"theirs is {rr['mf_default_plain_time_over_default2_time']:.2f}." in text
-    readme = " ".join((root.parent / "README.md").read_text().split())
-    assert (f"{rr['mf_default_rounds_sample1_over_plain']:.2f}x in session 45's "
-            f"default-only one at 256 ratings a step.") in readme
 
 
 def test_lane_step_size_section_comes_from_its_json():
@@ -794,10 +784,9 @@ def test_session46_default_peer_run_is_quoted_from_its_json():
             f"{here['plain'] / 1e6:.1f} M/s here") in section
 
 
-def test_session46_large_peer_run_and_the_readme_quote_their_json():
+def test_session46_large_peer_run_is_quoted_from_its_json():
     """The large-preset rerun at 4,096 ratings a step renders its JSON and meets the
-    issue's large-preset bars as its prose says; the README's session-46 figures are
-    the two reruns' and the step-size runs'."""
+    issue's large-preset bars as its prose says."""
     import json
     from pathlib import Path
 
@@ -818,14 +807,6 @@ def test_session46_large_peer_run_and_the_readme_quote_their_json():
     assert f"**{one:.2f}** (rounds {lo:.2f}–{hi:.2f})" in section
     assert f"{t2:.3f} s, {vs:.2f}x LIBMF's two threads' time" in section
     assert f"2 workers run {two:.2f}x one worker's" in section
-    default = json.loads((root / "peers_session46_default.json").read_text())["ratios"]
-    steps = sorted(x["rates"]["median"]["ratio"] for x in json.loads(
-        (root / "lane_steps.json").read_text())["runs"] if x["batch"] == 4096)
-    readme = " ".join((root.parent / "README.md").read_text().split())
-    assert (f"{default['mf_default_rounds_sample1_over_plain']:.2f}x in the bar's benchmark "
-            f"but {steps[0]:.2f}x and {steps[1]:.2f}x in two other sets of rounds on the "
-            f"default preset, {one:.2f}x on the large preset, where the defaults with 2 "
-            f"workers reach the target in {vs:.2f}x LIBMF's two threads' time)") in readme
 
 
 def test_the_tree_and_overlap_section_comes_from_the_committed_json():
@@ -926,3 +907,94 @@ def test_session47_default_peer_run_is_quoted_from_its_json():
     assert rr["mf_default_rounds_sample1_over_plain"] >= 0.9
     assert t2 / c["libmf_2"]["time_to_target"] <= 0.7
     assert rr["mf_default_plain_time_over_default2_time"] > 1
+
+
+def test_session49_both_presets_run_is_quoted_from_its_json():
+    """Session 49's run of both presets (no engine change since session 47's rerun):
+    its tables render the JSON, and the prose's bar figures, the comparison with session
+    47's rerun and the history since the 4,096-rating step are the JSONs'."""
+    import json
+    from pathlib import Path
+
+    from hogkit.benchmarks import peers
+    root = Path(__file__).resolve().parent.parent / "benchmarks"
+    r = json.loads((root / "peers_session49.json").read_text())
+    results = (root / "RESULTS.md").read_text()
+    assert peers.format_markdown(r) in results
+    text = " ".join(results.split("### Both presets at the start of session 49")[1]
+                    .split("\n### ")[0].split())
+    rr = r["ratios"]
+    one = {p: rr[f"mf_{p}_rounds_sample1_over_plain"] for p in ("default", "large")}
+    for p in one:
+        lo, hi = r["mf"][p]["rates"]["ratio_range"]
+        assert f"**{one[p]:.2f}** (rounds {lo:.2f}–{hi:.2f})" in text
+    assert one["large"] >= 0.9 > one["default"]                  # "met" / "not met"
+    for p in ("default", "large"):
+        c = r["mf"][p]["contenders"]
+        assert c["hogkit_sample_1"]["batch"] == c["hogkit_default_2"]["batch"] == 4096
+        t2, l2 = c["hogkit_default_2"]["time_to_target"], c["libmf_2"]["time_to_target"]
+        assert f"{t2:.3f} s, {t2 / l2:.2f}x LIBMF's {l2:.3f} s" in text
+        assert t2 / l2 <= (0.7 if p == "default" else 1.0)
+    assert f"theirs is {rr['mf_default_plain_time_over_default2_time']:.2f}" in text
+    assert rr["mf_default_plain_time_over_default2_time"] > 1
+    assert r["mf"]["large"]["contenders"]["plain"]["time_to_target"] is None
+    assert (f"large preset**: {rr['mf_large_default2_over_default1']:.2f} (met; "
+            f"{rr['mf_default_default2_over_default1']:.2f} on the default") in text
+    assert rr["mf_large_default2_over_default1"] >= 1.8
+    here, then = (json.loads((root / n).read_text())["mf"]["default"]["rates"]["median"]
+                  for n in ("peers_session49.json", "peers_session47_default.json"))
+    assert (f"Here hogkit's worker ran {here['hogkit'] / 1e6:.1f} M ratings/s, there "
+            f"{then['hogkit'] / 1e6:.1f} M/s; the plain loop {here['plain'] / 1e6:.1f} and "
+            f"{then['plain'] / 1e6:.1f} M/s") in text
+    assert (f"(hogkit {here['hogkit'] / then['hogkit']:.2f}x, the plain loop "
+            f"{here['plain'] / then['plain']:.2f}x session 47's)") in text
+    s46, s47 = (json.loads((root / f"peers_session{k}_default.json").read_text())["ratios"]
+                ["mf_default_rounds_sample1_over_plain"] for k in (46, 47))
+    steps = sorted(x["rates"]["median"]["ratio"] for x in json.loads(
+        (root / "lane_steps.json").read_text())["runs"] if x["batch"] == 4096)
+    assert (f"has been {s46:.2f} (session 46), {s47:.2f} (session 47) and "
+            f"{one['default']:.2f} (here) in the bar's benchmark, and {steps[0]:.2f} and "
+            f"{steps[1]:.2f} in two sets of step-size rounds") in text
+    c = {p: r["mf"][p]["contenders"] for p in ("default", "large")}
+    vs = {p: c[p]["hogkit_default_2"]["time_to_target"] / c[p]["libmf_2"]["time_to_target"]
+          for p in c}
+    readme = " ".join((root.parent / "README.md").read_text().split())
+    assert (f"it ran {s46:.2f}x, {s47:.2f}x and {one['default']:.2f}x its ratings/s in the "
+            f"last three invocations (the bar is 0.9x), and {one['large']:.2f}x on the large "
+            f"preset. In the latest, both presets in one invocation, the defaults with 2 "
+            f"workers reach the target in {vs['default']:.2f}x (default) and "
+            f"{vs['large']:.2f}x (large) LIBMF's two threads' time.") in readme
+
+
+def test_rules_momentum_floor_section_comes_from_the_committed_json():
+    """Session 49's rules section: both tables render benchmarks/rules_session49.json
+    (before: session 48's), and the decomposition its text gives is the JSON's."""
+    import json
+    from pathlib import Path
+
+    from hogkit.benchmarks import rules
+    root = Path(__file__).resolve().parent.parent / "benchmarks"
+    r = json.loads((root / "rules_session49.json").read_text())
+    b = json.loads((root / "rules_session48.json").read_text())
+    results = (root / "RESULTS.md").read_text()
+    section = results.split("### A state table's floor")[1].split("\n### ")[0]
+    assert rules.format_markdown(r, b) in section
+    assert rules.format_one_worker(r) in section
+    text = " ".join(section.split())
+    m, lg = (r["by_workload"][n]["over_sgd"] for n in ("mf", "logreg"))
+    sa, mo, dc = m["staleness_aware"], m["momentum"], m["dc"]
+    assert f"(staleness-aware) runs at {sa:.2f}x SGD" in text
+    assert f"The state table alone (momentum) is {mo:.2f}x" in text
+    assert f"(constant DC-ASGD) is {dc:.2f}x" in text
+    assert f"are {m['dc_adaptive']:.2f}x and {m['gap_aware']:.2f}x" in text
+    left = sa - (sa - mo) - (sa - dc)
+    assert (f"the state takes {sa - mo:.2f} and the gap work {sa - dc:.2f}, which leaves "
+            f"{left:.2f}") in text
+    assert abs(left - m["gap_aware"]) < 0.03 and abs(left - m["dc_adaptive"]) < 0.03
+    assert max(m["gap_aware"], m["dc_adaptive"]) < 0.7 <= dc          # mf below the bar
+    assert (f"adaptive DC-ASGD is at {lg['dc_adaptive']:.2f}x and Gap-Aware at "
+            f"{lg['gap_aware']:.2f}x") in text
+    assert min(lg["gap_aware"], lg["dc_adaptive"]) < 0.7 <= max(lg["gap_aware"],
+                                                                lg["dc_adaptive"])
+    assert lg["momentum"] < lg["dc"]                  # "the state table costs more"
+    assert f"(momentum {lg['momentum']:.2f}x, constant DC-ASGD {lg['dc']:.2f}x)" in text
