@@ -127,23 +127,18 @@ def logreg_gradient(wl, params, idx, nb, keep_read, G, R, RD, cnt):
         s = idx[b]
         start = np.uint64(indptr[s])
         end = np.uint64(indptr[s + 1])
+        for j in range(start, end):
+            f = indices[j]
+            tt = t + (j - start)
+            read[tt, 0] = w[np.uint64(f), 0]
+            rows[tt] = f
         # with keep_read the margin is taken from the copies, so w_read is exactly
         # what the gradient saw; else straight from w (as the fused kernel does)
         if keep_read:
             m = 0.0
             for j in range(start, end):
-                f = indices[j]
-                tt = t + (j - start)
-                x = w[np.uint64(f), 0]
-                read[tt, 0] = x
-                rows[tt] = f
-                m += float(x) * float(values[j])
+                m += float(read[t + (j - start), 0]) * float(values[j])
         else:
-            for j in range(start, end):
-                f = indices[j]
-                tt = t + (j - start)
-                read[tt, 0] = w[np.uint64(f), 0]
-                rows[tt] = f
             m = _margin(w, indices, values, indptr[s], indptr[s + 1])   # as the fused
         d = _sigmoid(m) - float(y[s])                                 # kernel sums
         for j in range(start, end):
