@@ -6,6 +6,12 @@
 Arguments: workload, lr, worker counts. Each worker count runs 3 times for 3 s
 (``eval_every=None``); prints the hogkit path in use and ``workers [M samples/s...]``
 per line. Alternate A and B runs: this machine's rate drifts between minutes.
+
+``PYTHONPATH`` swaps ``hogkit`` but not ``hogkit.kernels`` where hogkit is installed
+editable from another tree: the editable install's finder maps ``hogkit.kernels`` to
+that tree's ``kernels/``, and a checkout has no ``hogkit/kernels`` folder to shadow it.
+The first line printed names both files; for a change to ``kernels/``, run each
+revision from its own venv, or swap the changed files in place between runs.
 """
 
 import sys
@@ -15,7 +21,8 @@ def main():
     import hogkit
     from hogkit import SGD, train
     workload, lr, *workers = sys.argv[1:]
-    print(hogkit.__file__)
+    import hogkit.kernels
+    print(hogkit.__file__, hogkit.kernels.__file__)
     for w in map(int, workers):
         rates = []
         for _ in range(3):
