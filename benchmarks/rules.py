@@ -42,8 +42,8 @@ MU = 0.9
 def _rules(lr):
     from hogkit.rules.core import SGD, DelayCompensated, GapAware, StalenessAware
     return {"sgd": SGD(lr), "staleness_aware": StalenessAware(lr),
-            "momentum": SGD(lr * (1.0 - MU), momentum=MU), "dc": DelayCompensated(lr), "dc_adaptive": DelayCompensated(lr, adaptive=True),
-            "gap_aware": GapAware(lr)}
+            "momentum": SGD(lr * (1.0 - MU), momentum=MU), "dc": DelayCompensated(lr),
+            "dc_adaptive": DelayCompensated(lr, adaptive=True), "gap_aware": GapAware(lr)}
 
 
 def _one(name, seconds, rounds, workers, only=None):

@@ -718,6 +718,20 @@ def _peer_rerun(name, heading):
     return r["ratios"], d["rates"]["ratio_range"], d["contenders"], text, root
 
 
+def _peer_section(name, heading):
+    """A peer run's JSON, whose tables its RESULTS section must render, and that
+    section's text (from ``heading`` to the next subsection, whitespace collapsed)."""
+    import json
+    from pathlib import Path
+
+    from hogkit.benchmarks import peers
+    root = Path(__file__).resolve().parent.parent / "benchmarks"
+    r = json.loads((root / name).read_text())
+    results = (root / "RESULTS.md").read_text()
+    assert peers.format_markdown(r) in results
+    return r, " ".join(results.split(heading)[1].split("\n### ")[0].split())
+
+
 def test_session45_default_peer_run_is_quoted_from_its_json():
     """The end-of-session-45 rerun: its table renders the JSON and the prose's bar
     figures are the JSON's."""
@@ -787,16 +801,8 @@ def test_session46_default_peer_run_is_quoted_from_its_json():
 def test_session46_large_peer_run_is_quoted_from_its_json():
     """The large-preset rerun at 4,096 ratings a step renders its JSON and meets the
     issue's large-preset bars as its prose says."""
-    import json
-    from pathlib import Path
-
-    from hogkit.benchmarks import peers
-    root = Path(__file__).resolve().parent.parent / "benchmarks"
-    r = json.loads((root / "peers_session46_large.json").read_text())
-    results = (root / "RESULTS.md").read_text()
-    assert peers.format_markdown(r) in results
-    section = " ".join(results.split("### Rerun at the end of session 46 (large")[1]
-                       .split("\n### ")[0].split())
+    r, section = _peer_section("peers_session46_large.json",
+                               "### Rerun at the end of session 46 (large")
     rr, d = r["ratios"], r["mf"]["large"]
     c, (lo, hi) = d["contenders"], d["rates"]["ratio_range"]
     assert c["hogkit_sample_1"]["batch"] == c["hogkit_default_2"]["batch"] == 4096
@@ -915,14 +921,8 @@ def test_session49_both_presets_run_is_quoted_from_its_json():
     47's rerun and the history since the 4,096-rating step are the JSONs'."""
     import json
     from pathlib import Path
-
-    from hogkit.benchmarks import peers
     root = Path(__file__).resolve().parent.parent / "benchmarks"
-    r = json.loads((root / "peers_session49.json").read_text())
-    results = (root / "RESULTS.md").read_text()
-    assert peers.format_markdown(r) in results
-    text = " ".join(results.split("### Both presets at the start of session 49")[1]
-                    .split("\n### ")[0].split())
+    r, text = _peer_section("peers_session49.json", "### Both presets at the start of session 49")
     rr = r["ratios"]
     one = {p: rr[f"mf_{p}_rounds_sample1_over_plain"] for p in ("default", "large")}
     for p in one:
