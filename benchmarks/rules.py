@@ -194,8 +194,7 @@ def format_markdown(result, before=None) -> str:
             cell = (f"{r['samples_per_s'][rule] / 1e6:.2f} | "
                     + (f"{ratio:.2f}" if ratio is not None else "1"))
             if before:
-                b = before["by_workload"][n]
-                then = b["over_sgd"].get(rule)
+                then = before["by_workload"][n]["over_sgd"].get(rule)   # "–": not run
                 cell += " | " + (f"{then:.2f}" if then is not None else
                                  "1" if rule == "sgd" else "–")
             cells.append(cell)
