@@ -1,13 +1,21 @@
 """Processes and the machine as Linux's /proc and /sys show them (no psutil needed): a
-parent's live children and a process's resident memory (the soak benchmark and the
-tests' orphan checks); a core's cache size (the mf lane's prefetch)."""
+parent's live children, a process's parent and its resident memory (the soak benchmark
+and the tests' orphan and leak checks); a core's cache size (the mf lane's prefetch)."""
 
 from __future__ import annotations
 
 import functools
 import os
 
-__all__ = ["cache_bytes", "children", "rss_kb"]
+__all__ = ["cache_bytes", "children", "parent", "rss_kb"]
+
+
+def _stat(pid):
+    """``(state, parent pid)`` of ``pid`` from /proc/<pid>/stat (raises OSError when it
+    is gone); the fields after the command name, which may hold spaces and ``)``."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return fields[0], int(fields[1])
 
 
 def children(ppid):
@@ -17,15 +25,22 @@ def children(ppid):
         if not pid.isdigit():
             continue
         try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
+            state, up = _stat(pid)
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
         except OSError:
             continue
-        if int(fields[1]) == ppid and fields[0] != "Z":
+        if up == ppid and state != "Z":
             out.append((int(pid), cmd))
     return out
+
+
+def parent(pid):
+    """``pid``'s parent pid, or None when ``pid`` is gone."""
+    try:
+        return _stat(pid)[1]
+    except OSError:
+        return None
 
 
 def rss_kb(pid) -> int:

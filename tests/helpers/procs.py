@@ -3,20 +3,11 @@ hogkit segments in /dev/shm that this test process answers for."""
 
 import os
 
-from hogkit.procfs import children
+from hogkit.procfs import children, parent
 
 __all__ = ["children", "own_segments"]
 
 SHM = "/dev/shm"
-
-
-def _parent(pid):
-    """``pid``'s parent, or None when ``pid`` is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def _answers_for(pid):
@@ -28,7 +19,7 @@ def _answers_for(pid):
     for _ in range(64):
         if p == me:
             return True
-        up = _parent(p)
+        up = parent(p)
         if up is None:
             return p == pid           # the named process is gone; an ancestor is not ours
         if up <= 1:
