@@ -24,6 +24,7 @@ from numba import njit
 from . import step as _step
 from ._intrinsics import prefetch, sqrt
 from .blocks import block_sample
+from .rowvec import fits, sgd_span, sgd_span_pf, sgd_span_pf_plain, sgd_span_plain
 from .rule import ADAGRAD as _ADAGRAD
 from .rule import EPS as _EPS
 from .rule import FASTMATH as _FM   # the step core's flags: the same numbers both ways
@@ -378,12 +379,24 @@ def _sgd_runs(wl, P, Q, idx, nb, a, lim, skip):
     reg = T(wl.reg)
     pf_end = n if wl.prefetch > 0 else 0    # prefetch rating t + ahead while < pf_end
     u, i, r, ahead = wl.u, wl.i, wl.r, wl.prefetch
+    vector = fits(P, Q)
+    keep = T(1.0) - a * reg
     bad = 0
     b = 0
     while b < nb:
         m = _run_length(idx, b, nb)
         t0 = idx[b]
-        if pf_end > 0 and reg == 0:
+        if vector:                    # straight-line vector rows (kernels/rowvec.py)
+            if pf_end > 0 and reg == 0:
+                got = sgd_span_pf_plain(P, Q, u, i, r, t0, m, ahead, pf_end, a, keep, lim,
+                                        skip)
+            elif pf_end > 0:
+                got = sgd_span_pf(P, Q, u, i, r, t0, m, ahead, pf_end, a, keep, lim, skip)
+            elif reg == 0:
+                got = sgd_span_plain(P, Q, u, i, r, t0, m, ahead, pf_end, a, keep, lim, skip)
+            else:
+                got = sgd_span(P, Q, u, i, r, t0, m, ahead, pf_end, a, keep, lim, skip)
+        elif pf_end > 0 and reg == 0:
             got = _sgd_span_pf_plain(P, Q, u, i, r, t0, m, ahead, pf_end, a, reg, lim, skip)
         elif pf_end > 0:
             got = _sgd_span_pf(P, Q, u, i, r, t0, m, ahead, pf_end, a, reg, lim, skip)

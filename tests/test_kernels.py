@@ -689,3 +689,37 @@ def test_a_rule_kernels_bits_do_not_depend_on_what_compiled_it_first(tmp_path):
                                     capture_output=True, text=True, timeout=240,
                                     check=True).stdout.strip()
     assert len(out["engine"]) == 64 and out["engine"] == out["direct"]
+
+
+@pytest.mark.parametrize("dtype, K, reg", [(np.float32, 16, 0.0), (np.float32, 32, 0.05),
+                                           (np.float64, 8, 0.05)])
+def test_vector_sgd_span_is_the_lane_loops_arithmetic(dtype, K, reg):
+    """``rowvec``'s straight-line span (compiled: LLVM IR; under NUMBA_DISABLE_JIT: its
+    numpy twin) against mf's numba span on the same ratings, to rounding: the same
+    per-rating SGD with the L2 term, guard and count."""
+    from numba import njit
+
+    from hogkit.kernels import mf, rowvec
+
+    @njit
+    def vec(P, Q, u, i, r, a, keep, lim):
+        if reg == 0.0:
+            return rowvec.sgd_span_plain(P, Q, u, i, r, 0, r.shape[0], 0, 0, a, keep, lim,
+                                         True)
+        return rowvec.sgd_span(P, Q, u, i, r, 0, r.shape[0], 0, 0, a, keep, lim, True)
+
+    rng = np.random.default_rng(K)
+    P0 = (rng.standard_normal((12, K)) * 0.3).astype(dtype)
+    Q0 = (rng.standard_normal((9, K)) * 0.3).astype(dtype)
+    u, i = rng.integers(0, 12, 80), rng.integers(0, 9, 80)
+    r = rng.standard_normal(80).astype(dtype)
+    r[17] = np.inf
+    a, lim = dtype(0.05), dtype(1e18)
+    P, Q = P0.copy(), Q0.copy()
+    assert vec(P, Q, u, i, r, a, dtype(1.0 - 0.05 * reg), lim) == 1
+    Pn, Qn = P0.copy(), Q0.copy()
+    span = mf._sgd_span_plain if reg == 0.0 else mf._sgd_span
+    assert span(Pn, Qn, u, i, r, 0, 80, 0, 0, a, dtype(reg), lim, True) == 1
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(P, Pn, rtol=tol, atol=tol)
+    np.testing.assert_allclose(Q, Qn, rtol=tol, atol=tol)

@@ -201,6 +201,94 @@ def test_mf_lane_kernel_any_ids_and_prefetch(ids, prefetch, reg, rowwise, sgd):
     assert all(np.array_equal(a, b) for a, b in zip(S, S0))
 
 
+def _rowvec_span(plain, prefetching):
+    """A jitted caller of one of ``kernels.rowvec``'s spans (an intrinsic is called
+    from compiled code only)."""
+    from numba import njit
+
+    from hogkit.kernels import rowvec as RV
+    span = {(False, False): RV.sgd_span, (True, False): RV.sgd_span_plain,
+            (False, True): RV.sgd_span_pf, (True, True): RV.sgd_span_pf_plain}[
+        (plain, prefetching)]
+
+    @njit
+    def call(P, Q, u, i, r, t0, m, ahead, pf_end, a, keep, lim, skip):
+        return span(P, Q, u, i, r, t0, m, ahead, pf_end, a, keep, lim, skip)
+    return call
+
+
+_SPANS = {}
+
+
+@settings(max_examples=30, deadline=None)
+@given(width=st.sampled_from([(np.float32, 8), (np.float32, 24), (np.float32, 32),
+                              (np.float32, 128), (np.float64, 4), (np.float64, 12),
+                              (np.float64, 64)]),
+       reg=st.sampled_from([0.0, 0.05]), ahead=st.sampled_from([0, 3]),
+       t0=st.integers(0, 40), m=st.integers(0, 60), seed=st.integers(0, 3))
+def test_vector_span_matches_per_rating_numpy(width, reg, ahead, t0, m, seed):
+    """``kernels.rowvec``'s straight-line span, for every row width it covers (whole
+    32-byte vectors, float32 and float64, one to sixteen of them), with and without
+    the L2 term and the prefetch: the per-rating numpy loop's result, and the
+    prefetch changes no bit."""
+    dtype, K = width
+    rng = np.random.default_rng(seed)
+    n = 120
+    p0 = {"P": (rng.standard_normal((30, K)) * 0.3).astype(dtype),
+          "Q": (rng.standard_normal((20, K)) * 0.3).astype(dtype)}
+    data = {"u": rng.integers(0, 30, n).astype(np.int32),
+            "i": rng.integers(0, 20, n).astype(np.int64),
+            "r": rng.standard_normal(n).astype(dtype)}
+    lr = 0.05
+    out = []
+    for pf in (False, True):
+        key = (reg == 0.0, pf)
+        span = _SPANS.setdefault(key, _rowvec_span(*key))
+        P, Q = p0["P"].copy(), p0["Q"].copy()
+        left = span(P, Q, data["u"], data["i"], data["r"], t0, m, ahead if pf else 0,
+                    n if pf else 0, dtype(lr), dtype(1.0 - lr * reg), dtype(1e18), True)
+        assert left == 0
+        out.append((P, Q))
+    Pr, Qr = _mf_reference(p0, data, np.arange(t0, t0 + m), lr, reg=reg)
+    tol = TOL if dtype == np.float32 else dict(rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(out[0][0], Pr, **tol)
+    np.testing.assert_allclose(out[0][1], Qr, **tol)
+    assert np.array_equal(out[0][0], out[1][0]) and np.array_equal(out[0][1], out[1][1])
+
+
+def test_vector_span_guard_and_uncovered_widths():
+    """The vector span's guard leaves a NaN rating out (counted; without skip it stops
+    there, nothing of it written), and a width it does not cover (not a whole number of
+    vectors, or more than sixteen) returns -1 having written nothing; mf's lane then
+    runs its numba loops, whose result is the numpy loop's (rank 5)."""
+    from hogkit.kernels import rowvec as RV
+    span = _SPANS.setdefault((True, False), _rowvec_span(True, False))
+    rng = np.random.default_rng(0)
+    P0, Q0 = rng.standard_normal((4, 8)).astype(np.float32), rng.standard_normal(
+        (4, 8)).astype(np.float32)
+    u = i = np.array([0, 1, 2, 3], np.int64)
+    r = np.array([0.5, np.nan, 0.1, 0.2], np.float32)
+    args = (u, i, r, 0, 4, 0, 0, np.float32(0.1), np.float32(1), np.float32(1e18))
+    P, Q = P0.copy(), Q0.copy()
+    assert span(P, Q, *args, True) == 1
+    assert np.array_equal(P[1], P0[1]) and not np.array_equal(P[3], P0[3])
+    P, Q = P0.copy(), Q0.copy()
+    assert span(P, Q, *args, False) == 1
+    assert np.array_equal(P[1:], P0[1:]) and not np.array_equal(P[0], P0[0])
+    for K in (5, 12, 136):
+        A, B = np.ones((4, K), np.float32), np.ones((4, K), np.float32)
+        assert span(A, B, *args, True) == -1 and (A == 1).all() and (B == 1).all()
+        assert not RV.fits(A, B)
+    wl = workloads.get("mf", preset="hot", rank=5)
+    p0, data = wl.build(1)
+    ids = list(range(50))
+    P, Q, _, left_out = _lane_kernel(wl, p0, data, ids, SGD(0.05), 0)
+    Pr, Qr = _mf_reference(p0, data, ids, 0.05)
+    assert left_out == 0
+    np.testing.assert_allclose(P, Pr, **TOL)
+    np.testing.assert_allclose(Q, Qr, **TOL)
+
+
 def test_logreg_lane_steps_lr_over_batch_per_sample():
     """logreg's gradient is a batch mean: its lane steps lr/batch per sample."""
     wl = workloads.get("logreg", n_samples=300, n_features=80, min_nnz=2, max_nnz=9)

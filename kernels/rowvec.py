@@ -1,0 +1,264 @@
+"""Matrix factorisation's per-sample SGD span as straight-line vector code.
+
+``sgd_span(P, Q, u, i, r, t0, m, ahead, pf_end, a, keep, lim, skip)`` runs the ratings
+``t = t0 .. t0+m-1`` in order (Hogwild!, Niu et al. 2011; LIBMF's inner loop), each on
+its rows ``p = P[u[t]]``, ``q = Q[i[t]]`` of width ``K``::
+
+    e = p·q - r[t]
+    if |e| < lim:  p, q = keep·p - (a·e)·q,  keep·q - (a·e)·p     (both from the rows as read)
+    else:          left out, counted; with ``skip`` False the span stops there
+
+and returns the ratings left out. ``sgd_span_plain`` drops the ``keep`` multiply (no L2
+term: ``keep`` is 1); the ``_pf`` twins first prefetch the rows of rating ``t + ahead``
+while it is below ``pf_end`` (``kernels/mf.py``: tables bigger than the cache).
+
+It is emitted as LLVM IR on vectors of 32 bytes (8 float32 or 4 float64 lanes): a
+``switch`` on ``K / lanes``, once per span, picks a loop whose rating body is straight
+line for that width. The body loads both rows once, forms the dot product as lane-wise
+products summed pairwise then halved across the lanes, and stores both rows as fused
+multiply-adds ``fma(-a·e, q, keep·p)``.
+
+Why not numba loops: a row loop ``for k in range(K)`` has a trip count known only at run
+time, and the stores to ``P`` may alias the loads from ``Q``, so LLVM emits for each of
+the rating's three row loops a runtime overlap test, a vector body, a remainder and a
+scalar fallback, and loads the rows twice. The plain compiled loop a user writes runs
+that code too; this body runs none of it: ~1.6x the plain loop's ratings a second on
+mf's default preset, one thread (``benchmarks/RESULTS.md``). A switch per rating in
+place of per span gave back most of that (~1.25x).
+
+Only for rows :func:`fits` accepts (2-D float tables of one dtype, each row contiguous,
+``K`` a whole number of vectors, at most :data:`MAX_VECTORS`); the span returns -1 for
+any other width, and the callers keep their numba loops for those. Rows of ``P`` and
+``Q`` must not overlap (two tables), and every index must be inside its table: nothing
+is checked here, nothing here imports hogkit.
+"""
+
+from numba import njit
+from numba.core import config
+
+#: the vector width in bytes (AVX2's; LLVM splits it on narrower targets) and the widest
+#: row covered, in vectors (128 float32 or 64 float64 coordinates)
+VECTOR_BYTES, MAX_VECTORS = 32, 16
+
+
+@njit(cache=True, nogil=True, inline="always")
+def fits(P, Q):
+    """True when the spans cover the rows of ``P`` and ``Q``: equal widths ``K`` of
+    whole vectors (at most :data:`MAX_VECTORS`), every row contiguous."""
+    K = P.shape[1]
+    lanes = VECTOR_BYTES // P.itemsize
+    return (Q.shape[1] == K and K % lanes == 0 and 0 < K // lanes <= MAX_VECTORS
+            and P.strides[1] == P.itemsize and Q.strides[1] == Q.itemsize)
+
+
+if config.DISABLE_JIT:
+    def _py_span(plain):
+        def span(P, Q, u, i, r, t0, m, ahead, pf_end, a, keep, lim, skip):
+            if not fits(P, Q):
+                return -1
+            T = P.dtype.type
+            bad = 0
+            for t in range(t0, t0 + m):
+                p, q = P[u[t]].copy(), Q[i[t]].copy()
+                e = T(T(p @ q) - T(r[t]))
+                if not abs(e) < lim:
+                    bad += 1
+                    if not skip:
+                        return bad
+                    continue
+                ae = T(a) * e
+                P[u[t]] = (p if plain else T(keep) * p) - ae * q
+                Q[i[t]] = (q if plain else T(keep) * q) - ae * p
+            return bad
+        return span
+
+    sgd_span = sgd_span_pf = _py_span(False)
+    sgd_span_plain = sgd_span_pf_plain = _py_span(True)
+
+else:
+    from llvmlite import ir
+    from numba.core import cgutils, types
+    from numba.extending import intrinsic
+
+    _FLAGS = ("reassoc", "contract")           # the lane's flags (kernels/mf.py)
+    _I32 = ir.IntType(32)
+
+    def _row(context, builder, aryty, ary, row, rowty):
+        """Pointer to ``ary[row, 0]`` and the row width ``K``."""
+        a = context.make_array(aryty)(context, builder, ary)
+        r = context.cast(builder, row, rowty, types.intp)
+        zero = context.get_constant(types.intp, 0)
+        return cgutils.get_item_pointer(context, builder, aryty, a, [r, zero]), \
+            builder.extract_value(a.shape, 1)
+
+    def _vptr(builder, base, c, vty):
+        return builder.bitcast(builder.gep(base, [ir.IntType(64)(c * vty.count)]),
+                               vty.as_pointer())
+
+    def _splat(builder, x, vty):
+        v = builder.insert_element(ir.Constant(vty, ir.Undefined), x, _I32(0))
+        return builder.shuffle_vector(v, ir.Constant(vty, ir.Undefined),
+                                      ir.Constant(ir.VectorType(_I32, vty.count),
+                                                  [0] * vty.count))
+
+    def _sum(builder, xs):
+        """Pairwise sum of a list of vectors, then halving across the lanes."""
+        while len(xs) > 1:
+            xs = [builder.fadd(xs[j], xs[j + 1], flags=_FLAGS) if j + 1 < len(xs)
+                  else xs[j] for j in range(0, len(xs), 2)]
+        v = xs[0]
+        n = v.type.count
+        undef = ir.Constant(v.type, ir.Undefined)
+        while n > 1:
+            h = n // 2
+            lo = builder.shuffle_vector(v, undef, ir.Constant(ir.VectorType(_I32, h),
+                                                              list(range(h))))
+            hi = builder.shuffle_vector(v, undef, ir.Constant(ir.VectorType(_I32, h),
+                                                              list(range(h, n))))
+            v, undef = builder.fadd(lo, hi, flags=_FLAGS), ir.Constant(lo.type,
+                                                                     ir.Undefined)
+            n = h
+        return builder.extract_element(v, _I32(0))
+
+    def _fma(builder, vty):
+        name = f"llvm.fma.v{vty.count}{vty.element.intrinsic_name}"
+        return cgutils.get_or_insert_function(builder.module,
+                                              ir.FunctionType(vty, [vty] * 3), name)
+
+    def _rating(builder, nv, pp, qq, vty, al, rt, a, keep, lim, plain):
+        """One rating on rows of ``nv`` vectors at ``pp``, ``qq``: the error, the guard,
+        the update when it passes. Returns ``ok`` (the guard passed); the builder ends in
+        a block after the update."""
+        ps = [builder.load(_vptr(builder, pp, c, vty), align=al) for c in range(nv)]
+        qs = [builder.load(_vptr(builder, qq, c, vty), align=al) for c in range(nv)]
+        dot = _sum(builder, [builder.fmul(p, q, flags=_FLAGS) for p, q in zip(ps, qs)])
+        e = builder.fsub(dot, rt, flags=_FLAGS)
+        fabs = builder.module.declare_intrinsic("llvm.fabs", [e.type])
+        ok = builder.fcmp_ordered("<", builder.call(fabs, [e]), lim)
+        with builder.if_then(ok, likely=True):
+            nae = _splat(builder, builder.fneg(builder.fmul(a, e, flags=_FLAGS)), vty)
+            fma = _fma(builder, vty)
+            kv = None if plain else _splat(builder, keep, vty)
+            for c, (p, q) in enumerate(zip(ps, qs)):
+                kp = p if plain else builder.fmul(kv, p, flags=_FLAGS)
+                kq = q if plain else builder.fmul(kv, q, flags=_FLAGS)
+                builder.store(builder.call(fma, [nae, q, kp]), _vptr(builder, pp, c, vty),
+                              align=al)
+                builder.store(builder.call(fma, [nae, p, kq]), _vptr(builder, qq, c, vty),
+                              align=al)
+        return ok
+
+    def _item(context, builder, aryty, ary, t):
+        """``ary[t]`` of a 1-D array (no wraparound: ``t`` is inside)."""
+        return builder.load(cgutils.get_item_pointer(context, builder, aryty, ary, [t]))
+
+    def _prefetch(builder, base, nbytes):
+        """``llvm.prefetch`` (write intent, high locality) of every 64-byte line of the
+        ``nbytes`` from ``base``."""
+        i8p = ir.IntType(8).as_pointer()
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [i8p, _I32, _I32, _I32]),
+            "llvm.prefetch.p0")
+        raw = builder.bitcast(base, i8p)
+        for off in range(0, max(nbytes, 1), 64):
+            builder.call(fn, [builder.gep(raw, [ir.IntType(64)(off)]), _I32(1), _I32(3),
+                              _I32(1)])
+
+    class _Span:
+        """What one span's IR needs: the arrays, the scalars cast to the factors' dtype,
+        the accumulators."""
+
+        def __init__(self, context, builder, sig, args):
+            self.c, self.b = context, builder
+            (self.pty, self.qty, self.uty, self.ity, self.rty) = sig.args[:5]
+            self.T = T = self.pty.dtype
+            self.lt = context.get_value_type(T)
+            self.vty = ir.VectorType(self.lt, VECTOR_BYTES * 8 // T.bitwidth)
+            arr = [context.make_array(t)(context, builder, v)
+                   for t, v in zip(sig.args[:5], args[:5])]
+            self.P, self.Q, self.u, self.i, self.r = arr
+            cast = context.cast
+            self.t0, self.m, self.ahead, self.pf_end = (
+                cast(builder, v, t, types.int64) for v, t in zip(args[5:9], sig.args[5:9]))
+            self.a, self.keep, self.lim = (
+                cast(builder, v, t, T) for v, t in zip(args[9:12], sig.args[9:12]))
+            self.skip = cast(builder, args[12], sig.args[12], types.boolean)
+            self.zero = context.get_constant(types.intp, 0)
+
+        def row(self, table, tty, index, ity, t):
+            """Pointer to ``table[index[t], 0]``."""
+            c, b = self.c, self.b
+            k = c.cast(b, _item(c, b, ity, index, t), ity.dtype, types.intp)
+            return cgutils.get_item_pointer(c, b, tty, table, [k, self.zero])
+
+        def loop(self, n, plain, prefetching, bad, done):
+            """The loop over the span's ratings for rows of ``n`` vectors."""
+            b, i64 = self.b, ir.IntType(64)
+            pos = cgutils.alloca_once_value(b, i64(0))
+            cond, body, fail, nxt = (b.append_basic_block(f"span.k{n}.{x}")
+                                     for x in ("cond", "body", "fail", "next"))
+            b.branch(cond)
+            b.position_at_end(cond)
+            k = b.load(pos)
+            b.cbranch(b.icmp_signed("<", k, self.m), body, done)
+            b.position_at_end(body)
+            t = b.add(self.t0, k)
+            if prefetching:
+                ta = b.add(t, self.ahead)
+                with b.if_then(b.icmp_signed("<", ta, self.pf_end)):
+                    _prefetch(b, self.row(self.P, self.pty, self.u, self.uty, ta),
+                              n * VECTOR_BYTES)
+                    _prefetch(b, self.row(self.Q, self.qty, self.i, self.ity, ta),
+                              n * VECTOR_BYTES)
+            pp = self.row(self.P, self.pty, self.u, self.uty, t)
+            qq = self.row(self.Q, self.qty, self.i, self.ity, t)
+            rt = self.c.cast(b, _item(self.c, b, self.rty, self.r, t), self.rty.dtype, self.T)
+            ok = _rating(b, n, pp, qq, self.vty, self.T.bitwidth // 8, rt, self.a,
+                         self.keep, self.lim, plain)
+            b.cbranch(ok, nxt, fail)
+            b.position_at_end(fail)
+            b.store(b.add(b.load(bad), i64(1)), bad)
+            b.cbranch(self.skip, nxt, done)
+            b.position_at_end(nxt)
+            b.store(b.add(k, i64(1)), pos)
+            b.branch(cond)
+
+    def _span_intrinsic(plain, prefetching):
+        """The span kernel for one (``plain``, ``prefetching``) pair (constants of its
+        code): see the module docstring."""
+        def typer(typingctx, P, Q, u, i, r, t0, m, ahead, pf_end, a, keep, lim, skip):
+            if not (isinstance(P, types.Array) and isinstance(Q, types.Array)
+                    and P.ndim == 2 and Q.ndim == 2 and P.dtype == Q.dtype
+                    and isinstance(P.dtype, types.Float)):
+                return None
+            sig = types.int64(P, Q, u, i, r, t0, m, ahead, pf_end, a, keep, lim, skip)
+            return sig, codegen
+
+        def codegen(context, builder, signature, args):
+            s = _Span(context, builder, signature, args)
+            i64 = ir.IntType(64)
+            bad = cgutils.alloca_once_value(builder, i64(0))
+            K = builder.extract_value(s.P.shape, 1)
+            done = builder.append_basic_block("span.done")
+            uncovered = builder.append_basic_block("span.uncovered")
+            lanes = K.type(s.vty.count)
+            whole = builder.icmp_unsigned("==", builder.urem(K, lanes), K.type(0))
+            nv = builder.select(whole, builder.udiv(K, lanes), K.type(0))   # 0: uncovered
+            sw = builder.switch(nv, uncovered)
+            for n in range(1, MAX_VECTORS + 1):
+                head = builder.append_basic_block(f"span.k{n}")
+                sw.add_case(K.type(n), head)
+                builder.position_at_end(head)
+                s.loop(n, plain, prefetching, bad, done)
+            builder.position_at_end(uncovered)
+            builder.store(i64(-1), bad)
+            builder.branch(done)
+            builder.position_at_end(done)
+            return builder.load(bad)
+
+        return intrinsic(typer)
+
+    sgd_span = _span_intrinsic(False, False)
+    sgd_span_plain = _span_intrinsic(True, False)
+    sgd_span_pf = _span_intrinsic(False, True)
+    sgd_span_pf_plain = _span_intrinsic(True, True)
