@@ -24,7 +24,8 @@ from numba import njit
 from . import step as _step
 from ._intrinsics import prefetch, sqrt
 from .blocks import block_sample
-from .rowvec import fits, sgd_span, sgd_span_pf, sgd_span_pf_plain, sgd_span_plain
+from .rowvec import (fits, rowwise_span, rowwise_span_pf, sgd_span, sgd_span_pf,
+                     sgd_span_pf_plain, sgd_span_plain)
 from .rule import ADAGRAD as _ADAGRAD
 from .rule import EPS as _EPS
 from .rule import FASTMATH as _FM   # the step core's flags: the same numbers both ways
@@ -419,12 +420,19 @@ def _adaptive_runs(wl, P, Q, SP, SQ, idx, nb, a, decay, fresh, eps, lim, skip):
     reg = T(wl.reg)
     pf_end = n if wl.prefetch > 0 else 0
     u, i, r, ahead = wl.u, wl.i, wl.r, wl.prefetch
+    vector = SP.shape[1] == 1 and P.shape[1] != 1 and fits(P, Q)    # row-wise, rowvec's
     bad = 0
     b = 0
     while b < nb:
         m = _run_length(idx, b, nb)
         t0 = idx[b]
-        if pf_end > 0:
+        if vector and pf_end > 0:
+            got = rowwise_span_pf(P, Q, u, i, r, t0, m, ahead, pf_end, a, reg, lim, skip, SP,
+                                  SQ, decay, fresh, eps)
+        elif vector:
+            got = rowwise_span(P, Q, u, i, r, t0, m, ahead, pf_end, a, reg, lim, skip, SP, SQ,
+                               decay, fresh, eps)
+        elif pf_end > 0:
             got = _adaptive_span_pf(P, Q, SP, SQ, u, i, r, t0, m, ahead, pf_end, a, reg,
                                     decay, fresh, eps, lim, skip)
         else:

@@ -1,4 +1,4 @@
-"""Matrix factorisation's per-sample SGD span as straight-line vector code.
+"""Matrix factorisation's per-sample spans (SGD, row-wise AdaGrad) as straight-line vector code.
 
 ``sgd_span(P, Q, u, i, r, t0, m, ahead, pf_end, a, keep, lim, skip)`` runs the ratings
 ``t = t0 .. t0+m-1`` in order (Hogwild!, Niu et al. 2011; LIBMF's inner loop), each on
@@ -11,6 +11,11 @@ its rows ``p = P[u[t]]``, ``q = Q[i[t]]`` of width ``K``::
 and returns the ratings left out. ``sgd_span_plain`` drops the ``keep`` multiply (no L2
 term: ``keep`` is 1); the ``_pf`` twins first prefetch the rows of rating ``t + ahead``
 while it is below ``pf_end`` (``kernels/mf.py``: tables bigger than the cache).
+``rowwise_span(P, Q, u, i, r, t0, m, ahead, pf_end, a, reg, lim, skip, SP, SQ, decay,
+fresh, eps)`` is the same loop for row-wise AdaGrad / RMSProp (LIBMF's per-row step, the
+arithmetic of ``mf._adaptive_body``'s row-wise branch): the three sums ``p·q``, ``|p|²``,
+``|q|²`` in one pass, each row's mean square into its one-column state ``SP``/``SQ``,
+and ``p -= a / (sqrt(s_p) + eps) · (e·q + reg·p)``.
 
 It is emitted as LLVM IR on vectors of 32 bytes (8 float32 or 4 float64 lanes): a
 ``switch`` on ``K / lanes``, once per span, picks a loop whose rating body is straight
@@ -23,8 +28,10 @@ time, and the stores to ``P`` may alias the loads from ``Q``, so LLVM emits for 
 the rating's three row loops a runtime overlap test, a vector body, a remainder and a
 scalar fallback, and loads the rows twice. The plain compiled loop a user writes runs
 that code too; this body runs none of it: ~1.6x the plain loop's ratings a second on
-mf's default preset, one thread (``benchmarks/RESULTS.md``). A switch per rating in
-place of per span gave back most of that (~1.25x).
+mf's default preset, one thread (``benchmarks/RESULTS.md``), and row-wise AdaGrad ~1.6x
+numba's loops. A switch per rating in place of per span gave back most of that (~1.25x
+the plain loop); AdaGrad's two square roots and divisions as one 2-lane vector gained
+nothing (scratch runs).
 
 Only for rows :func:`fits` accepts (2-D float tables of one dtype, each row contiguous,
 ``K`` a whole number of vectors, at most :data:`MAX_VECTORS`); the span returns -1 for
@@ -33,6 +40,7 @@ any other width, and the callers keep their numba loops for those. Rows of ``P``
 is checked here, nothing here imports hogkit.
 """
 
+import numpy as np
 from numba import njit
 from numba.core import config
 
@@ -72,8 +80,34 @@ if config.DISABLE_JIT:
             return bad
         return span
 
+    def _py_rowwise(P, Q, u, i, r, t0, m, ahead, pf_end, a, reg, lim, skip, SP, SQ, decay,
+                    fresh, eps):
+        if not fits(P, Q):
+            return -1
+        T = P.dtype.type
+        K = T(P.shape[1])
+        bad = 0
+        for t in range(t0, t0 + m):
+            p, q = P[u[t]].copy(), Q[i[t]].copy()
+            pred = T(p @ q)
+            e = T(pred - T(r[t]))
+            if not abs(e) < lim:
+                bad += 1
+                if not skip:
+                    return bad
+                continue
+            cross = T(2.0) * e * T(reg) * pred
+            for W, S, row, mine, other, g in ((P, SP, u[t], p, q, e * q + T(reg) * p),
+                                              (Q, SQ, i[t], q, p, e * p + T(reg) * q)):
+                ss = max(T(0.0), e * e * T(other @ other) + cross + T(reg) * T(reg) * T(
+                    mine @ mine))
+                S[row, 0] = S[row, 0] * T(decay) + T(fresh) * (ss / K)
+                W[row] = mine - (T(a) / (np.sqrt(S[row, 0]) + T(eps))) * g
+        return bad
+
     sgd_span = sgd_span_pf = _py_span(False)
     sgd_span_plain = sgd_span_pf_plain = _py_span(True)
+    rowwise_span = rowwise_span_pf = _py_rowwise
 
 else:
     from llvmlite import ir
@@ -185,6 +219,14 @@ else:
             self.skip = cast(builder, args[12], sig.args[12], types.boolean)
             self.zero = context.get_constant(types.intp, 0)
 
+        def rating(self, n, t, pp, qq, rt, plain):
+            """SGD on one rating (:func:`_rating`); returns ``ok``."""
+            return _rating(self.b, n, pp, qq, self.vty, self.T.bitwidth // 8, rt, self.a,
+                           self.keep, self.lim, plain)
+
+        def prefetch_more(self, ta):
+            """What else the ``_pf`` spans prefetch for rating ``ta`` (SGD: nothing)."""
+
         def row(self, table, tty, index, ity, t):
             """Pointer to ``table[index[t], 0]``."""
             c, b = self.c, self.b
@@ -210,11 +252,11 @@ else:
                               n * VECTOR_BYTES)
                     _prefetch(b, self.row(self.Q, self.qty, self.i, self.ity, ta),
                               n * VECTOR_BYTES)
+                    self.prefetch_more(ta)
             pp = self.row(self.P, self.pty, self.u, self.uty, t)
             qq = self.row(self.Q, self.qty, self.i, self.ity, t)
             rt = self.c.cast(b, _item(self.c, b, self.rty, self.r, t), self.rty.dtype, self.T)
-            ok = _rating(b, n, pp, qq, self.vty, self.T.bitwidth // 8, rt, self.a,
-                         self.keep, self.lim, plain)
+            ok = self.rating(n, t, pp, qq, rt, plain)
             b.cbranch(ok, nxt, fail)
             b.position_at_end(fail)
             b.store(b.add(b.load(bad), i64(1)), bad)
@@ -223,19 +265,27 @@ else:
             b.store(b.add(k, i64(1)), pos)
             b.branch(cond)
 
+    def _tables_ok(*tables):
+        return all(isinstance(A, types.Array) and A.ndim == 2 for A in tables) and \
+            all(A.dtype == tables[0].dtype for A in tables) and \
+            isinstance(tables[0].dtype, types.Float)
+
     def _span_intrinsic(plain, prefetching):
-        """The span kernel for one (``plain``, ``prefetching``) pair (constants of its
-        code): see the module docstring."""
+        """The SGD span kernel for one (``plain``, ``prefetching``) pair (constants of
+        its code): see the module docstring."""
         def typer(typingctx, P, Q, u, i, r, t0, m, ahead, pf_end, a, keep, lim, skip):
-            if not (isinstance(P, types.Array) and isinstance(Q, types.Array)
-                    and P.ndim == 2 and Q.ndim == 2 and P.dtype == Q.dtype
-                    and isinstance(P.dtype, types.Float)):
+            if not _tables_ok(P, Q):
                 return None
             sig = types.int64(P, Q, u, i, r, t0, m, ahead, pf_end, a, keep, lim, skip)
-            return sig, codegen
+            return sig, _span_codegen(_Span, plain, prefetching)
 
+        return intrinsic(typer)
+
+    def _span_codegen(cls, plain, prefetching):
+        """The IR of a span whose rating body is ``cls``'s: a switch on the row width,
+        once, into one loop per width."""
         def codegen(context, builder, signature, args):
-            s = _Span(context, builder, signature, args)
+            s = cls(context, builder, signature, args)
             i64 = ir.IntType(64)
             bad = cgutils.alloca_once_value(builder, i64(0))
             K = builder.extract_value(s.P.shape, 1)
@@ -256,8 +306,85 @@ else:
             builder.position_at_end(done)
             return builder.load(bad)
 
+        return codegen
+
+    class _RowwiseSpan(_Span):
+        """Row-wise AdaGrad / RMSProp (LIBMF's per-row step): the first 13 arguments as
+        SGD's, with ``reg`` in ``keep``'s place, then ``SP, SQ, decay, fresh, eps``."""
+
+        def __init__(self, context, builder, sig, args):
+            super().__init__(context, builder, sig, args)
+            self.reg = self.keep
+            self.spty, self.sqty = sig.args[13:15]
+            self.SP, self.SQ = (context.make_array(t)(context, builder, v)
+                                for t, v in zip(sig.args[13:15], args[13:15]))
+            self.decay, self.fresh, self.eps = (
+                context.cast(builder, v, t, self.T) for v, t in zip(args[15:18],
+                                                                    sig.args[15:18]))
+
+        def prefetch_more(self, ta):
+            b = self.b
+            _prefetch(b, self.row(self.SP, self.spty, self.u, self.uty, ta), 1)
+            _prefetch(b, self.row(self.SQ, self.sqty, self.i, self.ity, ta), 1)
+
+        def rating(self, n, t, pp, qq, rt, plain):
+            """One rating of ``mf._adaptive_body``'s row-wise branch: the three sums in
+            one pass, the error, the guard, each row's mean square into its state, and
+            ``p -= a / (sqrt(s_p) + eps) · (e·q + reg·p)`` (as fused multiply-adds)."""
+            b, vty, lt = self.b, self.vty, self.lt
+            al = self.T.bitwidth // 8
+            ps = [b.load(_vptr(b, pp, c, vty), align=al) for c in range(n)]
+            qs = [b.load(_vptr(b, qq, c, vty), align=al) for c in range(n)]
+            f = _FLAGS
+            pred = _sum(b, [b.fmul(p, q, flags=f) for p, q in zip(ps, qs)])
+            spp = _sum(b, [b.fmul(p, p, flags=f) for p in ps])
+            sqq = _sum(b, [b.fmul(q, q, flags=f) for q in qs])
+            e = b.fsub(pred, rt, flags=f)
+            fabs = b.module.declare_intrinsic("llvm.fabs", [lt])
+            ok = b.fcmp_ordered("<", b.call(fabs, [e]), self.lim)
+            with b.if_then(ok, likely=True):
+                reg, zero = self.reg, ir.Constant(lt, 0.0)
+                cross = b.fmul(b.fmul(b.fmul(ir.Constant(lt, 2.0), e, flags=f), reg,
+                                      flags=f), pred, flags=f)
+                ee, rr = b.fmul(e, e, flags=f), b.fmul(reg, reg, flags=f)
+                K = b.sitofp(b.extract_value(self.P.shape, 1), lt)
+                sqrt = b.module.declare_intrinsic("llvm.sqrt", [lt])
+                steps = []
+                for mine, other, S, sty, idx, ity in (
+                        (spp, sqq, self.SP, self.spty, self.u, self.uty),
+                        (sqq, spp, self.SQ, self.sqty, self.i, self.ity)):
+                    ss = b.fadd(b.fadd(b.fmul(ee, other, flags=f), cross, flags=f),
+                                b.fmul(rr, mine, flags=f), flags=f)
+                    ss = b.select(b.fcmp_ordered(">", ss, zero), ss, zero)
+                    sptr = self.row(S, sty, idx, ity, t)
+                    sv = b.fadd(b.fmul(b.load(sptr), self.decay, flags=f),
+                                b.fmul(self.fresh, b.fdiv(ss, K, flags=f), flags=f), flags=f)
+                    b.store(sv, sptr)
+                    den = b.fadd(b.call(sqrt, [sv]), self.eps, flags=f)
+                    steps.append(_splat(b, b.fneg(b.fdiv(self.a, den, flags=f)), vty))
+                fma = _fma(b, vty)
+                ev, rv = _splat(b, e, vty), _splat(b, reg, vty)
+                for c, (p, q) in enumerate(zip(ps, qs)):
+                    gp = b.call(fma, [ev, q, b.fmul(rv, p, flags=f)])
+                    gq = b.call(fma, [ev, p, b.fmul(rv, q, flags=f)])
+                    b.store(b.call(fma, [steps[0], gp, p]), _vptr(b, pp, c, vty), align=al)
+                    b.store(b.call(fma, [steps[1], gq, q]), _vptr(b, qq, c, vty), align=al)
+            return ok
+
+    def _rowwise_intrinsic(prefetching):
+        """The row-wise adaptive span kernel, with or without the prefetch."""
+        def typer(typingctx, P, Q, u, i, r, t0, m, ahead, pf_end, a, reg, lim, skip, SP, SQ,
+                  decay, fresh, eps):
+            if not _tables_ok(P, Q, SP, SQ):
+                return None
+            sig = types.int64(P, Q, u, i, r, t0, m, ahead, pf_end, a, reg, lim, skip, SP, SQ,
+                              decay, fresh, eps)
+            return sig, _span_codegen(_RowwiseSpan, False, prefetching)
+
         return intrinsic(typer)
 
+    rowwise_span = _rowwise_intrinsic(False)
+    rowwise_span_pf = _rowwise_intrinsic(True)
     sgd_span = _span_intrinsic(False, False)
     sgd_span_plain = _span_intrinsic(True, False)
     sgd_span_pf = _span_intrinsic(False, True)
