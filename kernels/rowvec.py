@@ -34,7 +34,7 @@ the plain loop); AdaGrad's two square roots and divisions as one 2-lane vector g
 nothing (scratch runs).
 
 Only for rows :func:`fits` accepts (2-D float tables of one dtype, each row contiguous,
-``K`` a whole number of vectors, at most :data:`MAX_VECTORS`); the span returns -1 for
+``K`` a whole number of vectors, one to eight or sixteen: :data:`VECTORS`); the span returns -1 for
 any other width, and the callers keep their numba loops for those. Rows of ``P`` and
 ``Q`` must not overlap (two tables), and every index must be inside its table: nothing
 is checked here, nothing here imports hogkit.
@@ -44,18 +44,22 @@ import numpy as np
 from numba import njit
 from numba.core import config
 
-#: the vector width in bytes (AVX2's; LLVM splits it on narrower targets) and the widest
-#: row covered, in vectors (128 float32 or 64 float64 coordinates)
-VECTOR_BYTES, MAX_VECTORS = 32, 16
+#: the vector width in bytes (AVX2's; LLVM splits it on narrower targets) and the row
+#: widths covered, in vectors: 8 to 64 float32 coordinates (4 to 32 float64) and 128
+#: (64). Each width is a loop of its own; all sixteen up to 128 cost a cold start 1.7 s
+#: more compiling than these nine (``benchmarks/RESULTS.md``, the vector spans' compile
+#: time)
+VECTOR_BYTES, VECTORS = 32, (1, 2, 3, 4, 5, 6, 7, 8, 16)
 
 
 @njit(cache=True, nogil=True, inline="always")
 def fits(P, Q):
     """True when the spans cover the rows of ``P`` and ``Q``: equal widths ``K`` of
-    whole vectors (at most :data:`MAX_VECTORS`), every row contiguous."""
+    whole vectors, a number of them in :data:`VECTORS`, every row contiguous."""
     K = P.shape[1]
     lanes = VECTOR_BYTES // P.itemsize
-    return (Q.shape[1] == K and K % lanes == 0 and 0 < K // lanes <= MAX_VECTORS
+    n = K // lanes
+    return (Q.shape[1] == K and K % lanes == 0 and (0 < n <= 8 or n == 16)
             and P.strides[1] == P.itemsize and Q.strides[1] == Q.itemsize)
 
 
@@ -295,7 +299,7 @@ else:
             whole = builder.icmp_unsigned("==", builder.urem(K, lanes), K.type(0))
             nv = builder.select(whole, builder.udiv(K, lanes), K.type(0))   # 0: uncovered
             sw = builder.switch(nv, uncovered)
-            for n in range(1, MAX_VECTORS + 1):
+            for n in VECTORS:
                 head = builder.append_basic_block(f"span.k{n}")
                 sw.add_case(K.type(n), head)
                 builder.position_at_end(head)

@@ -1108,3 +1108,24 @@ def test_rowvec_benchmark_runs_small():
     assert set(s["ratings_per_s"]) == set(rowvec.NAMES)
     assert all(math.isfinite(v) and v > 0 for v in s["ratios"].values())
     assert "| 8, float32 |" in rowvec.format_markdown(r)
+
+
+def test_vector_spans_compile_time_section_comes_from_its_json():
+    """The cold-start table of the vector spans renders its two JSONs, and the prose's
+    difference and compiling time are theirs (the first cold-start table's 11.9 s is
+    benchmarks/coldstart.json's)."""
+    import json
+    from pathlib import Path
+
+    from hogkit.benchmarks import coldstart
+    root = Path(__file__).resolve().parent.parent / "benchmarks"
+    after, before, old = (json.loads((root / n).read_text()) for n in (
+        "coldstart_session50.json", "coldstart_session50_16widths.json", "coldstart.json"))
+    a, b, first = after["ratios"], before["ratios"], old["ratios"]
+    results = (root / "RESULTS.md").read_text()
+    assert coldstart.format_markdown(after, before=before) in results
+    text = " ".join(results.split("### The vector spans' compile time")[1].split("\n## ")[0]
+                    .split())
+    assert f"the cold run compiled {b['compile_s'] - a['compile_s']:.1f} s longer" in text
+    assert f"in the first table above ({first['compile_s']:.1f} s)" in text
+    assert f"at most 20 s: {a['cold_s']:.1f} s." in text and a["cold_s"] <= 20
