@@ -21,7 +21,7 @@ It is emitted as LLVM IR on vectors of 32 bytes (8 float32 or 4 float64 lanes): 
 ``switch`` on ``K / lanes``, once per span, picks a loop whose rating body is straight
 line for that width. The body loads both rows once, forms the dot product as lane-wise
 products summed pairwise then halved across the lanes, and stores both rows as fused
-multiply-adds ``fma(-a·e, q, keep·p)``.
+multiply-adds ``fma(-a·e, q, keep·p)`` (``llvm.fmuladd``: fused where the target has FMA).
 
 Why not numba loops: a row loop ``for k in range(K)`` has a trip count known only at run
 time, and the stores to ``P`` may alias the loads from ``Q``, so LLVM emits for each of
@@ -159,7 +159,10 @@ else:
         return builder.extract_element(v, _I32(0))
 
     def _fma(builder, vty):
-        name = f"llvm.fma.v{vty.count}{vty.element.intrinsic_name}"
+        """``llvm.fmuladd``: one rounding where the target has fused multiply-add, a
+        multiply and an add where it has not (``llvm.fma`` would call libm's ``fmaf``
+        per lane there), as the lane's "contract" flag lets numba's loops do."""
+        name = f"llvm.fmuladd.v{vty.count}{vty.element.intrinsic_name}"
         return cgutils.get_or_insert_function(builder.module,
                                               ir.FunctionType(vty, [vty] * 3), name)
 
