@@ -121,14 +121,6 @@ else:
     _FLAGS = ("reassoc", "contract")           # the lane's flags (kernels/mf.py)
     _I32 = ir.IntType(32)
 
-    def _row(context, builder, aryty, ary, row, rowty):
-        """Pointer to ``ary[row, 0]`` and the row width ``K``."""
-        a = context.make_array(aryty)(context, builder, ary)
-        r = context.cast(builder, row, rowty, types.intp)
-        zero = context.get_constant(types.intp, 0)
-        return cgutils.get_item_pointer(context, builder, aryty, a, [r, zero]), \
-            builder.extract_value(a.shape, 1)
-
     def _vptr(builder, base, c, vty):
         return builder.bitcast(builder.gep(base, [ir.IntType(64)(c * vty.count)]),
                                vty.as_pointer())

@@ -691,6 +691,17 @@ def test_a_rule_kernels_bits_do_not_depend_on_what_compiled_it_first(tmp_path):
     assert len(out["engine"]) == 64 and out["engine"] == out["direct"]
 
 
+def _mf_case(dtype, K, bad_at, bad_value):
+    """Factors (12 and 9 rows of width ``K``) and 80 ratings, one of them ``bad_value``."""
+    rng = np.random.default_rng(K)
+    P0 = (rng.standard_normal((12, K)) * 0.3).astype(dtype)
+    Q0 = (rng.standard_normal((9, K)) * 0.3).astype(dtype)
+    u, i = rng.integers(0, 12, 80), rng.integers(0, 9, 80)
+    r = rng.standard_normal(80).astype(dtype)
+    r[bad_at] = bad_value
+    return P0, Q0, u, i, r
+
+
 @pytest.mark.parametrize("dtype, K, reg", [(np.float32, 16, 0.0), (np.float32, 32, 0.05),
                                            (np.float64, 8, 0.05)])
 def test_vector_sgd_span_is_the_lane_loops_arithmetic(dtype, K, reg):
@@ -708,12 +719,7 @@ def test_vector_sgd_span_is_the_lane_loops_arithmetic(dtype, K, reg):
                                          True)
         return rowvec.sgd_span(P, Q, u, i, r, 0, r.shape[0], 0, 0, a, keep, lim, True)
 
-    rng = np.random.default_rng(K)
-    P0 = (rng.standard_normal((12, K)) * 0.3).astype(dtype)
-    Q0 = (rng.standard_normal((9, K)) * 0.3).astype(dtype)
-    u, i = rng.integers(0, 12, 80), rng.integers(0, 9, 80)
-    r = rng.standard_normal(80).astype(dtype)
-    r[17] = np.inf
+    P0, Q0, u, i, r = _mf_case(dtype, K, 17, np.inf)
     a, lim = dtype(0.05), dtype(1e18)
     P, Q = P0.copy(), Q0.copy()
     assert vec(P, Q, u, i, r, a, dtype(1.0 - 0.05 * reg), lim) == 1
@@ -742,12 +748,7 @@ def test_vector_rowwise_span_is_the_lane_loops_arithmetic(dtype, K, reg, decay):
                                    lim, True, SP, SQ, P.dtype.type(decay), fresh,
                                    P.dtype.type(1e-8))
 
-    rng = np.random.default_rng(K)
-    P0 = (rng.standard_normal((12, K)) * 0.3).astype(dtype)
-    Q0 = (rng.standard_normal((9, K)) * 0.3).astype(dtype)
-    u, i = rng.integers(0, 12, 80), rng.integers(0, 9, 80)
-    r = rng.standard_normal(80).astype(dtype)
-    r[5] = np.nan
+    P0, Q0, u, i, r = _mf_case(dtype, K, 5, np.nan)
     a, lim, fresh = dtype(0.1), dtype(1e18), dtype(1.0 if decay == 1.0 else 1.0 - decay)
     out = []
     for run in ("vector", "numba"):

@@ -275,6 +275,10 @@ def test_vector_span_guard_and_uncovered_widths():
     P, Q = P0.copy(), Q0.copy()
     assert span(P, Q, *args, False) == 1
     assert np.array_equal(P[1:], P0[1:]) and not np.array_equal(P[0], P0[0])
+    for dtype, lanes in ((np.float32, 8), (np.float64, 4)):     # fits() is VECTORS
+        got = [RV.fits(np.zeros((2, lanes * n), dtype), np.zeros((3, lanes * n), dtype))
+               for n in range(1, 20)]
+        assert got == [n in RV.VECTORS for n in range(1, 20)]
     for K in (5, 12, 72, 136):
         A, B = np.ones((4, K), np.float32), np.ones((4, K), np.float32)
         assert span(A, B, *args, True) == -1 and (A == 1).all() and (B == 1).all()
