@@ -33,7 +33,8 @@ NAMES = ("plain", "sgd_numba", "sgd_vector", "rowwise_numba", "rowwise_vector")
 
 
 def _drivers():
-    """Compiled drivers, one per contender: ``d(P, Q, SP, SQ, u, i, r, epochs)``."""
+    """Compiled drivers, one per contender: ``d(P, Q, SP, SQ, u, i, r, epochs)``; the
+    span contenders run their span on every :data:`SPAN` ratings in turn."""
     from numba import njit
 
     from hogkit.kernels import mf, rowvec
@@ -45,44 +46,35 @@ def _drivers():
         for _ in range(epochs):
             plain_mf_epoch(P, Q, u, i, r, LR)
 
-    @njit(nogil=True)
-    def sgd_numba(P, Q, SP, SQ, u, i, r, epochs):
-        T = P.dtype.type
-        n = r.shape[0]
-        for _ in range(epochs):
-            for t0 in range(0, n, SPAN):
-                mf._sgd_span_plain(P, Q, u, i, r, t0, min(SPAN, n - t0), 0, 0, T(LR), T(0.0),
-                                   T(1e18), True)
+    @njit(nogil=True, inline="always")
+    def sgd_numba(P, Q, SP, SQ, u, i, r, t0, m, T):
+        mf._sgd_span_plain(P, Q, u, i, r, t0, m, 0, 0, T(LR), T(0.0), T(1e18), True)
 
-    @njit(nogil=True)
-    def sgd_vector(P, Q, SP, SQ, u, i, r, epochs):
-        T = P.dtype.type
-        n = r.shape[0]
-        for _ in range(epochs):
-            for t0 in range(0, n, SPAN):
-                rowvec.sgd_span_plain(P, Q, u, i, r, t0, min(SPAN, n - t0), 0, 0, T(LR),
-                                      T(1.0), T(1e18), True)
+    @njit(nogil=True, inline="always")
+    def sgd_vector(P, Q, SP, SQ, u, i, r, t0, m, T):
+        rowvec.sgd_span_plain(P, Q, u, i, r, t0, m, 0, 0, T(LR), T(1.0), T(1e18), True)
 
-    @njit(nogil=True)
-    def rowwise_numba(P, Q, SP, SQ, u, i, r, epochs):
-        T = P.dtype.type
-        n = r.shape[0]
-        for _ in range(epochs):
-            for t0 in range(0, n, SPAN):
-                mf._adaptive_span(P, Q, SP, SQ, u, i, r, t0, min(SPAN, n - t0), 0, 0,
-                                  T(ADA_LR), T(0.0), T(1.0), T(1.0), T(1e-10), T(1e18), True)
+    @njit(nogil=True, inline="always")
+    def rowwise_numba(P, Q, SP, SQ, u, i, r, t0, m, T):
+        mf._adaptive_span(P, Q, SP, SQ, u, i, r, t0, m, 0, 0, T(ADA_LR), T(0.0), T(1.0),
+                          T(1.0), T(1e-10), T(1e18), True)
 
-    @njit(nogil=True)
-    def rowwise_vector(P, Q, SP, SQ, u, i, r, epochs):
-        T = P.dtype.type
-        n = r.shape[0]
-        for _ in range(epochs):
-            for t0 in range(0, n, SPAN):
-                rowvec.rowwise_span(P, Q, u, i, r, t0, min(SPAN, n - t0), 0, 0, T(ADA_LR),
-                                    T(0.0), T(1e18), True, SP, SQ, T(1.0), T(1.0), T(1e-10))
+    @njit(nogil=True, inline="always")
+    def rowwise_vector(P, Q, SP, SQ, u, i, r, t0, m, T):
+        rowvec.rowwise_span(P, Q, u, i, r, t0, m, 0, 0, T(ADA_LR), T(0.0), T(1e18), True,
+                            SP, SQ, T(1.0), T(1.0), T(1e-10))
 
-    return {"plain": plain, "sgd_numba": sgd_numba, "sgd_vector": sgd_vector,
-            "rowwise_numba": rowwise_numba, "rowwise_vector": rowwise_vector}
+    def spans(span):
+        @njit(nogil=True)
+        def driver(P, Q, SP, SQ, u, i, r, epochs):
+            n = r.shape[0]
+            for _ in range(epochs):
+                for t0 in range(0, n, SPAN):
+                    span(P, Q, SP, SQ, u, i, r, t0, min(SPAN, n - t0), P.dtype.type)
+        return driver
+
+    return {"plain": plain, **{f.__name__: spans(f) for f in (
+        sgd_numba, sgd_vector, rowwise_numba, rowwise_vector)}}
 
 
 def _shape(drivers, rank, dtype, epochs, rounds):
