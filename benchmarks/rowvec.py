@@ -1,5 +1,5 @@
-"""mf's per-sample spans, in this process: numba's loops against ``kernels/rowvec.py``'s
-straight-line vector code and the plain compiled loop (issue 25).
+"""Scenario ``rowvec``: mf's per-sample spans in one process, numba's loops against
+kernels/rowvec.py's straight-line vector code and the plain compiled loop (issue 25).
 
 One thread, no worker process, no clocks: each contender runs :data:`EPOCHS` passes over
 mf's ratings in stored order, in spans of :data:`SPAN` ratings called from a compiled
@@ -15,14 +15,15 @@ the median of its per-round ratio to the plain loop (SGD) or to numba's row-wise
 - ``rowwise_numba`` / ``rowwise_vector``: row-wise AdaGrad (mf's lane default), numba's
   ``_adaptive_span`` and ``rowvec.rowwise_span``.
 
-Run from the repository root: ``python -m benchmarks.rowvec OUT.json`` (~2 minutes);
-:func:`format_markdown` renders RESULTS.md's table from the JSON.
+``hogkit bench rowvec --json FILE`` (~2 minutes; ``--quick``: rank 8 only, one pass, one
+round); :func:`format_markdown` renders RESULTS.md's table from the JSON. ``ratios``:
+per shape, the vector SGD span and numba's over the plain loop, and the vector row-wise
+span over numba's.
 """
 
 from __future__ import annotations
 
 import statistics
-import sys
 import time
 
 #: (rank, dtype) of the factor tables timed, on mf's default preset's ratings
@@ -109,10 +110,15 @@ def _shape(drivers, rank, dtype, epochs, rounds):
             "ratings_per_s": med, "ratios": ratio}
 
 
-def run(shapes=SHAPES, epochs=EPOCHS, rounds=ROUNDS) -> dict:
+def run(quick=False, shapes=None, epochs=None, rounds=None) -> dict:
+    shapes = shapes or (SHAPES[:1] if quick else SHAPES)
+    epochs, rounds = epochs or (1 if quick else EPOCHS), rounds or (1 if quick else ROUNDS)
     drivers = _drivers()
-    return {"epochs": epochs, "span": SPAN, "lr": LR, "adagrad_lr": ADA_LR,
-            "shapes": [_shape(drivers, k, dt, epochs, rounds) for k, dt in shapes]}
+    got = [_shape(drivers, k, dt, epochs, rounds) for k, dt in shapes]
+    ratios = {f"r{s['rank']}_{s['dtype']}_{name}": value for s in got
+              for name, value in s["ratios"].items()}
+    return {"scenario": "rowvec", "quick": quick, "epochs": epochs, "span": SPAN, "lr": LR,
+            "adagrad_lr": ADA_LR, "shapes": got, "ratios": ratios}
 
 
 def format_markdown(result) -> str:
@@ -130,17 +136,7 @@ def format_markdown(result) -> str:
     return "\n".join(out)
 
 
-def main(argv=None) -> int:
-    from hogkit.report import environment, write_json
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        print(__doc__)
-        return 2
-    result = run()
-    write_json(argv[0], {**result, "environment": environment()})
-    print(format_markdown(result))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def format_table(result) -> str:
+    """The terminal's table: RESULTS.md's, under a line saying what ran."""
+    return (f"rowvec: mf's spans in one process, {result['epochs']} pass(es) a round, "
+            f"medians (M ratings/s)\n" + format_markdown(result))

@@ -54,7 +54,7 @@ def _exit_for(signum) -> int:
 
 BENCH_SCENARIOS = ("kernels", "peers", "lane", "scaling", "dense", "instrumentation",
                    "policies", "simulate", "rules", "own_loop", "p3", "soak", "ray",
-                   "coldstart", "explore")
+                   "coldstart", "explore", "rowvec")
 
 
 def _positive_int(text):

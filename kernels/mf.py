@@ -420,7 +420,7 @@ def _adaptive_runs(wl, P, Q, SP, SQ, idx, nb, a, decay, fresh, eps, lim, skip):
     reg = T(wl.reg)
     pf_end = n if wl.prefetch > 0 else 0
     u, i, r, ahead = wl.u, wl.i, wl.r, wl.prefetch
-    vector = SP.shape[1] == 1 and P.shape[1] != 1 and fits(P, Q)    # row-wise, rowvec's
+    vector = SP.shape[1] != P.shape[1] and fits(P, Q)    # row-wise (as _adaptive_body)
     bad = 0
     b = 0
     while b < nb:

@@ -58,8 +58,7 @@ def fits(P, Q):
     whole vectors, a number of them in :data:`VECTORS`, every row contiguous."""
     K = P.shape[1]
     lanes = VECTOR_BYTES // P.itemsize
-    n = K // lanes
-    return (Q.shape[1] == K and K % lanes == 0 and (0 < n <= 8 or n == 16)
+    return (Q.shape[1] == K and K % lanes == 0 and K // lanes in VECTORS
             and P.strides[1] == P.itemsize and Q.strides[1] == Q.itemsize)
 
 

@@ -114,7 +114,7 @@ def test_soak_verdict_flags_growth_and_unanswered_kills():
 
 # peers --quick: every contender (LIBMF when it can be built) at one lr on small data
 QUICK = ["kernels", "lane", "scaling", "dense", "instrumentation", "policies", "simulate",
-         "rules", "peers", "explore"]
+         "rules", "peers", "explore", "rowvec"]
 
 
 @pytest.mark.slow
@@ -1098,12 +1098,12 @@ def test_session50_both_presets_run_is_quoted_in_results_and_readme():
 
 @pytest.mark.slow
 def test_rowvec_benchmark_runs_small():
-    """``benchmarks.rowvec`` end to end on one small shape: every contender timed, the
+    """``hogkit bench rowvec --quick`` on its one small shape: every contender timed, the
     ratios finite, the table rendered. Speed itself is not asserted."""
     import math
 
     from hogkit.benchmarks import rowvec
-    r = rowvec.run(shapes=((8, "float32"),), epochs=1, rounds=1)
+    r = rowvec.run(quick=True)
     (s,) = r["shapes"]
     assert set(s["ratings_per_s"]) == set(rowvec.NAMES)
     assert all(math.isfinite(v) and v > 0 for v in s["ratios"].values())
