@@ -46,6 +46,7 @@ a select (:func:`_dc_step`).
 import numpy as np
 from numba import njit
 
+from . import gapvec
 from ._intrinsics import FASTMATH, prefetch, prefetch_row, sqrt
 from .dense import momentum_flat, sgd_flat
 from .sparse import momentum_rows, prefetched, sgd_rows
@@ -101,6 +102,8 @@ def gaps_into(W, rows, B, n):
             if pf and i + _AHEAD < n:
                 prefetch(W, rows[i + _AHEAD], 0)
             B[i, 0] = W[rows[i], 0] - B[i, 0]
+        return
+    if gapvec.fits(W, W, B, B) and gapvec.gaps(W, rows, B, n, _AHEAD if pf else 0) == 0:
         return
     for i in range(n):
         if pf and i + _AHEAD < n:
@@ -239,6 +242,9 @@ def dc_adaptive_gap_rows(W, MS, rows, G, D, lr, lam0, m, eps, n):
             else:
                 W[r, 0] -= a * gi
         return
+    if gapvec.fits(W, MS, G, D) and gapvec.dc_adaptive(
+            W, MS, rows, G, D, n, _AHEAD2 if pf else 0, a, l0, mm, m1, e) == 0:
+        return
     for i in range(n):
         if pf and i + _AHEAD2 < n:
             prefetch_row(MS, rows[i + _AHEAD2])
@@ -359,7 +365,8 @@ def gap_aware_gap_rows(W, M, V, rows, G, D, lr, mu, gamma, lr_max, k, n):
                 W[r, 0] -= a * (gi / (one + dl / (cm * (sqrt(vi * bc) + tiny))))
             else:
                 W[r, 0] -= a * gi
-    else:
+    elif not (gapvec.fits(W, V, G, D) and gapvec.gap_aware(
+            W, V, rows, G, D, n, _AHEAD2 if pf else 0, a, gm, g1, bc, cm, tiny) == 0):
         for i in range(n):
             if pf and i + _AHEAD2 < n:
                 prefetch_row(V, rows[i + _AHEAD2])

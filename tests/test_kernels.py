@@ -763,3 +763,47 @@ def test_vector_rowwise_span_is_the_lane_loops_arithmetic(dtype, K, reg, decay):
     tol = 1e-5 if dtype == np.float32 else 1e-12
     for x, y in zip(*out):
         np.testing.assert_allclose(x, y, rtol=tol, atol=tol)
+
+
+def _strided(A):
+    """``A``'s values in a view whose rows are not contiguous (every other element of a
+    twice-as-wide table): ``gapvec.fits`` refuses it, so the numba loops run."""
+    wide = np.zeros((A.shape[0], 2 * A.shape[1]), A.dtype)
+    wide[:, ::2] = A
+    return wide[:, ::2]
+
+
+@given(seed=st.integers(0, 2**31 - 1), dtype=st.sampled_from([np.float32, np.float64]),
+       vectors=st.sampled_from([1, 2, 3, 4, 5, 6, 7, 8, 16]), big=st.booleans())
+def test_vector_rule_passes_give_the_numba_loops_bits(seed, dtype, vectors, big):
+    """``gapvec``'s gap pass and Gap-Aware's and adaptive DC-ASGD's update passes (the
+    straight-line vector code a contiguous table of a covered width takes) give every
+    bit the numba loops give on the same values (a strided copy of the tables takes
+    the loops): repeated rows, half the entries moved since their read with some
+    coordinates not, a NaN gap, a gradient whose square overflows, both dtypes, every
+    covered width, a table small enough to stay in cache and one prefetched."""
+    from hogkit.kernels import gapvec
+    rng = np.random.default_rng(seed)
+    K = vectors * 32 // np.dtype(dtype).itemsize
+    nrows = 4000 if big else 6
+    n = int(rng.integers(1, 40))
+    W0 = rng.standard_normal((nrows, K)).astype(dtype)
+    S0 = (rng.random((nrows, K)) * 0.1).astype(dtype)
+    rows = rng.integers(0, nrows, n)
+    G = rng.standard_normal((n, K)).astype(dtype)
+    R = W0[rows]
+    moved = rng.random(n) < 0.5
+    R[moved, K // 2:] += (rng.standard_normal((moved.sum(), K - K // 2)) * 0.01).astype(dtype)
+    R[0, 0], G[-1, -1] = np.nan, dtype(1e30) if dtype == np.float32 else 1e300
+    out = {}
+    for path, view in (("vector", np.array), ("numba", _strided)):
+        W, S1, S2, B = view(W0), view(S0), view(S0), view(R)
+        assert gapvec.fits(W, S1, G, B) == (path == "vector")
+        with np.errstate(all="ignore"):
+            delayed.gaps_into(W, rows, B, n)
+            gaps = B.copy()
+            delayed.gap_aware_gap_rows(W, S1[:0], S1, rows, G, B, 0.05, 0.0, 0.99, 0.1, 7, n)
+            delayed.dc_adaptive_gap_rows(W, S2, rows, G, B, 0.05, 2.0, 0.95, 1e-7, n)
+        out[path] = [np.ascontiguousarray(x).view(np.uint8) for x in (gaps, W, S1, S2)]
+    for x, y in zip(out["vector"], out["numba"]):
+        np.testing.assert_array_equal(x, y)

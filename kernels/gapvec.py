@@ -1,0 +1,277 @@
+"""The delayed rules' row passes as straight-line vector code: the gaps, Gap-Aware's and
+adaptive DC-ASGD's update passes.
+
+Each kernel here is the vector form of one ``kernels/delayed.py`` loop on a 2-D table of
+rows ``K`` wide, entry ``i < n`` on row ``r = rows[i]``:
+
+- ``gaps(W, rows, B, n, ahead)``: ``B[i] = W[r] - B[i]`` (:func:`delayed.gaps_into`);
+- ``gap_aware(W, V, rows, G, D, n, ahead, a, gm, g1, bc, cm, tiny)``: Gap-Aware without
+  momentum (:func:`delayed.gap_aware_gap_rows`'s ``mu == 0`` branch);
+- ``dc_adaptive(W, MS, rows, G, D, n, ahead, a, l0, mm, m1, e)``: adaptive DC-ASGD
+  (:func:`delayed.dc_adaptive_gap_rows`).
+
+Every one returns 0, or -1 without writing anything when the width is not covered
+(:func:`fits`); ``ahead > 0`` prefetches the table's (or the state's) row of entry ``i +
+ahead``. The scalars are the numba kernel's, already in the table's dtype.
+
+**The same bits.** The numba loops run under :data:`~._intrinsics.FASTMATH`
+(reassociation), and LLVM reorders their products. The IR here spells out the order
+LLVM chose for them (read from ``inspect_llvm`` of the numba kernels), so every value is
+the numba loop's to the bit: Gap-Aware's moved row steps ``w - (g·a)/gap``, adaptive
+DC-ASGD's ``w - a·(g + ((g·g)·(d·l0)) / sqrt(ms + e))``, with a select for a zero gap
+where the loop had its branch. ``tests/test_kernels.py`` holds each one to its numba
+loop on random batches with repeated rows, both dtypes, every covered width; the
+simulated experiments' stored cells depend on those bits.
+
+**Why.** numba's row loops have a trip count known only at run time, and their stores
+may alias their loads (``W``, ``V``, ``G``, ``D`` are four arrays), so LLVM emits a
+runtime overlap test, a vector body, a remainder and a scalar fallback for each, and the
+all-zero check on a gap row is a loop of its own before them. Here a ``switch`` on the
+width runs once per call into a loop whose entry body is straight line: the rows loaded
+once into vectors, the check an ``or`` of vector compares. Gap-Aware's update pass on
+mf's rows (rank 32, float32) ran ~2x numba's loop (8.8 against 17.5 ns a row, one
+thread, scratch run); ``benchmarks/RESULTS.md`` has the rules' live figures.
+
+Only for what :func:`fits` accepts (the widths of :data:`.rowvec.VECTORS`, every row
+contiguous); the callers keep their numba loops for the rest, and for every table under
+``NUMBA_DISABLE_JIT`` (the kernels then return -1). Nothing is checked here; nothing here
+imports hogkit.
+"""
+
+from numba import njit
+from numba.core import config
+
+from .rowvec import VECTOR_BYTES, VECTORS
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _row_ok(A, K):
+    return A.shape[1] == K and A.strides[1] == A.itemsize
+
+
+@njit(cache=True, nogil=True, inline="always")
+def fits(W, S, G, D):
+    """True when the kernels cover the table ``W`` with state ``S`` and entry buffers
+    ``G``, ``D`` (pass ``W`` again for one that is absent): one width ``K`` of whole
+    vectors, a number of them in :data:`VECTORS`, every row contiguous."""
+    K = W.shape[1]
+    lanes = VECTOR_BYTES // W.itemsize
+    return (K % lanes == 0 and K // lanes in VECTORS and _row_ok(W, K) and _row_ok(S, K)
+            and _row_ok(G, K) and _row_ok(D, K))
+
+
+if config.DISABLE_JIT:
+    def _uncovered(*args):
+        return -1
+
+    gaps = gap_aware = dc_adaptive = _uncovered
+
+else:
+    from llvmlite import ir
+    from numba.core import cgutils, types
+    from numba.extending import intrinsic
+
+    from .rowvec import _item, _prefetch, _splat, _vptr
+
+    _F = ("reassoc",)                      # delayed.py's flags (_intrinsics.FASTMATH)
+
+    class _Pass:
+        """What one pass's IR needs: the arrays (the first ``ntab`` arguments after
+        ``rows`` and before it), ``n``, ``ahead`` and the scalars in the table's
+        dtype."""
+
+        def __init__(self, context, builder, sig, args, arrays):
+            self.c, self.b = context, builder
+            self.tys = sig.args[:arrays]
+            self.arr = [context.make_array(t)(context, builder, v)
+                        for t, v in zip(self.tys, args[:arrays])]
+            self.T = T = sig.args[0].dtype
+            self.lt = context.get_value_type(T)
+            self.vty = ir.VectorType(self.lt, VECTOR_BYTES * 8 // T.bitwidth)
+            self.al = T.bitwidth // 8
+            self.n, self.ahead = (context.cast(builder, v, t, types.int64)
+                                  for v, t in zip(args[arrays:arrays + 2],
+                                                  sig.args[arrays:arrays + 2]))
+            self.s = [context.cast(builder, v, t, T)
+                      for v, t in zip(args[arrays + 2:], sig.args[arrays + 2:])]
+            self.zero = context.get_constant(types.intp, 0)
+
+        def ptr(self, k, row):
+            """Pointer to row ``row`` of array ``k``."""
+            return cgutils.get_item_pointer(self.c, self.b, self.tys[k], self.arr[k],
+                                            [row, self.zero])
+
+        def row_of(self, rows_k, i):
+            c, b = self.c, self.b
+            rty = self.tys[rows_k]
+            return c.cast(b, _item(c, b, rty, self.arr[rows_k], i), rty.dtype, types.intp)
+
+        def load(self, p, nv):
+            return [self.b.load(_vptr(self.b, p, c, self.vty), align=self.al)
+                    for c in range(nv)]
+
+        def store(self, vs, p):
+            for c, v in enumerate(vs):
+                self.b.store(v, _vptr(self.b, p, c, self.vty), align=self.al)
+
+        def splat(self, x):
+            return _splat(self.b, x, self.vty)
+
+        def loop(self, nv, rows_k, pf_k, body, done):
+            """``for i in range(n)``: prefetch row ``rows[i + ahead]`` of array ``pf_k``
+            (while inside and ``ahead > 0``), then ``body(self, nv, i, r)``."""
+            b, i64 = self.b, ir.IntType(64)
+            pos = cgutils.alloca_once_value(b, i64(0))
+            cond, blk = (b.append_basic_block(f"rows.k{nv}.{x}") for x in ("cond", "body"))
+            b.branch(cond)
+            b.position_at_end(cond)
+            i = b.load(pos)
+            b.cbranch(b.icmp_signed("<", i, self.n), blk, done)
+            b.position_at_end(blk)
+            ia = b.add(i, self.ahead)
+            pf = b.and_(b.icmp_signed(">", self.ahead, i64(0)), b.icmp_signed("<", ia, self.n))
+            with b.if_then(pf):
+                _prefetch(b, self.ptr(pf_k, self.row_of(rows_k, ia)), nv * VECTOR_BYTES)
+            body(self, nv, i, self.row_of(rows_k, i))
+            b.store(b.add(i, i64(1)), pos)
+            b.branch(cond)
+
+    def _codegen(arrays, rows_k, pf_k, body):
+        """A pass's IR: a switch on the width, once, into one loop per width; -1 for a
+        width not covered."""
+        def codegen(context, builder, sig, args):
+            s = _Pass(context, builder, sig, args, arrays)
+            i64 = ir.IntType(64)
+            out = cgutils.alloca_once_value(builder, i64(0))
+            K = builder.extract_value(s.arr[0].shape, 1)
+            done = builder.append_basic_block("rows.done")
+            uncovered = builder.append_basic_block("rows.uncovered")
+            lanes = K.type(s.vty.count)
+            whole = builder.icmp_unsigned("==", builder.urem(K, lanes), K.type(0))
+            nv = builder.select(whole, builder.udiv(K, lanes), K.type(0))
+            sw = builder.switch(nv, uncovered)
+            for n in VECTORS:
+                head = builder.append_basic_block(f"rows.k{n}")
+                sw.add_case(K.type(n), head)
+                builder.position_at_end(head)
+                s.loop(n, rows_k, pf_k, body, done)
+            builder.position_at_end(uncovered)
+            builder.store(i64(-1), out)
+            builder.branch(done)
+            builder.position_at_end(done)
+            return builder.load(out)
+
+        return codegen
+
+    def _tables_ok(*arrays):
+        return all(isinstance(A, types.Array) and A.ndim == 2
+                   and A.dtype == arrays[0].dtype for A in arrays) \
+            and isinstance(arrays[0].dtype, types.Float)
+
+    def _gaps_body(s, nv, i, r):
+        W, B = s.ptr(0, r), s.ptr(2, i)
+        b = s.b
+        s.store([b.fsub(w, x, flags=_F) for w, x in zip(s.load(W, nv), s.load(B, nv))], B)
+
+    @intrinsic
+    def gaps(typingctx, W, rows, B, n, ahead):
+        if not _tables_ok(W, B):
+            return None
+        return types.int64(W, rows, B, n, ahead), _codegen(3, 1, 0, _gaps_body)
+
+    def _vfn(s, name):
+        """The vector form of the one-argument intrinsic ``llvm.<name>``."""
+        vty = s.vty
+        return cgutils.get_or_insert_function(
+            s.b.module, ir.FunctionType(vty, [vty]),
+            f"llvm.{name}.v{vty.count}{vty.element.intrinsic_name}")
+
+    def _moved(s, ds):
+        """True when any lane of the gap row ``ds`` is not 0 (NaN counts as moved)."""
+        b = s.b
+        zero = ir.Constant(s.vty, None)
+        nz = None
+        for d in ds:
+            m = b.fcmp_unordered("!=", d, zero)
+            nz = m if nz is None else b.or_(nz, m)
+        bits = b.bitcast(nz, ir.IntType(s.vty.count))
+        return b.icmp_unsigned("!=", bits, bits.type(0))
+
+    def _mean_square(s, keep, fresh, olds, gs):
+        """``keep·old + fresh·(g·g)`` per vector: the second moment / mean square."""
+        b = s.b
+        kv, fv = s.splat(keep), s.splat(fresh)
+        return [b.fadd(b.fmul(kv, o, flags=_F), b.fmul(fv, b.fmul(g, g, flags=_F),
+                                                       flags=_F), flags=_F)
+                for o, g in zip(olds, gs)]
+
+    def _ga_body(s, nv, i, r):
+        """Gap-Aware (mu 0): arrays W, V, rows, G, D; scalars a, gm, g1, bc, cm, tiny."""
+        b = s.b
+        a, gm, g1, bc, cm, tiny = s.s
+        Wp, Vp, Gp, Dp = s.ptr(0, r), s.ptr(1, r), s.ptr(3, i), s.ptr(4, i)
+        gs, ds = s.load(Gp, nv), s.load(Dp, nv)
+        vs = _mean_square(s, gm, g1, s.load(Vp, nv), gs)
+        ws = s.load(Wp, nv)
+        av = s.splat(a)
+        s.store(vs, Vp)
+        with b.if_else(_moved(s, ds)) as (then, other):
+            with then:
+                one, zero = ir.Constant(s.vty, [1.0] * s.vty.count), ir.Constant(s.vty, None)
+                fabs, sqrt = _vfn(s, "fabs"), _vfn(s, "sqrt")
+                bcv, cmv, tv = s.splat(bc), s.splat(cm), s.splat(tiny)
+                out = []
+                for w, g, d, v in zip(ws, gs, ds, vs):
+                    dl = b.call(fabs, [d])
+                    den = b.fmul(cmv, b.fadd(b.call(sqrt, [b.fmul(v, bcv, flags=_F)]), tv,
+                                             flags=_F), flags=_F)
+                    gap = b.select(b.fcmp_unordered("!=", dl, zero),
+                                   b.fadd(one, b.fdiv(dl, den, flags=_F), flags=_F), one)
+                    out.append(b.fsub(w, b.fdiv(b.fmul(g, av, flags=_F), gap, flags=_F),
+                                      flags=_F))
+                s.store(out, Wp)
+            with other:
+                s.store([b.fsub(w, b.fmul(av, g, flags=_F), flags=_F)
+                         for w, g in zip(ws, gs)], Wp)
+
+    @intrinsic
+    def gap_aware(typingctx, W, V, rows, G, D, n, ahead, a, gm, g1, bc, cm, tiny):
+        if not _tables_ok(W, V, G, D):
+            return None
+        sig = types.int64(W, V, rows, G, D, n, ahead, a, gm, g1, bc, cm, tiny)
+        return sig, _codegen(5, 2, 1, _ga_body)
+
+    def _dca_body(s, nv, i, r):
+        """Adaptive DC-ASGD: arrays W, MS, rows, G, D; scalars a, l0, mm, m1, e."""
+        b = s.b
+        a, l0, mm, m1, e = s.s
+        Wp, Mp, Gp, Dp = s.ptr(0, r), s.ptr(1, r), s.ptr(3, i), s.ptr(4, i)
+        gs, ds = s.load(Gp, nv), s.load(Dp, nv)
+        vs = _mean_square(s, mm, m1, s.load(Mp, nv), gs)
+        ws = s.load(Wp, nv)
+        av = s.splat(a)
+        s.store(vs, Mp)
+        with b.if_else(_moved(s, ds)) as (then, other):
+            with then:
+                zero = ir.Constant(s.vty, None)
+                sqrt = _vfn(s, "sqrt")
+                ev, lv = s.splat(e), s.splat(l0)
+                out = []
+                for w, g, d, v in zip(ws, gs, ds, vs):
+                    root = b.call(sqrt, [b.fadd(v, ev, flags=_F)])
+                    corr = b.fdiv(b.fmul(b.fmul(g, g, flags=_F), b.fmul(d, lv, flags=_F),
+                                         flags=_F), root, flags=_F)
+                    step = b.select(b.fcmp_ordered("==", d, zero), g,
+                                    b.fadd(g, corr, flags=_F))
+                    out.append(b.fsub(w, b.fmul(step, av, flags=_F), flags=_F))
+                s.store(out, Wp)
+            with other:
+                s.store([b.fsub(w, b.fmul(g, av, flags=_F), flags=_F)
+                         for w, g in zip(ws, gs)], Wp)
+
+    @intrinsic
+    def dc_adaptive(typingctx, W, MS, rows, G, D, n, ahead, a, l0, mm, m1, e):
+        if not _tables_ok(W, MS, G, D):
+            return None
+        sig = types.int64(W, MS, rows, G, D, n, ahead, a, l0, mm, m1, e)
+        return sig, _codegen(5, 2, 1, _dca_body)
