@@ -23,8 +23,10 @@ nobody but its caller (``hogkit.rules.core``, ``hogkit.rules.density``, ``hogkit
 - ``pacer``: a straggler's extra time per step (``pace_ns``, ``load_factor``);
 - ``staleness``: recording an event in the staleness log;
 - ``mf``, ``logreg``: the workloads' samplers and gradients (the step core protocol);
-- ``rowvec``: mf's per-sample SGD and row-wise AdaGrad / RMSProp spans as
-  straight-line LLVM vector code;
+- ``rowvec``: mf's per-sample SGD and row-wise AdaGrad / RMSProp spans and its
+  minibatch gradient with read copies as straight-line LLVM vector code;
+- ``gapvec``: the gap pass and Gap-Aware's and adaptive DC-ASGD's update passes, the
+  same way (the numba loops' bits);
 - ``step``: the compiled step core (n whole steps per call), ``sim``: the simulator's
   event loop around the same step;
 - ``_intrinsics``: ``prefetch``, ``sqrt``, ``uint_bits``, ``monotonic_ns``.

@@ -24,8 +24,8 @@ from numba import njit
 from . import step as _step
 from ._intrinsics import prefetch, sqrt
 from .blocks import block_sample
-from .rowvec import (fits, rowwise_span, rowwise_span_pf, sgd_span, sgd_span_pf,
-                     sgd_span_pf_plain, sgd_span_plain)
+from .rowvec import (fits, grad_fits, grad_rows, rowwise_span, rowwise_span_pf, sgd_span,
+                     sgd_span_pf, sgd_span_pf_plain, sgd_span_plain)
 from .rule import ADAGRAD as _ADAGRAD
 from .rule import EPS as _EPS
 from .rule import FASTMATH as _FM   # the step core's flags: the same numbers both ways
@@ -146,6 +146,9 @@ def _mf_rows(wl, P, Q, idx, nb, GP, GQ, RP, RQ, DP, DQ, copy):
     T = P.dtype.type
     reg = T(wl.reg)
     K = P.shape[1]
+    if copy and grad_fits(P, Q, GP, GQ, DP, DQ) and grad_rows(
+            P, Q, u, i, r, idx, nb, GP, GQ, RP, RQ, DP, DQ, reg) == 0:
+        return                          # straight-line vector rows (kernels/rowvec.py)
     for b in range(nb):
         t, uu, ii = _rating(u, i, idx, b, RP, RQ)
         if copy:                        # w_read: the rows as read, used for everything

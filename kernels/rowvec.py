@@ -1,4 +1,5 @@
-"""Matrix factorisation's per-sample spans (SGD, row-wise AdaGrad) as straight-line vector code.
+"""Matrix factorisation's per-sample spans (SGD, row-wise AdaGrad) and its minibatch
+gradient with read copies as straight-line vector code.
 
 ``sgd_span(P, Q, u, i, r, t0, m, ahead, pf_end, a, keep, lim, skip)`` runs the ratings
 ``t = t0 .. t0+m-1`` in order (Hogwild!, Niu et al. 2011; LIBMF's inner loop), each on
@@ -33,6 +34,15 @@ numba's loops. A switch per rating in place of per span gave back most of that (
 the plain loop); AdaGrad's two square roots and divisions as one 2-lane vector gained
 nothing (scratch runs).
 
+``grad_rows(P, Q, u, i, r, idx, nb, GP, GQ, RP, RQ, DP, DQ, reg)`` is mf's minibatch
+gradient with the read copies (``mf._mf_rows`` with ``copy``: what DC-ASGD and
+Gap-Aware need): for ``b < nb`` the rating ``t = idx[b]``'s rows into ``RP[b]``,
+``RQ[b]``, its factor rows copied into ``DP[b]``, ``DQ[b]``, and ``GP[b] = e·q + reg·p``,
+``GQ[b] = e·p + reg·q`` from the copies. Its dot product is summed in the order LLVM's
+loop vectoriser gives numba's loop under reassociation (:func:`_dot_in_llvm_order`), so
+every bit is the loop's: the simulated experiments' stored cells depend on them (what it
+saves the rules' step: ``benchmarks/RESULTS.md``). Returns 0, or -1 for a width not covered (:func:`grad_fits`).
+
 Only for rows :func:`fits` accepts (2-D float tables of one dtype, each row contiguous,
 ``K`` a whole number of vectors, one to eight or sixteen: :data:`VECTORS`); the span returns -1 for
 any other width, and the callers keep their numba loops for those. Rows of ``P`` and
@@ -60,6 +70,18 @@ def fits(P, Q):
     lanes = VECTOR_BYTES // P.itemsize
     return (Q.shape[1] == K and K % lanes == 0 and K // lanes in VECTORS
             and P.strides[1] == P.itemsize and Q.strides[1] == Q.itemsize)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def grad_fits(P, Q, GP, GQ, DP, DQ):
+    """True when :func:`grad_rows` covers factors ``P``, ``Q`` (:func:`fits`) with
+    gradient rows ``GP``, ``GQ`` and read copies ``DP``, ``DQ`` of their width, every
+    row contiguous."""
+    K = P.shape[1]
+    ok = fits(P, Q)
+    for A in (GP, GQ, DP, DQ):
+        ok = ok and A.shape[1] == K and A.strides[1] == A.itemsize
+    return ok
 
 
 if config.DISABLE_JIT:
@@ -111,6 +133,9 @@ if config.DISABLE_JIT:
     sgd_span = sgd_span_pf = _py_span(False)
     sgd_span_plain = sgd_span_pf_plain = _py_span(True)
     rowwise_span = rowwise_span_pf = _py_rowwise
+
+    def grad_rows(*args):
+        return -1
 
 else:
     from llvmlite import ir
@@ -387,3 +412,130 @@ else:
     sgd_span_plain = _span_intrinsic(True, False)
     sgd_span_pf = _span_intrinsic(False, True)
     sgd_span_pf_plain = _span_intrinsic(True, True)
+
+    def _dot_in_llvm_order(b, ps, qs, vty):
+        """``p·q`` in the order LLVM's loop vectoriser sums ``mf._dot``'s reduction under
+        reassociation (read from the numba kernel's optimised IR), so the value is its
+        to the bit: a main loop of four accumulators of one vector each (32 bytes) over
+        blocks of four vectors, the first starting at ``<0, -0, ...>`` and the others at
+        ``-0``, summed ``((a1 + a0) + a2) + a3`` and halved across the lanes; then an
+        epilogue of 4 lanes from ``<that sum, -0, -0, -0>`` over what is left (rows
+        narrower than four vectors: all of it, from ``<0, -0, -0, -0>``), halved. Each
+        stage ends in ``-0 + x``."""
+        f = _FLAGS_GRAD
+        lt, lanes = vty.element, vty.count
+        prods = [b.fmul(p, q, flags=f) for p, q in zip(ps, qs)]
+        nz = ir.Constant(lt, -0.0)
+
+        def halve(v):
+            n = v.type.count
+            undef = ir.Constant(v.type, ir.Undefined)
+            while n > 1:
+                h = n // 2
+                mask = list(range(h, n)) + [0] * (v.type.count - h)
+                shuf = b.shuffle_vector(v, undef, ir.Constant(
+                    ir.VectorType(_I32, v.type.count), mask))
+                v = b.fadd(v, shuf, flags=f)
+                n = h
+            return b.fadd(nz, b.extract_element(v, _I32(0)), flags=f)
+
+        total = ir.Constant(lt, 0.0)
+        main = len(prods) // 4
+        if main:
+            accs = [ir.Constant(vty, [0.0] + [-0.0] * (lanes - 1))] + \
+                [ir.Constant(vty, [-0.0] * lanes)] * 3
+            for j in range(main):
+                accs = [b.fadd(a, prods[4 * j + c], flags=f) for c, a in enumerate(accs)]
+            acc = b.fadd(b.fadd(b.fadd(accs[1], accs[0], flags=f), accs[2], flags=f),
+                         accs[3], flags=f)
+            total = halve(acc)
+        rest = prods[4 * main:]
+        if rest:
+            v4 = ir.VectorType(lt, 4)
+            acc = b.insert_element(ir.Constant(v4, [0.0, -0.0, -0.0, -0.0]), total, _I32(0))
+            undef = ir.Constant(vty, ir.Undefined)
+            for v in rest:
+                for lo in range(0, lanes, 4):
+                    piece = v if lanes == 4 else b.shuffle_vector(
+                        v, undef, ir.Constant(ir.VectorType(_I32, 4), list(range(lo, lo + 4))))
+                    acc = b.fadd(acc, piece, flags=f)
+            total = halve(acc)
+        return total
+
+    _FLAGS_GRAD = ("reassoc",)          # mf_gradient's flags (kernels/mf.py: _FM)
+
+    def _grad_codegen(context, builder, sig, args):
+        """:func:`grad_rows`'s IR: a switch on the width, once, into a loop per width."""
+        b = builder
+        tys = sig.args
+        P, Q, u, i, r, idx, _, GP, GQ, RP, RQ, DP, DQ, _ = (
+            context.make_array(t)(context, b, v) if isinstance(t, types.Array) else v
+            for t, v in zip(tys, args))
+        T = tys[0].dtype
+        lt = context.get_value_type(T)
+        vty = ir.VectorType(lt, VECTOR_BYTES * 8 // T.bitwidth)
+        al = T.bitwidth // 8
+        nb = context.cast(b, args[6], tys[6], types.int64)
+        reg = context.cast(b, args[13], tys[13], T)
+        zero = context.get_constant(types.intp, 0)
+        i64, dbl = ir.IntType(64), ir.DoubleType()
+        out = cgutils.alloca_once_value(b, i64(0))
+        K = b.extract_value(P.shape, 1)
+        done, uncovered = b.append_basic_block("grad.done"), b.append_basic_block("grad.unc")
+        lanes = K.type(vty.count)
+        whole = b.icmp_unsigned("==", b.urem(K, lanes), K.type(0))
+        sw = b.switch(b.select(whole, b.udiv(K, lanes), K.type(0)), uncovered)
+
+        def rowp(aty, ary, row):
+            return cgutils.get_item_pointer(context, b, aty, ary, [row, zero])
+
+        def item(k, ary, t):
+            return _item(context, b, tys[k], ary, t)
+
+        for nv in VECTORS:
+            head = b.append_basic_block(f"grad.k{nv}")
+            sw.add_case(K.type(nv), head)
+            b.position_at_end(head)
+            with cgutils.for_range(b, nb) as loop:
+                k = loop.index
+                t = context.cast(b, item(5, idx, k), tys[5].dtype, types.intp)
+                uu = context.cast(b, item(2, u, t), tys[2].dtype, types.intp)
+                ii = context.cast(b, item(3, i, t), tys[3].dtype, types.intp)
+                for rk, R, x in ((9, RP, uu), (10, RQ, ii)):
+                    b.store(context.cast(b, x, types.intp, tys[rk].dtype),
+                            cgutils.get_item_pointer(context, b, tys[rk], R, [k]))
+                pp, qq = rowp(tys[0], P, uu), rowp(tys[1], Q, ii)
+                ps = [b.load(_vptr(b, pp, c, vty), align=al) for c in range(nv)]
+                qs = [b.load(_vptr(b, qq, c, vty), align=al) for c in range(nv)]
+                dp, dq = rowp(tys[11], DP, k), rowp(tys[12], DQ, k)
+                for c in range(nv):
+                    b.store(ps[c], _vptr(b, dp, c, vty), align=al)
+                    b.store(qs[c], _vptr(b, dq, c, vty), align=al)
+                pred = _dot_in_llvm_order(b, ps, qs, vty)
+                rt = context.cast(b, item(4, r, t), tys[4].dtype, types.float64)
+                pd = b.fpext(pred, dbl) if T.bitwidth == 32 else pred
+                ne = b.fsub(pd, rt, flags=_FLAGS_GRAD)
+                ne = b.fptrunc(ne, lt) if T.bitwidth == 32 else ne
+                nev, rv = _splat(b, ne, vty), _splat(b, reg, vty)
+                gp, gq = rowp(tys[7], GP, k), rowp(tys[8], GQ, k)
+                f = _FLAGS_GRAD
+                for c in range(nv):
+                    b.store(b.fadd(b.fmul(nev, qs[c], flags=f), b.fmul(ps[c], rv, flags=f),
+                                   flags=f), _vptr(b, gp, c, vty), align=al)
+                    b.store(b.fadd(b.fmul(nev, ps[c], flags=f), b.fmul(qs[c], rv, flags=f),
+                                   flags=f), _vptr(b, gq, c, vty), align=al)
+            b.branch(done)
+        b.position_at_end(uncovered)
+        b.store(i64(-1), out)
+        b.branch(done)
+        b.position_at_end(done)
+        return b.load(out)
+
+    @intrinsic
+    def grad_rows(typingctx, P, Q, u, i, r, idx, nb, GP, GQ, RP, RQ, DP, DQ, reg):
+        """mf's minibatch gradient with the read copies (``mf._mf_rows``, ``copy``):
+        see the module docstring."""
+        if not _tables_ok(P, Q, GP, GQ, DP, DQ):
+            return None
+        sig = types.int64(P, Q, u, i, r, idx, nb, GP, GQ, RP, RQ, DP, DQ, reg)
+        return sig, _grad_codegen

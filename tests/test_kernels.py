@@ -807,3 +807,35 @@ def test_vector_rule_passes_give_the_numba_loops_bits(seed, dtype, vectors, big)
         out[path] = [np.ascontiguousarray(x).view(np.uint8) for x in (gaps, W, S1, S2)]
     for x, y in zip(out["vector"], out["numba"]):
         np.testing.assert_array_equal(x, y)
+
+
+@given(seed=st.integers(0, 2**31 - 1), dtype=st.sampled_from([np.float32, np.float64]),
+       rdtype=st.sampled_from([np.float32, np.float64]),
+       vectors=st.sampled_from([1, 2, 3, 4, 5, 6, 7, 8, 16]), reg=st.sampled_from([0.0, 0.05]))
+def test_vector_mf_gradient_gives_the_numba_loops_bits(seed, dtype, rdtype, vectors, reg):
+    """mf's minibatch gradient with the read copies as straight-line vector code
+    (``rowvec.grad_rows``: its dot product summed in the order LLVM's vectoriser gives
+    numba's loop) gives every bit of the numba loop on the same values (strided factor
+    tables take the loop; its dot product runs over the contiguous copies): the copies,
+    the rows, the gradient rows, rows of zeros and negative zeros among them."""
+    from hogkit.kernels import mf, rowvec
+    rng = np.random.default_rng(seed)
+    K = vectors * 32 // np.dtype(dtype).itemsize
+    P0 = (rng.standard_normal((30, K)) * 0.3).astype(dtype)
+    Q0 = (rng.standard_normal((20, K)) * 0.3).astype(dtype)
+    P0[3], P0[4, ::2] = 0.0, -0.0
+    ns, nb = 200, int(rng.integers(1, 70))
+    wl = mf.MFArrays(rng.integers(0, 30, ns).astype(np.int32), rng.integers(0, 20, ns),
+                     rng.standard_normal(ns).astype(rdtype), reg)
+    idx = rng.integers(0, ns, nb)
+    out = {}
+    for path, view in (("vector", np.array), ("numba", _strided)):
+        P, Q = view(P0), view(Q0)
+        G = (np.zeros((nb, K), dtype), np.zeros((nb, K), dtype))
+        RD = (np.zeros((nb, K), dtype), np.zeros((nb, K), dtype))
+        R, cnt = (np.zeros(nb, np.int64), np.zeros(nb, np.int64)), np.zeros(2, np.int64)
+        assert rowvec.grad_fits(P, Q, *G, *RD) == (path == "vector")
+        mf.mf_gradient(wl, (P, Q), idx, nb, True, G, R, RD, cnt)
+        out[path] = [x.view(np.uint8) for x in G + RD] + list(R) + [cnt]
+    for x, y in zip(out["vector"], out["numba"]):
+        np.testing.assert_array_equal(x, y)
