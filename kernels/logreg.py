@@ -185,7 +185,7 @@ def logreg_sgd(wl, params, idx, nb, lr, G, R, RD, cnt, scratch):
         s = idx[b]
         d = float(D[b, 0])
         for j in range(indptr[s], indptr[s + 1]):
-            f = indices[j]
+            f = np.uint64(indices[j])            # unsigned: no index fix-up per write
             g = T(scale * (d * float(values[j]) + reg * 0.0))
             w[f, 0] = w[f, 0] - a * g
     cnt[0] = t

@@ -13,7 +13,9 @@ Each kernel prefetches rows ahead of use (``_intrinsics.prefetch_row``; see
 whose extra state rows make a longer distance slower. A small table of narrow rows is
 read from cache anyway, and there a prefetch cost more than it saved (~1.5 ns a row).
 A one-column table (logreg's weights, ``(n, 1)``) takes a loop of its own: the column
-loop's set-up cost ~1.3 ns a row, four times the update itself.
+loop's set-up cost ~1.3 ns a row, four times the update itself. Those loops index the
+table through ``np.uint64(rows[i])``: a signed index pays numba's negative-index fix-up
+on every access, and the rows are never negative (checked at the boundary).
 
 The scalars are cast to the table's dtype once per call (``W.dtype.type(lr)``), so a
 float32 table is updated with float32 arithmetic throughout (no float64 temporaries).
@@ -24,6 +26,7 @@ atomic, so concurrent writers to one element may lose an update. Called from one
 process they are deterministic.
 """
 
+import numpy as np
 from numba import njit
 
 from ._intrinsics import prefetch, prefetch_row
@@ -57,7 +60,7 @@ def sgd_rows(W, rows, G, lr, n=-1):
         for i in range(b):
             if pf and i + 16 < b:
                 prefetch(W, rows[i + 16], 0)
-            W[rows[i], 0] -= a * G[i, 0]
+            W[np.uint64(rows[i]), 0] -= a * G[i, 0]
         return
     if pf:
         for i in range(min(16, b)):
@@ -96,7 +99,7 @@ def momentum_rows(W, M, rows, G, lr, mu, gscale=1.0, n=-1):
             if pf and i + 8 < b:
                 prefetch(W, rows[i + 8], 0)
                 prefetch(M, rows[i + 8], 0)
-            r = rows[i]
+            r = np.uint64(rows[i])
             v = m * M[r, 0] + s * G[i, 0]
             M[r, 0] = v
             W[r, 0] -= a * v
