@@ -1149,3 +1149,41 @@ def test_session50_final_default_run_is_quoted_from_its_json():
     assert t2 / l2 <= 0.7
     assert f"theirs is {rr['mf_default_plain_time_over_default2_time']:.2f}." in text
     assert rr["mf_default_plain_time_over_default2_time"] > 1
+
+
+def test_rules_session51_section_comes_from_the_committed_jsons():
+    """Session 51's rules section: both tables render benchmarks/rules_session51.json
+    (against the session's first invocation), its text quotes the ratios of the three
+    steps' JSONs, the one-worker figures it names, and the unrounded logreg ratio."""
+    import json
+    from pathlib import Path
+
+    from hogkit.benchmarks import rules
+    _rules_section("rules_session51.json", "rules_session51_start.json",
+                   "mf is over the line; logreg is on it.")
+    root = Path(__file__).resolve().parent.parent / "benchmarks"
+    j = {k: json.loads((root / f"rules_session51{k}.json").read_text())
+         for k in ("", "_start", "_passes", "_grad")}
+    text = " ".join((root / "RESULTS.md").read_text().split())
+    assert rules.format_one_worker(j[""]) in (root / "RESULTS.md").read_text()
+
+    def q(k, w, rule):
+        return f"{j[k]['by_workload'][w]['over_sgd'][rule]:.2f}"
+    assert (f"mf {q('_start', 'mf', 'gap_aware')} and {q('_start', 'mf', 'dc_adaptive')} "
+            f"became {q('_passes', 'mf', 'gap_aware')} and "
+            f"{q('_passes', 'mf', 'dc_adaptive')}") in text
+    assert f"mf {q('_grad', 'mf', 'gap_aware')} and {q('_grad', 'mf', 'dc_adaptive')}" in text
+    ns = {k: j[k]["one_worker"] for k in j}
+    assert (f"from {ns['_start']['mf']['ns_per_sample']['gap_aware']:.1f} to "
+            f"{ns['_grad']['mf']['ns_per_sample']['gap_aware']:.1f} ns a sample") in text
+    assert (f"{ns['_start']['logreg']['ns_per_sample']['sgd']:.1f} ns a sample at the start, "
+            f"{ns['']['logreg']['ns_per_sample']['sgd']:.1f} now") in text
+    assert (f"first invocation read {q('_start', 'logreg', 'gap_aware')}x and "
+            f"{q('_start', 'logreg', 'dc_adaptive')}x and the next two "
+            f"{q('_passes', 'logreg', 'gap_aware')}x / {q('_passes', 'logreg', 'dc_adaptive')}x "
+            f"and {q('_grad', 'logreg', 'gap_aware')}x / "
+            f"{q('_grad', 'logreg', 'dc_adaptive')}x") in text
+    ga = j[""]["by_workload"]["logreg"]["over_sgd"]["gap_aware"]
+    assert f"unrounded Gap-Aware ratio is {ga:.3f}" in text and ga < 0.7
+    assert all(j[""]["by_workload"]["mf"]["over_sgd"][r] >= 0.7
+               for r in ("gap_aware", "dc_adaptive"))
