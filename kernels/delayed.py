@@ -245,7 +245,7 @@ def dc_adaptive_gap_rows(W, MS, rows, G, D, lr, lam0, m, eps, n):
                 W[r, 0] -= a * gi
         return
     if gapvec.fits(W, MS, G, D) and gapvec.dc_adaptive(
-            W, MS, rows, G, D, n, _AHEAD2 if pf else 0, a, l0, mm, m1, e) == 0:
+            W, MS, rows, G, D, n, _AHEAD2 if pf else 0, a, mm, m1, l0, e) == 0:
         return
     for i in range(n):
         if pf and i + _AHEAD2 < n:

@@ -7,7 +7,7 @@ rows ``K`` wide, entry ``i < n`` on row ``r = rows[i]``:
 - ``gaps(W, rows, B, n, ahead)``: ``B[i] = W[r] - B[i]`` (:func:`delayed.gaps_into`);
 - ``gap_aware(W, V, rows, G, D, n, ahead, a, gm, g1, bc, cm, tiny)``: Gap-Aware without
   momentum (:func:`delayed.gap_aware_gap_rows`'s ``mu == 0`` branch);
-- ``dc_adaptive(W, MS, rows, G, D, n, ahead, a, l0, mm, m1, e)``: adaptive DC-ASGD
+- ``dc_adaptive(W, MS, rows, G, D, n, ahead, a, mm, m1, l0, e)``: adaptive DC-ASGD
   (:func:`delayed.dc_adaptive_gap_rows`).
 
 Every one returns 0, or -1 without writing anything when the width is not covered
@@ -71,7 +71,7 @@ else:
     from numba.core import cgutils, types
     from numba.extending import intrinsic
 
-    from .rowvec import _item, _prefetch, _splat, _vptr
+    from .rowvec import _item, _prefetch, _splat, _tables_ok, _vptr, width_switch
 
     _F = ("reassoc",)                      # delayed.py's flags (_intrinsics.FASTMATH)
 
@@ -141,32 +141,12 @@ else:
         width not covered."""
         def codegen(context, builder, sig, args):
             s = _Pass(context, builder, sig, args, arrays)
-            i64 = ir.IntType(64)
-            out = cgutils.alloca_once_value(builder, i64(0))
-            K = builder.extract_value(s.arr[0].shape, 1)
-            done = builder.append_basic_block("rows.done")
-            uncovered = builder.append_basic_block("rows.uncovered")
-            lanes = K.type(s.vty.count)
-            whole = builder.icmp_unsigned("==", builder.urem(K, lanes), K.type(0))
-            nv = builder.select(whole, builder.udiv(K, lanes), K.type(0))
-            sw = builder.switch(nv, uncovered)
-            for n in VECTORS:
-                head = builder.append_basic_block(f"rows.k{n}")
-                sw.add_case(K.type(n), head)
-                builder.position_at_end(head)
-                s.loop(n, rows_k, pf_k, body, done)
-            builder.position_at_end(uncovered)
-            builder.store(i64(-1), out)
-            builder.branch(done)
-            builder.position_at_end(done)
-            return builder.load(out)
+            out = cgutils.alloca_once_value(builder, ir.IntType(64)(0))
+            return width_switch(builder, builder.extract_value(s.arr[0].shape, 1), s.vty,
+                                "rows", lambda n, done: s.loop(n, rows_k, pf_k, body, done),
+                                out)
 
         return codegen
-
-    def _tables_ok(*arrays):
-        return all(isinstance(A, types.Array) and A.ndim == 2
-                   and A.dtype == arrays[0].dtype for A in arrays) \
-            and isinstance(arrays[0].dtype, types.Float)
 
     def _gaps_body(s, nv, i, r):
         W, B = s.ptr(0, r), s.ptr(2, i)
@@ -205,73 +185,73 @@ else:
                                                        flags=_F), flags=_F)
                 for o, g in zip(olds, gs)]
 
-    def _ga_body(s, nv, i, r):
-        """Gap-Aware (mu 0): arrays W, V, rows, G, D; scalars a, gm, g1, bc, cm, tiny."""
+    def _rule_body(moved_step):
+        """An update pass's entry for a rule with a per-coordinate state ``S`` (arrays
+        ``W, S, rows, G, D``; scalars ``a, keep, fresh, ...``): ``S = keep·S +
+        fresh·(g·g)``, then ``w - moved_step(...)`` on a row whose gap is not all zeros,
+        else ``w - a·g``."""
+        def body(s, nv, i, r):
+            b = s.b
+            Wp, Sp, Gp, Dp = s.ptr(0, r), s.ptr(1, r), s.ptr(3, i), s.ptr(4, i)
+            gs, ds = s.load(Gp, nv), s.load(Dp, nv)
+            vs = _mean_square(s, s.s[1], s.s[2], s.load(Sp, nv), gs)
+            ws = s.load(Wp, nv)
+            av = s.splat(s.s[0])
+            s.store(vs, Sp)
+            with b.if_else(_moved(s, ds)) as (then, other):
+                with then:
+                    s.store([b.fsub(w, step, flags=_F) for w, step in
+                             zip(ws, moved_step(s, gs, ds, vs, av))], Wp)
+                with other:
+                    s.store([b.fsub(w, b.fmul(av, g, flags=_F), flags=_F)
+                             for w, g in zip(ws, gs)], Wp)
+        return body
+
+    def _ga_step(s, gs, ds, vs, av):
+        """Gap-Aware's damped step ``(g·a)/gap``, ``gap = 1 + |d|/(cm·(sqrt(v·bc) +
+        tiny))`` (1 where ``d`` is 0); scalars ``a, gm, g1, bc, cm, tiny``."""
         b = s.b
-        a, gm, g1, bc, cm, tiny = s.s
-        Wp, Vp, Gp, Dp = s.ptr(0, r), s.ptr(1, r), s.ptr(3, i), s.ptr(4, i)
-        gs, ds = s.load(Gp, nv), s.load(Dp, nv)
-        vs = _mean_square(s, gm, g1, s.load(Vp, nv), gs)
-        ws = s.load(Wp, nv)
-        av = s.splat(a)
-        s.store(vs, Vp)
-        with b.if_else(_moved(s, ds)) as (then, other):
-            with then:
-                one, zero = ir.Constant(s.vty, [1.0] * s.vty.count), ir.Constant(s.vty, None)
-                fabs, sqrt = _vfn(s, "fabs"), _vfn(s, "sqrt")
-                bcv, cmv, tv = s.splat(bc), s.splat(cm), s.splat(tiny)
-                out = []
-                for w, g, d, v in zip(ws, gs, ds, vs):
-                    dl = b.call(fabs, [d])
-                    den = b.fmul(cmv, b.fadd(b.call(sqrt, [b.fmul(v, bcv, flags=_F)]), tv,
-                                             flags=_F), flags=_F)
-                    gap = b.select(b.fcmp_unordered("!=", dl, zero),
-                                   b.fadd(one, b.fdiv(dl, den, flags=_F), flags=_F), one)
-                    out.append(b.fsub(w, b.fdiv(b.fmul(g, av, flags=_F), gap, flags=_F),
-                                      flags=_F))
-                s.store(out, Wp)
-            with other:
-                s.store([b.fsub(w, b.fmul(av, g, flags=_F), flags=_F)
-                         for w, g in zip(ws, gs)], Wp)
+        bc, cm, tiny = s.s[3:]
+        one, zero = ir.Constant(s.vty, [1.0] * s.vty.count), ir.Constant(s.vty, None)
+        fabs, sqrt = _vfn(s, "fabs"), _vfn(s, "sqrt")
+        bcv, cmv, tv = s.splat(bc), s.splat(cm), s.splat(tiny)
+        out = []
+        for g, d, v in zip(gs, ds, vs):
+            dl = b.call(fabs, [d])
+            den = b.fmul(cmv, b.fadd(b.call(sqrt, [b.fmul(v, bcv, flags=_F)]), tv, flags=_F),
+                         flags=_F)
+            gap = b.select(b.fcmp_unordered("!=", dl, zero),
+                           b.fadd(one, b.fdiv(dl, den, flags=_F), flags=_F), one)
+            out.append(b.fdiv(b.fmul(g, av, flags=_F), gap, flags=_F))
+        return out
 
     @intrinsic
     def gap_aware(typingctx, W, V, rows, G, D, n, ahead, a, gm, g1, bc, cm, tiny):
         if not _tables_ok(W, V, G, D):
             return None
         sig = types.int64(W, V, rows, G, D, n, ahead, a, gm, g1, bc, cm, tiny)
-        return sig, _codegen(5, 2, 1, _ga_body)
+        return sig, _codegen(5, 2, 1, _rule_body(_ga_step))
 
-    def _dca_body(s, nv, i, r):
-        """Adaptive DC-ASGD: arrays W, MS, rows, G, D; scalars a, l0, mm, m1, e."""
+    def _dca_step(s, gs, ds, vs, av):
+        """Adaptive DC-ASGD's step ``a·(g + ((g·g)·(d·l0))/sqrt(ms + e))`` (``a·g``
+        where ``d`` is 0); scalars ``a, mm, m1, l0, e``."""
         b = s.b
-        a, l0, mm, m1, e = s.s
-        Wp, Mp, Gp, Dp = s.ptr(0, r), s.ptr(1, r), s.ptr(3, i), s.ptr(4, i)
-        gs, ds = s.load(Gp, nv), s.load(Dp, nv)
-        vs = _mean_square(s, mm, m1, s.load(Mp, nv), gs)
-        ws = s.load(Wp, nv)
-        av = s.splat(a)
-        s.store(vs, Mp)
-        with b.if_else(_moved(s, ds)) as (then, other):
-            with then:
-                zero = ir.Constant(s.vty, None)
-                sqrt = _vfn(s, "sqrt")
-                ev, lv = s.splat(e), s.splat(l0)
-                out = []
-                for w, g, d, v in zip(ws, gs, ds, vs):
-                    root = b.call(sqrt, [b.fadd(v, ev, flags=_F)])
-                    corr = b.fdiv(b.fmul(b.fmul(g, g, flags=_F), b.fmul(d, lv, flags=_F),
-                                         flags=_F), root, flags=_F)
-                    step = b.select(b.fcmp_ordered("==", d, zero), g,
-                                    b.fadd(g, corr, flags=_F))
-                    out.append(b.fsub(w, b.fmul(step, av, flags=_F), flags=_F))
-                s.store(out, Wp)
-            with other:
-                s.store([b.fsub(w, b.fmul(g, av, flags=_F), flags=_F)
-                         for w, g in zip(ws, gs)], Wp)
+        l0, e = s.s[3:]
+        zero = ir.Constant(s.vty, None)
+        sqrt = _vfn(s, "sqrt")
+        ev, lv = s.splat(e), s.splat(l0)
+        out = []
+        for g, d, v in zip(gs, ds, vs):
+            root = b.call(sqrt, [b.fadd(v, ev, flags=_F)])
+            corr = b.fdiv(b.fmul(b.fmul(g, g, flags=_F), b.fmul(d, lv, flags=_F), flags=_F),
+                          root, flags=_F)
+            step = b.select(b.fcmp_ordered("==", d, zero), g, b.fadd(g, corr, flags=_F))
+            out.append(b.fmul(step, av, flags=_F))
+        return out
 
     @intrinsic
-    def dc_adaptive(typingctx, W, MS, rows, G, D, n, ahead, a, l0, mm, m1, e):
+    def dc_adaptive(typingctx, W, MS, rows, G, D, n, ahead, a, mm, m1, l0, e):
         if not _tables_ok(W, MS, G, D):
             return None
-        sig = types.int64(W, MS, rows, G, D, n, ahead, a, l0, mm, m1, e)
-        return sig, _codegen(5, 2, 1, _dca_body)
+        sig = types.int64(W, MS, rows, G, D, n, ahead, a, mm, m1, l0, e)
+        return sig, _codegen(5, 2, 1, _rule_body(_dca_step))

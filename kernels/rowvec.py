@@ -304,30 +304,37 @@ else:
 
         return intrinsic(typer)
 
+    def width_switch(builder, K, vty, name, emit, out):
+        """A switch on the row width ``K`` (in vectors of type ``vty``), once, into
+        ``emit(n, done)`` for each width of :data:`VECTORS`, which emits that width's
+        loop and branches to ``done``; any other width stores -1 into ``out`` (an i64
+        slot). Returns ``out``'s value after the switch."""
+        i64 = ir.IntType(64)
+        done = builder.append_basic_block(f"{name}.done")
+        uncovered = builder.append_basic_block(f"{name}.uncovered")
+        lanes = K.type(vty.count)
+        whole = builder.icmp_unsigned("==", builder.urem(K, lanes), K.type(0))
+        nv = builder.select(whole, builder.udiv(K, lanes), K.type(0))   # 0: uncovered
+        sw = builder.switch(nv, uncovered)
+        for n in VECTORS:
+            head = builder.append_basic_block(f"{name}.k{n}")
+            sw.add_case(K.type(n), head)
+            builder.position_at_end(head)
+            emit(n, done)
+        builder.position_at_end(uncovered)
+        builder.store(i64(-1), out)
+        builder.branch(done)
+        builder.position_at_end(done)
+        return builder.load(out)
+
     def _span_codegen(cls, plain, prefetching):
         """The IR of a span whose rating body is ``cls``'s: a switch on the row width,
         once, into one loop per width."""
         def codegen(context, builder, signature, args):
             s = cls(context, builder, signature, args)
-            i64 = ir.IntType(64)
-            bad = cgutils.alloca_once_value(builder, i64(0))
-            K = builder.extract_value(s.P.shape, 1)
-            done = builder.append_basic_block("span.done")
-            uncovered = builder.append_basic_block("span.uncovered")
-            lanes = K.type(s.vty.count)
-            whole = builder.icmp_unsigned("==", builder.urem(K, lanes), K.type(0))
-            nv = builder.select(whole, builder.udiv(K, lanes), K.type(0))   # 0: uncovered
-            sw = builder.switch(nv, uncovered)
-            for n in VECTORS:
-                head = builder.append_basic_block(f"span.k{n}")
-                sw.add_case(K.type(n), head)
-                builder.position_at_end(head)
-                s.loop(n, plain, prefetching, bad, done)
-            builder.position_at_end(uncovered)
-            builder.store(i64(-1), bad)
-            builder.branch(done)
-            builder.position_at_end(done)
-            return builder.load(bad)
+            bad = cgutils.alloca_once_value(builder, ir.IntType(64)(0))
+            return width_switch(builder, builder.extract_value(s.P.shape, 1), s.vty, "span",
+                                lambda n, done: s.loop(n, plain, prefetching, bad, done), bad)
 
         return codegen
 
@@ -478,13 +485,7 @@ else:
         nb = context.cast(b, args[6], tys[6], types.int64)
         reg = context.cast(b, args[13], tys[13], T)
         zero = context.get_constant(types.intp, 0)
-        i64, dbl = ir.IntType(64), ir.DoubleType()
-        out = cgutils.alloca_once_value(b, i64(0))
-        K = b.extract_value(P.shape, 1)
-        done, uncovered = b.append_basic_block("grad.done"), b.append_basic_block("grad.unc")
-        lanes = K.type(vty.count)
-        whole = b.icmp_unsigned("==", b.urem(K, lanes), K.type(0))
-        sw = b.switch(b.select(whole, b.udiv(K, lanes), K.type(0)), uncovered)
+        dbl = ir.DoubleType()
 
         def rowp(aty, ary, row):
             return cgutils.get_item_pointer(context, b, aty, ary, [row, zero])
@@ -492,10 +493,7 @@ else:
         def item(k, ary, t):
             return _item(context, b, tys[k], ary, t)
 
-        for nv in VECTORS:
-            head = b.append_basic_block(f"grad.k{nv}")
-            sw.add_case(K.type(nv), head)
-            b.position_at_end(head)
+        def emit(nv, done):
             with cgutils.for_range(b, nb) as loop:
                 k = loop.index
                 t = context.cast(b, item(5, idx, k), tys[5].dtype, types.intp)
@@ -525,11 +523,9 @@ else:
                     b.store(b.fadd(b.fmul(nev, ps[c], flags=f), b.fmul(qs[c], rv, flags=f),
                                    flags=f), _vptr(b, gq, c, vty), align=al)
             b.branch(done)
-        b.position_at_end(uncovered)
-        b.store(i64(-1), out)
-        b.branch(done)
-        b.position_at_end(done)
-        return b.load(out)
+
+        out = cgutils.alloca_once_value(b, ir.IntType(64)(0))
+        return width_switch(b, b.extract_value(P.shape, 1), vty, "grad", emit, out)
 
     @intrinsic
     def grad_rows(typingctx, P, Q, u, i, r, idx, nb, GP, GQ, RP, RQ, DP, DQ, reg):
