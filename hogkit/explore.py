@@ -215,6 +215,7 @@ class SharedArray:
     ndim = property(lambda self: self._arr.ndim)
     size = property(lambda self: self._arr.size)
     itemsize = property(lambda self: self._arr.itemsize)
+    strides = property(lambda self: self._arr.strides)
 
     def __len__(self):
         return len(self._arr)

@@ -48,7 +48,10 @@ a select (:func:`_dc_step`).
 import numpy as np
 from numba import njit
 
-from . import gapvec
+from .gapvec import dc_adaptive as _vec_dc_adaptive
+from .gapvec import fits as _vec_fits
+from .gapvec import gap_aware as _vec_gap_aware
+from .gapvec import gaps as _vec_gaps
 from ._intrinsics import FASTMATH, prefetch, prefetch_row, sqrt
 from .dense import momentum_flat, sgd_flat
 from .sparse import momentum_rows, prefetched, sgd_rows
@@ -105,7 +108,7 @@ def gaps_into(W, rows, B, n):
                 prefetch(W, rows[i + _AHEAD], 0)
             B[i, 0] = W[np.uint64(rows[i]), 0] - B[i, 0]
         return
-    if gapvec.fits(W, W, B, B) and gapvec.gaps(W, rows, B, n, _AHEAD if pf else 0) == 0:
+    if _vec_fits(W, W, B, B) and _vec_gaps(W, rows, B, n, _AHEAD if pf else 0) == 0:
         return
     for i in range(n):
         if pf and i + _AHEAD < n:
@@ -244,7 +247,7 @@ def dc_adaptive_gap_rows(W, MS, rows, G, D, lr, lam0, m, eps, n):
             else:
                 W[r, 0] -= a * gi
         return
-    if gapvec.fits(W, MS, G, D) and gapvec.dc_adaptive(
+    if _vec_fits(W, MS, G, D) and _vec_dc_adaptive(
             W, MS, rows, G, D, n, _AHEAD2 if pf else 0, a, mm, m1, l0, e) == 0:
         return
     for i in range(n):
@@ -367,7 +370,7 @@ def gap_aware_gap_rows(W, M, V, rows, G, D, lr, mu, gamma, lr_max, k, n):
                 W[r, 0] -= a * (gi / (one + dl / (cm * (sqrt(vi * bc) + tiny))))
             else:
                 W[r, 0] -= a * gi
-    elif not (gapvec.fits(W, V, G, D) and gapvec.gap_aware(
+    elif not (_vec_fits(W, V, G, D) and _vec_gap_aware(
             W, V, rows, G, D, n, _AHEAD2 if pf else 0, a, gm, g1, bc, cm, tiny) == 0):
         for i in range(n):
             if pf and i + _AHEAD2 < n:

@@ -60,16 +60,27 @@ def fits(W, S, G, D):
             and _row_ok(G, K) and _row_ok(D, K))
 
 
-if config.DISABLE_JIT:
-    def _uncovered(*args):
-        return -1
+def gaps(W, rows, B, n, ahead):
+    """The gap pass (module docstring). Called from Python (the race explorer runs a
+    kernel's Python source; ``NUMBA_DISABLE_JIT``): -1, and the caller runs its loop."""
+    return -1
 
-    gaps = gap_aware = dc_adaptive = _uncovered
 
-else:
+def gap_aware(W, V, rows, G, D, n, ahead, a, gm, g1, bc, cm, tiny):
+    """Gap-Aware's update pass (module docstring); from Python -1, as :func:`gaps`."""
+    return -1
+
+
+def dc_adaptive(W, MS, rows, G, D, n, ahead, a, mm, m1, l0, e):
+    """Adaptive DC-ASGD's update pass (module docstring); from Python -1, as
+    :func:`gaps`."""
+    return -1
+
+
+if not config.DISABLE_JIT:
     from llvmlite import ir
     from numba.core import cgutils, types
-    from numba.extending import intrinsic
+    from numba.extending import intrinsic, overload
 
     from .rowvec import _item, _prefetch, _splat, _tables_ok, _vptr, width_switch
 
@@ -154,7 +165,7 @@ else:
         s.store([b.fsub(w, x, flags=_F) for w, x in zip(s.load(W, nv), s.load(B, nv))], B)
 
     @intrinsic
-    def gaps(typingctx, W, rows, B, n, ahead):
+    def _gaps_ir(typingctx, W, rows, B, n, ahead):
         if not _tables_ok(W, B):
             return None
         return types.int64(W, rows, B, n, ahead), _codegen(3, 1, 0, _gaps_body)
@@ -226,7 +237,7 @@ else:
         return out
 
     @intrinsic
-    def gap_aware(typingctx, W, V, rows, G, D, n, ahead, a, gm, g1, bc, cm, tiny):
+    def _gap_aware_ir(typingctx, W, V, rows, G, D, n, ahead, a, gm, g1, bc, cm, tiny):
         if not _tables_ok(W, V, G, D):
             return None
         sig = types.int64(W, V, rows, G, D, n, ahead, a, gm, g1, bc, cm, tiny)
@@ -250,8 +261,23 @@ else:
         return out
 
     @intrinsic
-    def dc_adaptive(typingctx, W, MS, rows, G, D, n, ahead, a, mm, m1, l0, e):
+    def _dc_adaptive_ir(typingctx, W, MS, rows, G, D, n, ahead, a, mm, m1, l0, e):
         if not _tables_ok(W, MS, G, D):
             return None
         sig = types.int64(W, MS, rows, G, D, n, ahead, a, mm, m1, l0, e)
         return sig, _codegen(5, 2, 1, _rule_body(_dca_step))
+
+    # compiled callers get the IR; Python callers the functions above
+    @overload(gaps, inline="always")
+    def _gaps_compiled(W, rows, B, n, ahead):
+        return lambda W, rows, B, n, ahead: _gaps_ir(W, rows, B, n, ahead)
+
+    @overload(gap_aware, inline="always")
+    def _gap_aware_compiled(W, V, rows, G, D, n, ahead, a, gm, g1, bc, cm, tiny):
+        return lambda W, V, rows, G, D, n, ahead, a, gm, g1, bc, cm, tiny: _gap_aware_ir(
+            W, V, rows, G, D, n, ahead, a, gm, g1, bc, cm, tiny)
+
+    @overload(dc_adaptive, inline="always")
+    def _dc_adaptive_compiled(W, MS, rows, G, D, n, ahead, a, mm, m1, l0, e):
+        return lambda W, MS, rows, G, D, n, ahead, a, mm, m1, l0, e: _dc_adaptive_ir(
+            W, MS, rows, G, D, n, ahead, a, mm, m1, l0, e)

@@ -84,6 +84,13 @@ def grad_fits(P, Q, GP, GQ, DP, DQ):
     return ok
 
 
+def grad_rows(P, Q, u, i, r, idx, nb, GP, GQ, RP, RQ, DP, DQ, reg):
+    """mf's minibatch gradient with the read copies (module docstring). Called from
+    Python (the race explorer runs a kernel's Python source; ``NUMBA_DISABLE_JIT``): -1,
+    and the caller runs its loop."""
+    return -1
+
+
 if config.DISABLE_JIT:
     def _py_span(plain):
         def span(P, Q, u, i, r, t0, m, ahead, pf_end, a, keep, lim, skip):
@@ -134,13 +141,10 @@ if config.DISABLE_JIT:
     sgd_span_plain = sgd_span_pf_plain = _py_span(True)
     rowwise_span = rowwise_span_pf = _py_rowwise
 
-    def grad_rows(*args):
-        return -1
-
 else:
     from llvmlite import ir
     from numba.core import cgutils, types
-    from numba.extending import intrinsic
+    from numba.extending import intrinsic, overload
 
     _FLAGS = ("reassoc", "contract")           # the lane's flags (kernels/mf.py)
     _I32 = ir.IntType(32)
@@ -528,10 +532,13 @@ else:
         return width_switch(b, b.extract_value(P.shape, 1), vty, "grad", emit, out)
 
     @intrinsic
-    def grad_rows(typingctx, P, Q, u, i, r, idx, nb, GP, GQ, RP, RQ, DP, DQ, reg):
-        """mf's minibatch gradient with the read copies (``mf._mf_rows``, ``copy``):
-        see the module docstring."""
+    def _grad_rows_ir(typingctx, P, Q, u, i, r, idx, nb, GP, GQ, RP, RQ, DP, DQ, reg):
         if not _tables_ok(P, Q, GP, GQ, DP, DQ):
             return None
         sig = types.int64(P, Q, u, i, r, idx, nb, GP, GQ, RP, RQ, DP, DQ, reg)
         return sig, _grad_codegen
+
+    @overload(grad_rows, inline="always")       # compiled callers get the IR
+    def _grad_rows_compiled(P, Q, u, i, r, idx, nb, GP, GQ, RP, RQ, DP, DQ, reg):
+        return lambda P, Q, u, i, r, idx, nb, GP, GQ, RP, RQ, DP, DQ, reg: _grad_rows_ir(
+            P, Q, u, i, r, idx, nb, GP, GQ, RP, RQ, DP, DQ, reg)

@@ -220,6 +220,18 @@ def test_delayed_update_on_disjoint_rows_is_exact():
     assert res.holds and res.complete
 
 
+def test_delayed_update_on_rows_the_vector_code_covers_runs_its_python_source():
+    """Rows 8 float32 wide, a width whose compiled kernels run ``gapvec``'s vector code:
+    explored through the kernel's Python source, the vector pass answers "not covered"
+    and the loop runs on the instrumented rows."""
+    one = np.ones((1, 8), np.float32)
+    calls = [{"rows": np.array([r]), "G": one, "B": np.zeros((1, 8), np.float32),
+              "lr": 1.0, "lam": 0.5, "n": 1} for r in (0, 1)]
+    res = explore(dc_rows, {"W": np.zeros((2, 8), np.float32)}, calls,
+                  lambda W: np.array_equal(W, -np.ones((2, 8))))
+    assert res.holds and res.complete
+
+
 @testing.race_test(add_row, {"W": np.zeros((2, 3))}, [{"r": 0, "g": G1}, {"r": 1, "g": G2}])
 def test_race_test_decorator_runs_the_exploration(W):
     return np.array_equal(W, np.stack([G1, G2]))
