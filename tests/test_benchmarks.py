@@ -1183,6 +1183,11 @@ def test_rules_session51_section_comes_from_the_committed_jsons():
             f"{q('_passes', 'logreg', 'gap_aware')}x / {q('_passes', 'logreg', 'dc_adaptive')}x "
             f"and {q('_grad', 'logreg', 'gap_aware')}x / "
             f"{q('_grad', 'logreg', 'dc_adaptive')}x") in text
+    f = json.loads((root / "rules_session51_final.json").read_text())["by_workload"]
+    assert (f"mf {f['mf']['over_sgd']['gap_aware']:.2f}x and "
+            f"{f['mf']['over_sgd']['dc_adaptive']:.2f}x, logreg "
+            f"{f['logreg']['over_sgd']['gap_aware']:.2f}x and "
+            f"{f['logreg']['over_sgd']['dc_adaptive']:.2f}x") in text
     ga = j[""]["by_workload"]["logreg"]["over_sgd"]["gap_aware"]
     assert f"unrounded Gap-Aware ratio is {ga:.3f}" in text and ga < 0.7
     assert all(j[""]["by_workload"]["mf"]["over_sgd"][r] >= 0.7
