@@ -29,12 +29,12 @@ runtime overlap test, a vector body, a remainder and a scalar fallback for each,
 all-zero check on a gap row is a loop of its own before them. Here a ``switch`` on the
 width runs once per call into a loop whose entry body is straight line: the rows loaded
 once into vectors, the check an ``or`` of vector compares. Gap-Aware's update pass on
-mf's rows (rank 32, float32) ran ~2x numba's loop (8.8 against 17.5 ns a row, one
-thread, scratch run); ``benchmarks/RESULTS.md`` has the rules' live figures.
+mf's rows (rank 32, float32) took 12.2 ns a row against numba's 17.5 (one thread,
+scratch run); ``benchmarks/RESULTS.md`` has the rules' live figures.
 
 Only for what :func:`fits` accepts (the widths of :data:`.rowvec.VECTORS`, every row
-contiguous); the callers keep their numba loops for the rest, and for every table under
-``NUMBA_DISABLE_JIT`` (the kernels then return -1). Nothing is checked here; nothing here
+contiguous); the callers keep their numba loops for the rest, and wherever the kernels
+are called from Python (the race explorer, ``NUMBA_DISABLE_JIT``: they return -1). Nothing is checked here; nothing here
 imports hogkit.
 """
 
@@ -82,14 +82,14 @@ if not config.DISABLE_JIT:
     from numba.core import cgutils, types
     from numba.extending import intrinsic, overload
 
-    from .rowvec import _item, _prefetch, _splat, _tables_ok, _vptr, width_switch
+    from .rowvec import item_at, prefetch_lines, splat, tables_ok, vptr, width_switch
 
     _F = ("reassoc",)                      # delayed.py's flags (_intrinsics.FASTMATH)
 
     class _Pass:
-        """What one pass's IR needs: the arrays (the first ``ntab`` arguments after
-        ``rows`` and before it), ``n``, ``ahead`` and the scalars in the table's
-        dtype."""
+        """What one pass's IR needs: its first ``arrays`` arguments (the tables,
+        ``rows``, the entry buffers), then ``n``, ``ahead`` and the scalars, cast to the
+        table's dtype."""
 
         def __init__(self, context, builder, sig, args, arrays):
             self.c, self.b = context, builder
@@ -115,18 +115,18 @@ if not config.DISABLE_JIT:
         def row_of(self, rows_k, i):
             c, b = self.c, self.b
             rty = self.tys[rows_k]
-            return c.cast(b, _item(c, b, rty, self.arr[rows_k], i), rty.dtype, types.intp)
+            return c.cast(b, item_at(c, b, rty, self.arr[rows_k], i), rty.dtype, types.intp)
 
         def load(self, p, nv):
-            return [self.b.load(_vptr(self.b, p, c, self.vty), align=self.al)
+            return [self.b.load(vptr(self.b, p, c, self.vty), align=self.al)
                     for c in range(nv)]
 
         def store(self, vs, p):
             for c, v in enumerate(vs):
-                self.b.store(v, _vptr(self.b, p, c, self.vty), align=self.al)
+                self.b.store(v, vptr(self.b, p, c, self.vty), align=self.al)
 
         def splat(self, x):
-            return _splat(self.b, x, self.vty)
+            return splat(self.b, x, self.vty)
 
         def loop(self, nv, rows_k, pf_k, body, done):
             """``for i in range(n)``: prefetch row ``rows[i + ahead]`` of array ``pf_k``
@@ -142,7 +142,7 @@ if not config.DISABLE_JIT:
             ia = b.add(i, self.ahead)
             pf = b.and_(b.icmp_signed(">", self.ahead, i64(0)), b.icmp_signed("<", ia, self.n))
             with b.if_then(pf):
-                _prefetch(b, self.ptr(pf_k, self.row_of(rows_k, ia)), nv * VECTOR_BYTES)
+                prefetch_lines(b, self.ptr(pf_k, self.row_of(rows_k, ia)), nv * VECTOR_BYTES)
             body(self, nv, i, self.row_of(rows_k, i))
             b.store(b.add(i, i64(1)), pos)
             b.branch(cond)
@@ -166,7 +166,7 @@ if not config.DISABLE_JIT:
 
     @intrinsic
     def _gaps_ir(typingctx, W, rows, B, n, ahead):
-        if not _tables_ok(W, B):
+        if not tables_ok(W, B):
             return None
         return types.int64(W, rows, B, n, ahead), _codegen(3, 1, 0, _gaps_body)
 
@@ -238,7 +238,7 @@ if not config.DISABLE_JIT:
 
     @intrinsic
     def _gap_aware_ir(typingctx, W, V, rows, G, D, n, ahead, a, gm, g1, bc, cm, tiny):
-        if not _tables_ok(W, V, G, D):
+        if not tables_ok(W, V, G, D):
             return None
         sig = types.int64(W, V, rows, G, D, n, ahead, a, gm, g1, bc, cm, tiny)
         return sig, _codegen(5, 2, 1, _rule_body(_ga_step))
@@ -262,7 +262,7 @@ if not config.DISABLE_JIT:
 
     @intrinsic
     def _dc_adaptive_ir(typingctx, W, MS, rows, G, D, n, ahead, a, mm, m1, l0, e):
-        if not _tables_ok(W, MS, G, D):
+        if not tables_ok(W, MS, G, D):
             return None
         sig = types.int64(W, MS, rows, G, D, n, ahead, a, mm, m1, l0, e)
         return sig, _codegen(5, 2, 1, _rule_body(_dca_step))

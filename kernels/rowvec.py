@@ -149,11 +149,11 @@ else:
     _FLAGS = ("reassoc", "contract")           # the lane's flags (kernels/mf.py)
     _I32 = ir.IntType(32)
 
-    def _vptr(builder, base, c, vty):
+    def vptr(builder, base, c, vty):
         return builder.bitcast(builder.gep(base, [ir.IntType(64)(c * vty.count)]),
                                vty.as_pointer())
 
-    def _splat(builder, x, vty):
+    def splat(builder, x, vty):
         v = builder.insert_element(ir.Constant(vty, ir.Undefined), x, _I32(0))
         return builder.shuffle_vector(v, ir.Constant(vty, ir.Undefined),
                                       ir.Constant(ir.VectorType(_I32, vty.count),
@@ -190,30 +190,30 @@ else:
         """One rating on rows of ``nv`` vectors at ``pp``, ``qq``: the error, the guard,
         the update when it passes. Returns ``ok`` (the guard passed); the builder ends in
         a block after the update."""
-        ps = [builder.load(_vptr(builder, pp, c, vty), align=al) for c in range(nv)]
-        qs = [builder.load(_vptr(builder, qq, c, vty), align=al) for c in range(nv)]
+        ps = [builder.load(vptr(builder, pp, c, vty), align=al) for c in range(nv)]
+        qs = [builder.load(vptr(builder, qq, c, vty), align=al) for c in range(nv)]
         dot = _sum(builder, [builder.fmul(p, q, flags=_FLAGS) for p, q in zip(ps, qs)])
         e = builder.fsub(dot, rt, flags=_FLAGS)
         fabs = builder.module.declare_intrinsic("llvm.fabs", [e.type])
         ok = builder.fcmp_ordered("<", builder.call(fabs, [e]), lim)
         with builder.if_then(ok, likely=True):
-            nae = _splat(builder, builder.fneg(builder.fmul(a, e, flags=_FLAGS)), vty)
+            nae = splat(builder, builder.fneg(builder.fmul(a, e, flags=_FLAGS)), vty)
             fma = _fma(builder, vty)
-            kv = None if plain else _splat(builder, keep, vty)
+            kv = None if plain else splat(builder, keep, vty)
             for c, (p, q) in enumerate(zip(ps, qs)):
                 kp = p if plain else builder.fmul(kv, p, flags=_FLAGS)
                 kq = q if plain else builder.fmul(kv, q, flags=_FLAGS)
-                builder.store(builder.call(fma, [nae, q, kp]), _vptr(builder, pp, c, vty),
+                builder.store(builder.call(fma, [nae, q, kp]), vptr(builder, pp, c, vty),
                               align=al)
-                builder.store(builder.call(fma, [nae, p, kq]), _vptr(builder, qq, c, vty),
+                builder.store(builder.call(fma, [nae, p, kq]), vptr(builder, qq, c, vty),
                               align=al)
         return ok
 
-    def _item(context, builder, aryty, ary, t):
+    def item_at(context, builder, aryty, ary, t):
         """``ary[t]`` of a 1-D array (no wraparound: ``t`` is inside)."""
         return builder.load(cgutils.get_item_pointer(context, builder, aryty, ary, [t]))
 
-    def _prefetch(builder, base, nbytes):
+    def prefetch_lines(builder, base, nbytes):
         """``llvm.prefetch`` (write intent, high locality) of every 64-byte line of the
         ``nbytes`` from ``base``."""
         i8p = ir.IntType(8).as_pointer()
@@ -257,7 +257,7 @@ else:
         def row(self, table, tty, index, ity, t):
             """Pointer to ``table[index[t], 0]``."""
             c, b = self.c, self.b
-            k = c.cast(b, _item(c, b, ity, index, t), ity.dtype, types.intp)
+            k = c.cast(b, item_at(c, b, ity, index, t), ity.dtype, types.intp)
             return cgutils.get_item_pointer(c, b, tty, table, [k, self.zero])
 
         def loop(self, n, plain, prefetching, bad, done):
@@ -275,14 +275,14 @@ else:
             if prefetching:
                 ta = b.add(t, self.ahead)
                 with b.if_then(b.icmp_signed("<", ta, self.pf_end)):
-                    _prefetch(b, self.row(self.P, self.pty, self.u, self.uty, ta),
+                    prefetch_lines(b, self.row(self.P, self.pty, self.u, self.uty, ta),
                               n * VECTOR_BYTES)
-                    _prefetch(b, self.row(self.Q, self.qty, self.i, self.ity, ta),
+                    prefetch_lines(b, self.row(self.Q, self.qty, self.i, self.ity, ta),
                               n * VECTOR_BYTES)
                     self.prefetch_more(ta)
             pp = self.row(self.P, self.pty, self.u, self.uty, t)
             qq = self.row(self.Q, self.qty, self.i, self.ity, t)
-            rt = self.c.cast(b, _item(self.c, b, self.rty, self.r, t), self.rty.dtype, self.T)
+            rt = self.c.cast(b, item_at(self.c, b, self.rty, self.r, t), self.rty.dtype, self.T)
             ok = self.rating(n, t, pp, qq, rt, plain)
             b.cbranch(ok, nxt, fail)
             b.position_at_end(fail)
@@ -292,7 +292,7 @@ else:
             b.store(b.add(k, i64(1)), pos)
             b.branch(cond)
 
-    def _tables_ok(*tables):
+    def tables_ok(*tables):
         return all(isinstance(A, types.Array) and A.ndim == 2 for A in tables) and \
             all(A.dtype == tables[0].dtype for A in tables) and \
             isinstance(tables[0].dtype, types.Float)
@@ -301,7 +301,7 @@ else:
         """The SGD span kernel for one (``plain``, ``prefetching``) pair (constants of
         its code): see the module docstring."""
         def typer(typingctx, P, Q, u, i, r, t0, m, ahead, pf_end, a, keep, lim, skip):
-            if not _tables_ok(P, Q):
+            if not tables_ok(P, Q):
                 return None
             sig = types.int64(P, Q, u, i, r, t0, m, ahead, pf_end, a, keep, lim, skip)
             return sig, _span_codegen(_Span, plain, prefetching)
@@ -358,8 +358,8 @@ else:
 
         def prefetch_more(self, ta):
             b = self.b
-            _prefetch(b, self.row(self.SP, self.spty, self.u, self.uty, ta), 1)
-            _prefetch(b, self.row(self.SQ, self.sqty, self.i, self.ity, ta), 1)
+            prefetch_lines(b, self.row(self.SP, self.spty, self.u, self.uty, ta), 1)
+            prefetch_lines(b, self.row(self.SQ, self.sqty, self.i, self.ity, ta), 1)
 
         def rating(self, n, t, pp, qq, rt, plain):
             """One rating of ``mf._adaptive_body``'s row-wise branch: the three sums in
@@ -367,8 +367,8 @@ else:
             ``p -= a / (sqrt(s_p) + eps) · (e·q + reg·p)`` (as fused multiply-adds)."""
             b, vty, lt = self.b, self.vty, self.lt
             al = self.T.bitwidth // 8
-            ps = [b.load(_vptr(b, pp, c, vty), align=al) for c in range(n)]
-            qs = [b.load(_vptr(b, qq, c, vty), align=al) for c in range(n)]
+            ps = [b.load(vptr(b, pp, c, vty), align=al) for c in range(n)]
+            qs = [b.load(vptr(b, qq, c, vty), align=al) for c in range(n)]
             f = _FLAGS
             pred = _sum(b, [b.fmul(p, q, flags=f) for p, q in zip(ps, qs)])
             spp = _sum(b, [b.fmul(p, p, flags=f) for p in ps])
@@ -395,21 +395,21 @@ else:
                                 b.fmul(self.fresh, b.fdiv(ss, K, flags=f), flags=f), flags=f)
                     b.store(sv, sptr)
                     den = b.fadd(b.call(sqrt, [sv]), self.eps, flags=f)
-                    steps.append(_splat(b, b.fneg(b.fdiv(self.a, den, flags=f)), vty))
+                    steps.append(splat(b, b.fneg(b.fdiv(self.a, den, flags=f)), vty))
                 fma = _fma(b, vty)
-                ev, rv = _splat(b, e, vty), _splat(b, reg, vty)
+                ev, rv = splat(b, e, vty), splat(b, reg, vty)
                 for c, (p, q) in enumerate(zip(ps, qs)):
                     gp = b.call(fma, [ev, q, b.fmul(rv, p, flags=f)])
                     gq = b.call(fma, [ev, p, b.fmul(rv, q, flags=f)])
-                    b.store(b.call(fma, [steps[0], gp, p]), _vptr(b, pp, c, vty), align=al)
-                    b.store(b.call(fma, [steps[1], gq, q]), _vptr(b, qq, c, vty), align=al)
+                    b.store(b.call(fma, [steps[0], gp, p]), vptr(b, pp, c, vty), align=al)
+                    b.store(b.call(fma, [steps[1], gq, q]), vptr(b, qq, c, vty), align=al)
             return ok
 
     def _rowwise_intrinsic(prefetching):
         """The row-wise adaptive span kernel, with or without the prefetch."""
         def typer(typingctx, P, Q, u, i, r, t0, m, ahead, pf_end, a, reg, lim, skip, SP, SQ,
                   decay, fresh, eps):
-            if not _tables_ok(P, Q, SP, SQ):
+            if not tables_ok(P, Q, SP, SQ):
                 return None
             sig = types.int64(P, Q, u, i, r, t0, m, ahead, pf_end, a, reg, lim, skip, SP, SQ,
                               decay, fresh, eps)
@@ -495,7 +495,7 @@ else:
             return cgutils.get_item_pointer(context, b, aty, ary, [row, zero])
 
         def item(k, ary, t):
-            return _item(context, b, tys[k], ary, t)
+            return item_at(context, b, tys[k], ary, t)
 
         def emit(nv, done):
             with cgutils.for_range(b, nb) as loop:
@@ -507,25 +507,25 @@ else:
                     b.store(context.cast(b, x, types.intp, tys[rk].dtype),
                             cgutils.get_item_pointer(context, b, tys[rk], R, [k]))
                 pp, qq = rowp(tys[0], P, uu), rowp(tys[1], Q, ii)
-                ps = [b.load(_vptr(b, pp, c, vty), align=al) for c in range(nv)]
-                qs = [b.load(_vptr(b, qq, c, vty), align=al) for c in range(nv)]
+                ps = [b.load(vptr(b, pp, c, vty), align=al) for c in range(nv)]
+                qs = [b.load(vptr(b, qq, c, vty), align=al) for c in range(nv)]
                 dp, dq = rowp(tys[11], DP, k), rowp(tys[12], DQ, k)
                 for c in range(nv):
-                    b.store(ps[c], _vptr(b, dp, c, vty), align=al)
-                    b.store(qs[c], _vptr(b, dq, c, vty), align=al)
+                    b.store(ps[c], vptr(b, dp, c, vty), align=al)
+                    b.store(qs[c], vptr(b, dq, c, vty), align=al)
                 pred = _dot_in_llvm_order(b, ps, qs, vty)
                 rt = context.cast(b, item(4, r, t), tys[4].dtype, types.float64)
                 pd = b.fpext(pred, dbl) if T.bitwidth == 32 else pred
                 ne = b.fsub(pd, rt, flags=_FLAGS_GRAD)
                 ne = b.fptrunc(ne, lt) if T.bitwidth == 32 else ne
-                nev, rv = _splat(b, ne, vty), _splat(b, reg, vty)
+                nev, rv = splat(b, ne, vty), splat(b, reg, vty)
                 gp, gq = rowp(tys[7], GP, k), rowp(tys[8], GQ, k)
                 f = _FLAGS_GRAD
                 for c in range(nv):
                     b.store(b.fadd(b.fmul(nev, qs[c], flags=f), b.fmul(ps[c], rv, flags=f),
-                                   flags=f), _vptr(b, gp, c, vty), align=al)
+                                   flags=f), vptr(b, gp, c, vty), align=al)
                     b.store(b.fadd(b.fmul(nev, ps[c], flags=f), b.fmul(qs[c], rv, flags=f),
-                                   flags=f), _vptr(b, gq, c, vty), align=al)
+                                   flags=f), vptr(b, gq, c, vty), align=al)
             b.branch(done)
 
         out = cgutils.alloca_once_value(b, ir.IntType(64)(0))
@@ -533,7 +533,7 @@ else:
 
     @intrinsic
     def _grad_rows_ir(typingctx, P, Q, u, i, r, idx, nb, GP, GQ, RP, RQ, DP, DQ, reg):
-        if not _tables_ok(P, Q, GP, GQ, DP, DQ):
+        if not tables_ok(P, Q, GP, GQ, DP, DQ):
             return None
         sig = types.int64(P, Q, u, i, r, idx, nb, GP, GQ, RP, RQ, DP, DQ, reg)
         return sig, _grad_codegen
