@@ -27,11 +27,12 @@ Scalars are cast to the parameter dtype once per call. Nothing is checked here;
 ``hogkit.rules.core`` validates shapes, dtypes and row ranges first (numba does no bounds
 checking). Hogwild! races as in ``sparse.py``: deterministic with one writer. The
 one-column loops index through ``np.uint64`` as ``sparse.py``'s do (no negative-index
-fix-up per access: logreg's Gap-Aware and adaptive DC-ASGD steps ~8 % faster, one worker). Row
-kernels prefetch rows ahead: the gap pass 16 batch entries ahead (one row in flight
-per entry: 16 measured 1.2x faster than 8 on a 256 MB table), the update pass its state
-rows 8 ahead (with 2-3 tables per entry 16 was slower than 8); square roots use
-the ``llvm.sqrt`` intrinsic so the loops vectorise (``_intrinsics.py``).
+fix-up per access: logreg's Gap-Aware and adaptive DC-ASGD steps 5-10 % faster, one
+worker, scratch runs). Row kernels prefetch rows ahead: the gap pass 16 batch entries
+ahead (one row in flight per entry: 16 measured 1.2x faster than 8 on a 256 MB table),
+the update pass its state rows 8 ahead (with 2-3 tables per entry 16 was slower than
+8); square roots use the ``llvm.sqrt`` intrinsic so the loops vectorise
+(``_intrinsics.py``).
 
 **Flags.** Every kernel here states its fast-math flags: the step core's
 :data:`~hogkit.kernels._intrinsics.FASTMATH` (reassociation), the flags these kernels have

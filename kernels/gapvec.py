@@ -34,8 +34,8 @@ scratch run); ``benchmarks/RESULTS.md`` has the rules' live figures.
 
 Only for what :func:`fits` accepts (the widths of :data:`.rowvec.VECTORS`, every row
 contiguous); the callers keep their numba loops for the rest, and wherever the kernels
-are called from Python (the race explorer, ``NUMBA_DISABLE_JIT``: they return -1). Nothing is checked here; nothing here
-imports hogkit.
+are called from Python (the race explorer, ``NUMBA_DISABLE_JIT``: they return -1).
+Nothing is checked here; nothing here imports hogkit.
 """
 
 from numba import njit

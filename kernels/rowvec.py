@@ -41,7 +41,8 @@ Gap-Aware need): for ``b < nb`` the rating ``t = idx[b]``'s rows into ``RP[b]``,
 ``GQ[b] = e·p + reg·q`` from the copies. Its dot product is summed in the order LLVM's
 loop vectoriser gives numba's loop under reassociation (:func:`_dot_in_llvm_order`), so
 every bit is the loop's: the simulated experiments' stored cells depend on them (what it
-saves the rules' step: ``benchmarks/RESULTS.md``). Returns 0, or -1 for a width not covered (:func:`grad_fits`).
+saves the rules' step: ``benchmarks/RESULTS.md``). Returns 0, or -1 for a width not
+covered (:func:`grad_fits`).
 
 Only for rows :func:`fits` accepts (2-D float tables of one dtype, each row contiguous,
 ``K`` a whole number of vectors, one to eight or sixteen: :data:`VECTORS`); the span returns -1 for
