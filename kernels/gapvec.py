@@ -42,22 +42,16 @@ from numba import njit
 from numba.core import config
 
 from .rowvec import VECTOR_BYTES, VECTORS
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _row_ok(A, K):
-    return A.shape[1] == K and A.strides[1] == A.itemsize
+from .rowvec import fits as _fits
 
 
 @njit(cache=True, nogil=True, inline="always")
 def fits(W, S, G, D):
     """True when the kernels cover the table ``W`` with state ``S`` and entry buffers
-    ``G``, ``D`` (pass ``W`` again for one that is absent): one width ``K`` of whole
-    vectors, a number of them in :data:`VECTORS`, every row contiguous."""
-    K = W.shape[1]
-    lanes = VECTOR_BYTES // W.itemsize
-    return (K % lanes == 0 and K // lanes in VECTORS and _row_ok(W, K) and _row_ok(S, K)
-            and _row_ok(G, K) and _row_ok(D, K))
+    ``G``, ``D`` (pass ``W`` again for one that is absent): :func:`.rowvec.fits` for each
+    pair (one width of whole vectors, a number of them in :data:`VECTORS`, every row
+    contiguous)."""
+    return _fits(W, S) and _fits(G, D) and _fits(W, G)
 
 
 def gaps(W, rows, B, n, ahead):

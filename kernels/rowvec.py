@@ -75,14 +75,9 @@ def fits(P, Q):
 
 @njit(cache=True, nogil=True, inline="always")
 def grad_fits(P, Q, GP, GQ, DP, DQ):
-    """True when :func:`grad_rows` covers factors ``P``, ``Q`` (:func:`fits`) with
-    gradient rows ``GP``, ``GQ`` and read copies ``DP``, ``DQ`` of their width, every
-    row contiguous."""
-    K = P.shape[1]
-    ok = fits(P, Q)
-    for A in (GP, GQ, DP, DQ):
-        ok = ok and A.shape[1] == K and A.strides[1] == A.itemsize
-    return ok
+    """True when :func:`grad_rows` covers factors ``P``, ``Q`` with gradient rows
+    ``GP``, ``GQ`` and read copies ``DP``, ``DQ``: :func:`fits` for each pair."""
+    return fits(P, Q) and fits(GP, GQ) and fits(DP, DQ) and fits(P, GP) and fits(P, DP)
 
 
 def grad_rows(P, Q, u, i, r, idx, nb, GP, GQ, RP, RQ, DP, DQ, reg):
