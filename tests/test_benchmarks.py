@@ -1192,3 +1192,33 @@ def test_rules_session51_section_comes_from_the_committed_jsons():
     assert f"unrounded Gap-Aware ratio is {ga:.3f}" in text and ga < 0.7
     assert all(j[""]["by_workload"]["mf"]["over_sgd"][r] >= 0.7
                for r in ("gap_aware", "dc_adaptive"))
+
+
+def test_session51_peer_checks_are_quoted_from_their_jsons():
+    """Session 51's standing peer checks: the mf and logreg tables render their JSONs,
+    and every figure the prose quotes is theirs (or the lock option's run's)."""
+    import json
+    from pathlib import Path
+
+    from hogkit.benchmarks import peers
+    heading = "### The peers after session 51's hot-path changes"
+    r, text = _peer_section("peers_session51_default.json", heading)
+    rr, d = r["ratios"], r["mf"]["default"]
+    lo, hi = d["rates"]["ratio_range"]
+    assert f"**{rr['mf_default_rounds_sample1_over_plain']:.2f}** (rounds {lo:.2f}–{hi:.2f})" \
+        in text
+    c = d["contenders"]
+    t2, l2 = c["hogkit_default_2"]["time_to_target"], c["libmf_2"]["time_to_target"]
+    assert f"in {t2:.3f} s, {t2 / l2:.2f}x LIBMF's two threads' {l2:.3f} s" in text
+    assert f"theirs is {rr['mf_default_plain_time_over_default2_time']:.2f}." in text
+    root = Path(__file__).resolve().parent.parent / "benchmarks"
+    lg = json.loads((root / "peers_logreg_session51.json").read_text())
+    assert peers.format_markdown(lg) in (root / "RESULTS.md").read_text()
+    la = lg["ratios"]
+    assert (f"runs {la['logreg_sample1_over_plain']:.2f}x the plain loop's samples/s, and the "
+            f"batch lane's one worker (the fused SGD kernel) "
+            f"{la['logreg_compiled1_over_plain']:.2f}x") in text
+    assert f"in {1 / la['logreg_plain_time_over_sample2_time']:.1f}x the plain" in text
+    old = json.loads((root / "peers_logreg_locks.json").read_text())["ratios"]
+    assert (f"had {old['logreg_sample1_over_plain']:.2f}x and "
+            f"{old['logreg_compiled1_over_plain']:.2f}x") in text
