@@ -21,6 +21,12 @@ taking turns, ``STEP_ROUNDS`` rounds of ``STEPS`` steps each: nanoseconds per sa
 and each rule's median per-round ratio to SGD. No process, no second worker: when
 these ratios equal the live ones, what a rule costs is its own work per step, not
 contention between workers.
+
+Part ``repeat`` (``--only repeat``, alone): logreg's live runs of SGD, the momentum
+floor, adaptive DC-ASGD and Gap-Aware, ``REPEAT_ROUNDS`` rounds, every run's figures
+(samples/s, each worker's, the mean update gap) and every round's ratio: on a host
+whose two cores sometimes run the same step three times slower (``RESULTS.md``,
+session 52), a median of three rounds can land in either mode.
 """
 
 from __future__ import annotations
@@ -34,6 +40,10 @@ WORKLOADS = ("mf", "logreg")
 STEP_ROUNDS = 7
 STEPS = {"mf": 2000, "logreg": 1000}
 
+
+#: the ``repeat`` part: its rules and rounds (logreg, live, ``WORKERS`` workers)
+REPEAT_RULES = ("sgd", "momentum", "dc_adaptive", "gap_aware")
+REPEAT_ROUNDS = 6
 
 #: the momentum floor's decay (its lr is scaled by ``1 - MU``: the same step size as SGD's)
 MU = 0.9
@@ -114,9 +124,71 @@ def _one_worker(name, rounds, steps, only=None):
             "ns_per_sample": med, "over_sgd": ratio}
 
 
-def run(quick=False) -> dict:
+def _gap_mean(run):
+    """The run's mean update gap (others' updates between a step's read and its
+    update), over every worker's recorded steps."""
+    gaps = [w["staleness"]["update_gap"] for w in run.per_worker]
+    n = sum(g["count"] for g in gaps)
+    return sum(g["mean"] * g["count"] for g in gaps) / n if n else 0.0
+
+
+def repeat(quick=False, rules=REPEAT_RULES, rounds=REPEAT_ROUNDS, seconds=SECONDS):
+    """Part ``repeat``: the live logreg runs of ``rules``, ``rounds`` times (the order
+    rotating), each run's samples/s, its workers' own samples/s and its mean update
+    gap, and each round's ratio of each rule to SGD: the spread a median of three
+    rounds hides. ``quick``: SGD and Gap-Aware, two rounds of 0.5 s."""
+    from hogkit import workloads
+    from hogkit.engine.runtime import train
+    if quick:
+        rules, rounds, seconds = ("sgd", "gap_aware"), 2, 0.5
+    wl = workloads.get("logreg")
+    made = _rules(wl.default_lr)
+    out = []
+    for k in range(rounds):
+        order = list(rules[k % len(rules):] + rules[:k % len(rules)])
+        got = {"order": order}
+        for rule in order:
+            run = train(wl, workers=WORKERS, seconds=seconds, rule=made[rule], lane="batch",
+                        eval_every=None, progress=False, keep_params=False)
+            got[rule] = {"samples_per_s": run.extra["samples"] / run.wall_s,
+                         "per_worker": [w["samples"] / run.wall_s for w in run.per_worker],
+                         "gap_mean": _gap_mean(run)}
+        out.append(got)
+    each = {r: [g[r]["samples_per_s"] / g["sgd"]["samples_per_s"] for g in out]
+            for r in rules if r != "sgd"}
+    return {"workload": "logreg", "workers": WORKERS, "seconds": seconds, "rounds": out,
+            "over_sgd_each_round": each,
+            "over_sgd": {r: statistics.median(v) for r, v in each.items()}}
+
+
+def format_repeat(result) -> str:
+    """The ``repeat`` part's table (markdown): one row per round, each rule's M
+    samples/s with its run's mean update gap, then each rule's ratio to SGD."""
+    r = result["repeat"]
+    rules = r["rounds"][0]["order"]
+    rules = ["sgd"] + [x for x in rules if x != "sgd"]
+    rows = ["| round | " + " | ".join(f"`{x}` M/s (gap)" for x in rules) + " | "
+            + " | ".join(f"`{x}` / SGD" for x in rules[1:]) + " |",
+            "|---|" + "---|" * (2 * len(rules) - 1)]
+    for i, g in enumerate(r["rounds"]):
+        cells = [f"{g[x]['samples_per_s'] / 1e6:.2f} ({g[x]['gap_mean']:.2f})" for x in rules]
+        cells += [f"{r['over_sgd_each_round'][x][i]:.2f}" for x in rules[1:]]
+        rows.append(f"| {i + 1} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def run(quick=False, only=None) -> dict:
     """Every rule on every workload; ``quick``: SGD and Gap-Aware on logreg, one round
-    of 0.5 s (a smoke run: each rule compiles its own core on a cold cache)."""
+    of 0.5 s (a smoke run: each rule compiles its own core on a cold cache).
+    ``only="repeat"``: the part :func:`repeat` alone."""
+    if only == "repeat":
+        r = repeat(quick)
+        return {"scenario": "rules", "quick": quick, "repeat": r, "ratios": {
+            f"logreg_{k}_over_sgd": v for k, v in r["over_sgd"].items()}}
+    if only is not None:
+        from hogkit.errors import InvalidArgument
+        raise InvalidArgument(f"hogkit bench rules --only {only!r}: the one part is "
+                              f"'repeat' (or leave --only out for the whole scenario)")
     seconds, rounds = (0.5, 1) if quick else (SECONDS, ROUNDS)
     names = WORKLOADS[-1:] if quick else WORKLOADS
     only = ("sgd", "gap_aware") if quick else None
@@ -145,6 +217,8 @@ def _table_lines(head, values, ratios, fmt):
 
 
 def format_table(result) -> str:
+    if "repeat" in result:
+        return format_repeat(result)
     lines = []
     for name, r in result["by_workload"].items():
         lines += _table_lines(f"{name}: {r['workers']} workers, batch {r['batch']}, "

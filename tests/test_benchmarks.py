@@ -1222,3 +1222,77 @@ def test_session51_peer_checks_are_quoted_from_their_jsons():
     old = json.loads((root / "peers_logreg_locks.json").read_text())["ratios"]
     assert (f"had {old['logreg_sample1_over_plain']:.2f}x and "
             f"{old['logreg_compiled1_over_plain']:.2f}x") in text
+
+
+def test_rules_session52_section_comes_from_the_committed_jsons():
+    """Session 52's rules section (the AMD host): its three tables render
+    benchmarks/rules_session52_amd.json and rules_session52_repeat.json, and its text
+    quotes their ranges, the same-mode rounds' ratios and the one-worker ratios."""
+    import json
+    from pathlib import Path
+
+    from hogkit.benchmarks import rules
+    root = Path(__file__).resolve().parent.parent / "benchmarks"
+    a = json.loads((root / "rules_session52_amd.json").read_text())
+    r = json.loads((root / "rules_session52_repeat.json").read_text())
+    s51 = json.loads((root / "rules_session51_final.json").read_text())
+    results = (root / "RESULTS.md").read_text()
+    for table in (rules.format_markdown(a), rules.format_one_worker(a),
+                  rules.format_repeat(r)):
+        assert table in results
+    text = " ".join(results.split())
+
+    def span(values):
+        return f"{min(values):.2f}–{max(values):.2f}"
+    live = {w: [g["sgd"] / 1e6 for g in a["by_workload"][w]["rounds"]] for w in ("mf", "logreg")}
+    assert (f"SGD's three logreg rounds ran at {span(live['logreg'])} M samples/s and mf's at "
+            f"{span(live['mf'])} M") in text
+    rounds = r["repeat"]["rounds"]
+    each = r["repeat"]["over_sgd_each_round"]
+    sgd = [g["sgd"]["samples_per_s"] / 1e6 for g in rounds]
+    ga = [g["gap_aware"]["samples_per_s"] / 1e6 for g in rounds]
+    assert f"SGD at {span(sgd)} M, Gap-Aware at {span(ga)} M" in text
+    assert f"DC-ASGD's {rounds[3]['dc_adaptive']['samples_per_s'] / 1e6:.2f} M in round 4" in text
+    ratios = [v for x in each.values() for v in x]
+    assert f"({min(ratios):.2f} to {max(ratios):.2f} above)" in text
+    assert (f"Gap-Aware {each['gap_aware'][1]:.2f} and adaptive DC-ASGD "
+            f"{each['dc_adaptive'][1]:.2f} with both fast (round 2), {each['gap_aware'][2]:.2f} "
+            f"and {each['dc_adaptive'][2]:.2f} with both slow (round 3)") in text
+    assert max(each["gap_aware"][1:3] + each["dc_adaptive"][1:3]) < 0.7
+    ow = {w: a["one_worker"][w]["over_sgd"] for w in ("mf", "logreg")}
+    assert (f"they cost {ow['logreg']['gap_aware']:.2f}x and {ow['logreg']['dc_adaptive']:.2f}x "
+            f"SGD's rate (the momentum floor {ow['logreg']['momentum']:.2f}x)") in text
+    mf = a["by_workload"]["mf"]["over_sgd"]
+    old = s51["one_worker"]["mf"]["over_sgd"]
+    assert (f"(Gap-Aware {mf['gap_aware']:.2f}x, adaptive DC-ASGD {mf['dc_adaptive']:.2f}x) "
+            f"are mode draws as well; its one-worker ratios here ({ow['mf']['gap_aware']:.2f}x, "
+            f"{ow['mf']['dc_adaptive']:.2f}x) are close to session 51's on the Intel host "
+            f"({old['gap_aware']:.2f}x and {old['dc_adaptive']:.2f}x), whose live ratios were "
+            f"{s51['by_workload']['mf']['over_sgd']['gap_aware']:.2f} and "
+            f"{s51['by_workload']['mf']['over_sgd']['dc_adaptive']:.2f}") in text
+
+
+@pytest.mark.slow
+def test_rules_repeat_part_keeps_every_run():
+    """``hogkit bench rules --only repeat --quick``: every round holds each rule's run
+    (samples/s, one figure per worker adding up to it, a mean update gap), the
+    per-round ratios are those runs' quotients, and the table renders them."""
+    from hogkit.benchmarks import rules
+    from hogkit.errors import InvalidArgument
+    out = rules.run(quick=True, only="repeat")
+    rep = out["repeat"]
+    assert len(rep["rounds"]) == 2
+    for i, g in enumerate(rep["rounds"]):
+        assert sorted(g["order"]) == ["gap_aware", "sgd"]
+        for rule in g["order"]:
+            run = g[rule]
+            assert run["samples_per_s"] > 0 and run["gap_mean"] >= 0
+            assert len(run["per_worker"]) == rules.WORKERS
+            assert abs(sum(run["per_worker"]) - run["samples_per_s"]) <= (
+                1e-9 * run["samples_per_s"])
+        assert rep["over_sgd_each_round"]["gap_aware"][i] == (
+            g["gap_aware"]["samples_per_s"] / g["sgd"]["samples_per_s"])
+    assert out["ratios"]["logreg_gap_aware_over_sgd"] == rep["over_sgd"]["gap_aware"]
+    assert rules.format_table(out).count("\n") == 3
+    with pytest.raises(InvalidArgument, match="repeat"):
+        rules.run(quick=True, only="nonesuch")
