@@ -39,9 +39,12 @@ gradient with the read copies (``mf._mf_rows`` with ``copy``: what DC-ASGD and
 Gap-Aware need): for ``b < nb`` the rating ``t = idx[b]``'s rows into ``RP[b]``,
 ``RQ[b]``, its factor rows copied into ``DP[b]``, ``DQ[b]``, and ``GP[b] = e·q + reg·p``,
 ``GQ[b] = e·p + reg·q`` from the copies. Its dot product is summed in the order LLVM's
-loop vectoriser gives numba's loop under reassociation (:func:`_dot_in_llvm_order`), so
-every bit is the loop's: the simulated experiments' stored cells depend on them (what it
-saves the rules' step: ``benchmarks/RESULTS.md``). Returns 0, or -1 for a width not
+loop vectoriser gave numba's loop under reassociation on an Intel Xeon with 32-byte
+vectors (:func:`_dot_in_llvm_order`), so every bit is that loop's: the simulated
+experiments' stored cells, computed there, depend on them (what it saves the rules'
+step: ``benchmarks/RESULTS.md``). numba compiles for the host: on an AMD EPYC (Zen 4)
+the loop sums in another order for most widths, while this IR keeps its own, so a
+contiguous table gets the same bits on both hosts. Returns 0, or -1 for a width not
 covered (:func:`grad_fits`).
 
 Only for rows :func:`fits` accepts (2-D float tables of one dtype, each row contiguous,
@@ -421,10 +424,12 @@ else:
     sgd_span_pf_plain = _span_intrinsic(True, True)
 
     def _dot_in_llvm_order(b, ps, qs, vty):
-        """``p·q`` in the order LLVM's loop vectoriser sums ``mf._dot``'s reduction under
-        reassociation (read from the numba kernel's optimised IR), so the value is its
-        to the bit: a main loop of four accumulators of one vector each (32 bytes) over
-        blocks of four vectors, the first starting at ``<0, -0, ...>`` and the others at
+        """``p·q`` in the order LLVM's loop vectoriser summed ``mf._dot``'s reduction under
+        reassociation on the Intel Xeon it was read on (the numba kernel's optimised IR),
+        so the value is that loop's to the bit (another host's LLVM may choose other
+        vectors: ``tests/test_kernels.py`` holds this order to a numpy reference): a
+        main loop of four accumulators of one vector each (32 bytes) over blocks of
+        four vectors, the first starting at ``<0, -0, ...>`` and the others at
         ``-0``, summed ``((a1 + a0) + a2) + a3`` and halved across the lanes; then an
         epilogue of 4 lanes from ``<that sum, -0, -0, -0>`` over what is left (rows
         narrower than four vectors: all of it, from ``<0, -0, -0, -0>``), halved. Each
