@@ -1259,6 +1259,9 @@ def test_rules_session52_section_comes_from_the_committed_jsons():
             f"{each['dc_adaptive'][1]:.2f} with both fast (round 2), {each['gap_aware'][2]:.2f} "
             f"and {each['dc_adaptive'][2]:.2f} with both slow (round 3)") in text
     assert max(each["gap_aware"][1:3] + each["dc_adaptive"][1:3]) < 0.7
+    best = rules.best_over_sgd(r["repeat"])
+    assert (f"gives Gap-Aware {best['gap_aware']:.2f}, adaptive DC-ASGD "
+            f"{best['dc_adaptive']:.2f} and the momentum floor {best['momentum']:.2f}") in text
     ow = {w: a["one_worker"][w]["over_sgd"] for w in ("mf", "logreg")}
     assert (f"they cost {ow['logreg']['gap_aware']:.2f}x and {ow['logreg']['dc_adaptive']:.2f}x "
             f"SGD's rate (the momentum floor {ow['logreg']['momentum']:.2f}x)") in text
@@ -1293,6 +1296,8 @@ def test_rules_repeat_part_keeps_every_run():
         assert rep["over_sgd_each_round"]["gap_aware"][i] == (
             g["gap_aware"]["samples_per_s"] / g["sgd"]["samples_per_s"])
     assert out["ratios"]["logreg_gap_aware_over_sgd"] == rep["over_sgd"]["gap_aware"]
-    assert rules.format_table(out).count("\n") == 3
+    fastest = {x: max(g[x]["samples_per_s"] for g in rep["rounds"]) for x in ("sgd", "gap_aware")}
+    assert rep["best_over_sgd"] == {"gap_aware": fastest["gap_aware"] / fastest["sgd"]}
+    assert rules.format_table(out).count("\n") == 4
     with pytest.raises(InvalidArgument, match="repeat"):
         rules.run(quick=True, only="nonesuch")
