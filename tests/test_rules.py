@@ -6,6 +6,7 @@ leave parameters and state untouched."""
 from __future__ import annotations
 
 import copy
+import itertools
 
 import numpy as np
 import pytest
@@ -142,12 +143,13 @@ def test_apply_leaves_the_read_copies_as_they_were():
     ``kernels.rule.apply_rows`` on a buffer gives the same parameters bit for bit."""
     from hogkit.kernels import rule as kr
     rng = np.random.default_rng(7)
-    for rule in (DelayCompensated(0.1, lam=1.0), DelayCompensated(0.1, adaptive=True),
-                 GapAware(0.1), GapAware(0.1, momentum=0.9)):
-        W = rng.normal(size=(6, 5))
+    for rule, d in itertools.product((DelayCompensated(0.1, lam=1.0),
+                                      DelayCompensated(0.1, adaptive=True), GapAware(0.1),
+                                      GapAware(0.1, momentum=0.9)), (5, 1)):
+        W = rng.normal(size=(6, d))          # d = 1: logreg's weights' own loops
         rows = np.array([4, 1, 4, 0], np.int64)
-        g = rng.normal(size=(4, 5))
-        read = W[rows] + rng.normal(size=(4, 5)) * (rng.random((4, 1)) < 0.5)
+        g = rng.normal(size=(4, d))
+        read = W[rows] + rng.normal(size=(4, d)) * (rng.random((4, 1)) < 0.5)
         kept = read.copy()
         params, state = {"w": W.copy()}, None
         state = rule.init(params)
@@ -156,7 +158,7 @@ def test_apply_leaves_the_read_copies_as_they_were():
         buf, direct = read.copy(), W.copy()
         s0 = rule.init({"w": direct})
         n1, n2, _ = rule.slots
-        s1, s2 = (s0[f"{n}/w"] if n else np.empty((0, 5)) for n in (n1, n2))
+        s1, s2 = (s0[f"{n}/w"] if n else np.empty((0, d)) for n in (n1, n2))
         k = s0.get("k/w", np.zeros(1, np.int64))
         kr.apply_rows(rule.kind, rule.cfg(), direct, s1, s2, k, 0, rows, g, buf, -1, 2)
         assert not np.array_equal(buf, kept)           # consumed: now the gaps
