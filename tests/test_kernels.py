@@ -810,33 +810,35 @@ def test_vector_rule_passes_give_the_numba_loops_bits(seed, dtype, vectors, big)
 
 
 def _halved(v):
-    """rowvec's lane halving: ``v[:h] += v[h:n]`` down to one lane, then ``-0 + v[0]``."""
-    v, n = v.copy(), len(v)
+    """rowvec's lane halving on each row of ``v``: ``v[:, :h] += v[:, h:n]`` down to one
+    lane, then ``-0 + v[:, 0]``."""
+    v, n = v.copy(), v.shape[1]
     while n > 1:
-        v[:n // 2] = v[:n // 2] + v[n // 2:n]
+        v[:, :n // 2] = v[:, :n // 2] + v[:, n // 2:n]
         n //= 2
-    return v.dtype.type(-0.0) + v[0]
+    return v.dtype.type(-0.0) + v[:, 0]
 
 
 def _dot_in_rowvec_order(p, q):
-    """``p·q`` summed in the order ``rowvec._dot_in_llvm_order`` documents, in numpy
-    (each operation rounded in the rows' dtype): four accumulators of one 32-byte vector
-    over blocks of four vectors, the first from ``<0, -0, ...>``, summed ``((a1 + a0) +
-    a2) + a3`` and halved; then a 4-lane epilogue over the rest, halved."""
-    lanes = 32 // p.itemsize
-    prods = [p[c:c + lanes] * q[c:c + lanes] for c in range(0, len(p), lanes)]
-    total, main = p.dtype.type(0.0), len(prods) // 4
+    """Each row's ``p·q`` summed in the order ``rowvec._dot_in_llvm_order`` documents, in
+    numpy (each operation rounded in the rows' dtype): four accumulators of one 32-byte
+    vector over blocks of four vectors, the first from ``<0, -0, ...>``, summed ``((a1 +
+    a0) + a2) + a3`` and halved; then a 4-lane epilogue over the rest, halved."""
+    rows, lanes = p.shape[0], 32 // p.itemsize
+    prods = [p[:, c:c + lanes] * q[:, c:c + lanes] for c in range(0, p.shape[1], lanes)]
+    total, main = np.zeros(rows, p.dtype), len(prods) // 4
     if main:
-        accs = [np.array([0.0] + [-0.0] * (lanes - 1), p.dtype)]
-        accs += [np.full(lanes, -0.0, p.dtype) for _ in range(3)]
+        accs = [np.tile(np.array([0.0] + [-0.0] * (lanes - 1), p.dtype), (rows, 1))]
+        accs += [np.full((rows, lanes), -0.0, p.dtype) for _ in range(3)]
         for j in range(main):
             accs = [a + prods[4 * j + c] for c, a in enumerate(accs)]
         total = _halved(((accs[1] + accs[0]) + accs[2]) + accs[3])
     if prods[4 * main:]:
-        acc = np.array([total, -0.0, -0.0, -0.0], p.dtype)
+        acc = np.full((rows, 4), -0.0, p.dtype)
+        acc[:, 0] = total
         for v in prods[4 * main:]:
             for lo in range(0, lanes, 4):
-                acc = acc + v[lo:lo + 4]
+                acc = acc + v[:, lo:lo + 4]
         total = _halved(acc)
     return total
 
@@ -879,18 +881,17 @@ def test_vector_mf_gradient_sums_in_its_documented_order(seed, dtype, rdtype, ve
     for x, y in zip(out["vector"][1], out["numba"][1]):
         np.testing.assert_array_equal(x, y)
     T, eps = dtype, np.finfo(dtype).eps
-    for b in range(nb):
-        t = idx[b]
-        p, q = P0[wl.u[t]], Q0[wl.i[t]]
-        ne = T(np.float64(_dot_in_rowvec_order(p, q)) - np.float64(wl.r[t]))
-        want = (ne * q + p * T(reg), ne * p + q * T(reg))
-        # numba's loop: the same products summed in any order, |error| <= K·eps·sum|p·q|
-        slack = 2 * K * eps * float(np.abs(p.astype(float) * q).sum()) + 4 * eps * abs(ne)
-        for side, (w, other) in enumerate(zip(want, (q, p))):
-            loops = ("numba",) if not config.DISABLE_JIT else ("vector", "numba")
-            if not config.DISABLE_JIT:
-                np.testing.assert_array_equal(out["vector"][0][side][b].view(np.uint8),
-                                              w.view(np.uint8))
-            for path in loops:
-                np.testing.assert_allclose(out[path][0][side][b], w, rtol=4 * eps,
-                                           atol=slack * float(np.abs(other).max()) + 1e-30)
+    p, q = P0[wl.u[idx]], Q0[wl.i[idx]]
+    ne = (_dot_in_rowvec_order(p, q).astype(np.float64)
+          - wl.r[idx].astype(np.float64)).astype(T)[:, None]
+    want = (ne * q + p * T(reg), ne * p + q * T(reg))
+    # numba's loop: the same products summed in any order, |error| <= K·eps·sum|p·q|
+    slack = (2 * K * eps * np.abs(p.astype(float) * q).sum(1, keepdims=True)
+             + 4 * eps * np.abs(ne))
+    for side, (w, other) in enumerate(zip(want, (q, p))):
+        if not config.DISABLE_JIT:
+            np.testing.assert_array_equal(out["vector"][0][side].view(np.uint8),
+                                          w.view(np.uint8))
+        bound = slack * np.abs(other).max(1, keepdims=True) + 4 * eps * np.abs(w) + 1e-30
+        for path in ("numba",) if not config.DISABLE_JIT else ("vector", "numba"):
+            assert np.all(np.abs(out[path][0][side] - w) <= bound), path
