@@ -185,7 +185,50 @@ class LibMF:
 
     def fit(self, X, *, k, threads, iters, eta):
         """``(seconds, P, Q)`` of one ``fit`` of the (n, 3) float32 ratings ``X`` (no
-        regularisation, like hogkit's default)."""
+        regularisation, like hogkit's default), run in a child process that is watched.
+
+        LIBMF 0.9.2's scheduler can deadlock as a fit ends (cjlin1/libmf#12): after the
+        last ``resume()`` its threads go on taking blocks until they see ``terminate()``,
+        and if they finish a whole round first (the caller's thread descheduled, on a
+        small data set) each waits in ``put_job`` for a resume that never comes, while
+        ``fit`` joins them. It hung a CI run here (session 52). A child whose CPU time
+        stops moving for :data:`STALL_S` before the fit returns is killed and the fit run
+        again (the seconds are measured inside the child, around ``fit_interface``
+        alone, as before)."""
+        import multiprocessing as mp
+
+        from hogkit.procfs import cpu_ticks
+        # fork, not spawn: the child runs LIBMF's C++ alone (no numba, no torch), and a
+        # spawned interpreter per fit cost the quick scenario ~100 s; a child stuck on a
+        # lock taken across the fork stalls too, and the watchdog takes it the same way
+        ctx = mp.get_context("fork")
+        for _ in range(FIT_TRIES):
+            got, send = ctx.Pipe(duplex=False)
+            child = ctx.Process(target=_fit_child, daemon=True,
+                                args=(self.path, X, k, threads, iters, eta, send))
+            child.start()
+            send.close()
+            last, still = None, 0.0
+            while not got.poll(0.25):
+                if not child.is_alive():
+                    raise RuntimeError(f"{self.label}: the fit's child process died "
+                                       f"(exit code {child.exitcode})")
+                ticks = cpu_ticks(child.pid)
+                still = still + 0.25 if ticks == last else 0.0
+                last = ticks
+                if still >= STALL_S:
+                    break
+            else:
+                out = got.recv()
+                child.join()
+                return out
+            child.kill()
+            child.join()
+        raise RuntimeError(f"{self.label}: the fit deadlocked {FIT_TRIES} times in a row "
+                           f"(cjlin1/libmf#12)")
+
+    def fit_here(self, X, *, k, threads, iters, eta):
+        """:meth:`fit` in this process, unwatched."""
         p = _MFParam(0, k, threads, max(26, 2 * threads), iters, 0.0, 0.0, 0.0, 0.0, eta,
                      False, True, True)
         ptr = X.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
@@ -197,6 +240,16 @@ class LibMF:
         Q = np.ctypeslib.as_array(m.Q, shape=(m.n * m.k,)).reshape(m.n, m.k).copy()
         self.lib.mf_destroy_model(ctypes.byref(model))     # LIBMF's model is ours to free
         return dt, P, Q
+
+
+#: a LIBMF fit whose child uses no CPU for this long is taken as deadlocked; tries
+STALL_S, FIT_TRIES = 5.0, 3
+
+
+def _fit_child(path, X, k, threads, iters, eta, send):
+    """:meth:`LibMF.fit`'s child: one fit, its result sent back."""
+    send.send(LibMF(path, "").fit_here(X, k=k, threads=threads, iters=iters, eta=eta))
+    send.close()
 
 
 def libmf_builds():

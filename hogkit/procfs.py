@@ -1,21 +1,38 @@
 """Processes and the machine as Linux's /proc and /sys show them (no psutil needed): a
-parent's live children, a process's parent and its resident memory (the soak benchmark
-and the tests' orphan and leak checks); a core's cache size (the mf lane's prefetch)."""
+parent's live children, a process's parent, its resident memory and CPU time (the soak
+benchmark, the tests' orphan and leak checks, the peers benchmark's LIBMF watchdog); a
+core's cache size (the mf lane's prefetch)."""
 
 from __future__ import annotations
 
 import functools
 import os
 
-__all__ = ["cache_bytes", "children", "parent", "rss_kb"]
+__all__ = ["cache_bytes", "children", "cpu_ticks", "parent", "rss_kb"]
+
+
+def _fields(pid):
+    """The fields of /proc/<pid>/stat after the command name, which may hold spaces
+    and ``)`` (raises OSError when ``pid`` is gone): [0] the state, [1] the parent pid,
+    [11] and [12] the user and system CPU ticks."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()
 
 
 def _stat(pid):
-    """``(state, parent pid)`` of ``pid`` from /proc/<pid>/stat (raises OSError when it
-    is gone); the fields after the command name, which may hold spaces and ``)``."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
+    """``(state, parent pid)`` of ``pid`` (raises OSError when it is gone)."""
+    fields = _fields(pid)
     return fields[0], int(fields[1])
+
+
+def cpu_ticks(pid):
+    """User plus system CPU ticks ``pid`` has used (its threads' included), or None when
+    it is gone."""
+    try:
+        fields = _fields(pid)
+    except OSError:
+        return None
+    return int(fields[11]) + int(fields[12])
 
 
 def children(ppid):
