@@ -1301,3 +1301,43 @@ def test_rules_repeat_part_keeps_every_run():
     assert rules.format_table(out).count("\n") == 4
     with pytest.raises(InvalidArgument, match="repeat"):
         rules.run(quick=True, only="nonesuch")
+
+
+def _stalling_fit(path, X, k, threads, iters, eta, send):
+    """A LIBMF fit's child that deadlocks (sleeps, using no CPU) on its first ``path``
+    tries, counted in the file ``path``, then answers."""
+    import time
+    with open(path, "a+") as f:
+        f.seek(0)
+        tries = len(f.read()) + 1
+        f.write("x")
+    if tries <= k:
+        time.sleep(600)
+    send.send((0.5, X, X))
+    send.close()
+
+
+def test_a_deadlocked_libmf_fit_is_killed_and_run_again(tmp_path, monkeypatch):
+    """``LibMF.fit``'s watchdog (cjlin1/libmf#12 hung a CI run): a child whose CPU time
+    stops is killed and the fit run again, and one that stalls every try raises, naming
+    the bug; no child is left behind."""
+    import os
+
+    import numpy as np
+
+    from hogkit.benchmarks import peers
+    from hogkit.procfs import children
+    monkeypatch.setattr(peers, "_fit_child", _stalling_fit)
+    monkeypatch.setattr(peers, "STALL_S", 0.5)
+    before = children(os.getpid())          # a resource tracker, say, from earlier tests
+    lib = object.__new__(peers.LibMF)
+    X = np.ones((3, 3), np.float32)
+    lib.path, lib.label = str(tmp_path / "once"), "stub"
+    dt, P, Q = lib.fit(X, k=1, threads=1, iters=1, eta=0.1)      # stalls once, then answers
+    assert dt == 0.5 and (tmp_path / "once").read_text() == "xx"
+    np.testing.assert_array_equal(P, X)
+    lib.path = str(tmp_path / "always")
+    with pytest.raises(RuntimeError, match="libmf#12"):
+        lib.fit(X, k=99, threads=1, iters=1, eta=0.1)
+    assert (tmp_path / "always").read_text() == "x" * peers.FIT_TRIES
+    assert children(os.getpid()) == before
