@@ -56,11 +56,11 @@ def _rules(lr):
             "dc_adaptive": DelayCompensated(lr, adaptive=True), "gap_aware": GapAware(lr)}
 
 
-def _one(name, seconds, rounds, workers, only=None):
-    from hogkit import workloads
+def _live_rounds(wl, rules, rounds, seconds, workers, figure):
+    """``rounds`` rounds of live runs of ``wl``, each rule of ``rules`` (name -> rule)
+    once a round, the order rotating by one each round: ``[{"order": [...], name:
+    figure(run)}]``."""
     from hogkit.engine.runtime import train
-    wl = workloads.get(name)
-    rules = {k: v for k, v in _rules(wl.default_lr).items() if only is None or k in only}
     names = list(rules)
     out = []
     for k in range(rounds):
@@ -69,8 +69,18 @@ def _one(name, seconds, rounds, workers, only=None):
         for rule in order:
             run = train(wl, workers=workers, seconds=seconds, rule=rules[rule],
                         lane="batch", eval_every=None, progress=False, keep_params=False)
-            got[rule] = run.extra["samples"] / run.wall_s
+            got[rule] = figure(run)
         out.append(got)
+    return out
+
+
+def _one(name, seconds, rounds, workers, only=None):
+    from hogkit import workloads
+    wl = workloads.get(name)
+    rules = {k: v for k, v in _rules(wl.default_lr).items() if only is None or k in only}
+    names = list(rules)
+    out = _live_rounds(wl, rules, rounds, seconds, workers,
+                       lambda run: run.extra["samples"] / run.wall_s)
     med = {r: statistics.median(g[r] for g in out) for r in names}
     ratio = {r: statistics.median(g[r] / g["sgd"] for g in out) for r in names if r != "sgd"}
     return {"workload": name, "workers": workers, "seconds": seconds, "lr": wl.default_lr,
@@ -138,22 +148,15 @@ def repeat(quick=False, rules=REPEAT_RULES, rounds=REPEAT_ROUNDS, seconds=SECOND
     gap, and each round's ratio of each rule to SGD: the spread a median of three
     rounds hides. ``quick``: SGD and Gap-Aware, two rounds of 0.5 s."""
     from hogkit import workloads
-    from hogkit.engine.runtime import train
     if quick:
         rules, rounds, seconds = ("sgd", "gap_aware"), 2, 0.5
     wl = workloads.get("logreg")
     made = _rules(wl.default_lr)
-    out = []
-    for k in range(rounds):
-        order = list(rules[k % len(rules):] + rules[:k % len(rules)])
-        got = {"order": order}
-        for rule in order:
-            run = train(wl, workers=WORKERS, seconds=seconds, rule=made[rule], lane="batch",
-                        eval_every=None, progress=False, keep_params=False)
-            got[rule] = {"samples_per_s": run.extra["samples"] / run.wall_s,
-                         "per_worker": [w["samples"] / run.wall_s for w in run.per_worker],
-                         "gap_mean": _gap_mean(run)}
-        out.append(got)
+    out = _live_rounds(wl, {r: made[r] for r in rules}, rounds, seconds, WORKERS,
+                       lambda run: {"samples_per_s": run.extra["samples"] / run.wall_s,
+                                    "per_worker": [w["samples"] / run.wall_s
+                                                   for w in run.per_worker],
+                                    "gap_mean": _gap_mean(run)})
     each = {r: [g[r]["samples_per_s"] / g["sgd"]["samples_per_s"] for g in out]
             for r in rules if r != "sgd"}
     rep = {"workload": "logreg", "workers": WORKERS, "seconds": seconds, "rounds": out,
