@@ -1341,3 +1341,18 @@ def test_a_deadlocked_libmf_fit_is_killed_and_run_again(tmp_path, monkeypatch):
         lib.fit(X, k=99, threads=1, iters=1, eta=0.1)
     assert (tmp_path / "always").read_text() == "x" * peers.FIT_TRIES
     assert children(os.getpid()) == before
+
+
+def test_session52_peer_check_is_quoted_from_its_json():
+    """Session 52's standing mf peer check (the LIBMF watchdog, the AMD host): its table
+    renders the JSON and the prose's figures are the JSON's."""
+    heading = "### The peers after session 52's LIBMF watchdog"
+    r, text = _peer_section("peers_session52_default.json", heading)
+    rr, d = r["ratios"], r["mf"]["default"]
+    lo, hi = d["rates"]["ratio_range"]
+    assert f"**{rr['mf_default_rounds_sample1_over_plain']:.2f}** (rounds {lo:.2f}–{hi:.2f})" \
+        in text
+    c = d["contenders"]
+    t2, l2 = c["hogkit_default_2"]["time_to_target"], c["libmf_2"]["time_to_target"]
+    assert f"in {t2:.3f} s, {t2 / l2:.2f}x LIBMF's two threads' {l2:.3f} s" in text
+    assert f"theirs is {rr['mf_default_plain_time_over_default2_time']:.2f}." in text
