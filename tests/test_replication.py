@@ -202,8 +202,11 @@ def test_the_cores_merge_gives_the_python_merges_bits():
 
 @pytest.mark.process
 def test_live_replicas_merge_count_steps_and_learn():
+    # lr 0.25: at 0.5 a replica's merge overshoots on the hot features often enough
+    # that one clean-clone CI ended at 0.72 from 0.69, and the simulator's 32 seeds
+    # reach 0.69; at 0.25 they end at 0.44-0.58
     run = train("logreg", workers=2, steps=400, replication="worker:8", progress=False,
-                eval_every=None, rule=None, lr=0.5)
+                eval_every=None, rule=None, lr=0.25)
     assert run.config["replication"] == {"mode": "worker", "merge_every": 8}
     assert [w["updates"] for w in run.per_worker] == [200, 200]
     gaps = run.staleness["update_gap"]
