@@ -1,14 +1,17 @@
 """Processes and the machine as Linux's /proc and /sys show them (no psutil needed): a
 parent's live children, a process's parent, its resident memory and CPU time (the soak
-benchmark, the tests' orphan and leak checks, the peers benchmark's LIBMF watchdog); a
-core's cache size (the mf lane's prefetch)."""
+benchmark, the tests' orphan and leak checks, the peers benchmark's LIBMF watchdog),
+which pid space a process's pid means something in and a wait for pids to end (the Ray
+driver's clean-up of killed actors); a core's cache size (the mf lane's prefetch)."""
 
 from __future__ import annotations
 
 import functools
 import os
+import time
 
-__all__ = ["cache_bytes", "children", "cpu_ticks", "parent", "rss_kb"]
+__all__ = ["cache_bytes", "children", "cpu_ticks", "parent", "pid_space", "rss_kb",
+           "wait_gone"]
 
 
 def _fields(pid):
@@ -58,6 +61,35 @@ def parent(pid):
         return _stat(pid)[1]
     except OSError:
         return None
+
+
+def pid_space() -> str:
+    """Where this process's pid means something: the machine's boot id and the pid
+    namespace, so two processes that return the same string can see each other's pids
+    (a Ray actor on this machine, in this container) and others cannot."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        return f"{boot}/{os.readlink('/proc/self/ns/pid')}"
+    except OSError:                        # no /proc: nothing can be compared
+        return f"unknown/{os.getpid()}/{time.time_ns()}"
+
+
+def wait_gone(pids, timeout) -> list:
+    """Wait up to ``timeout`` seconds for every pid of ``pids`` to end (gone, or a
+    zombie: dead, waiting for its parent to reap it); the ones still running."""
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = []
+        for pid in pids:
+            try:
+                if _stat(pid)[0] != "Z":
+                    alive.append(pid)
+            except OSError:
+                pass
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.05)
 
 
 def rss_kb(pid) -> int:
