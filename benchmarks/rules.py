@@ -22,11 +22,15 @@ and each rule's median per-round ratio to SGD. No process, no second worker: whe
 these ratios equal the live ones, what a rule costs is its own work per step, not
 contention between workers.
 
-Part ``repeat`` (``--only repeat``, alone): logreg's live runs of SGD, the momentum
-floor, adaptive DC-ASGD and Gap-Aware, ``REPEAT_ROUNDS`` rounds, every run's figures
+Part ``repeat`` (``--only repeat``, alone): logreg's live runs of ``REPEAT_RULES``,
+``REPEAT_ROUNDS`` rounds, every run's figures
 (samples/s, each worker's, the mean update gap) and every round's ratio: on a host
 whose two cores sometimes run the same step three times slower (``RESULTS.md``,
-session 52), a median of three rounds can land in either mode.
+session 52), a median of three rounds can land in either mode. Each run also records
+the time a cache line takes to pass between the two cores just before and just after
+it (:func:`hogkit.doctor.line_handover_ns`), which says where the host had placed them
+(:func:`placement`: near, sharing a cache, or far), and :func:`by_placement` gives each
+rule's ratio to SGD within one placement.
 """
 
 from __future__ import annotations
@@ -41,8 +45,10 @@ STEP_ROUNDS = 7
 STEPS = {"mf": 2000, "logreg": 1000}
 
 
-#: the ``repeat`` part: its rules and rounds (logreg, live, ``WORKERS`` workers)
-REPEAT_RULES = ("sgd", "momentum", "dc_adaptive", "gap_aware")
+#: the ``repeat`` part: its rules and rounds (logreg, live, ``WORKERS`` workers): SGD,
+#: the general path alone (staleness-aware), the gap work alone (constant DC-ASGD), the
+#: state table alone (the momentum floor), both (adaptive DC-ASGD, Gap-Aware)
+REPEAT_RULES = ("sgd", "staleness_aware", "dc", "momentum", "dc_adaptive", "gap_aware")
 REPEAT_ROUNDS = 6
 
 #: the momentum floor's decay (its lr is scaled by ``1 - MU``: the same step size as SGD's)
@@ -56,10 +62,13 @@ def _rules(lr):
             "dc_adaptive": DelayCompensated(lr, adaptive=True), "gap_aware": GapAware(lr)}
 
 
-def _live_rounds(wl, rules, rounds, seconds, workers, figure):
+def _live_rounds(wl, rules, rounds, seconds, workers, figure, handover=False):
     """``rounds`` rounds of live runs of ``wl``, each rule of ``rules`` (name -> rule)
     once a round, the order rotating by one each round: ``[{"order": [...], name:
-    figure(run)}]``."""
+    figure(run)}]``. ``handover``: ``figure`` returns a dict, and each gets
+    ``handover_ns``, a cache line's hand-over time between two cores measured just
+    before and just after the run (:func:`hogkit.doctor.line_handover_ns`)."""
+    from hogkit.doctor import line_handover_ns
     from hogkit.engine.runtime import train
     names = list(rules)
     out = []
@@ -67,9 +76,12 @@ def _live_rounds(wl, rules, rounds, seconds, workers, figure):
         order = names[k % len(names):] + names[:k % len(names)]
         got = {"order": order}
         for rule in order:
+            before = line_handover_ns() if handover else None
             run = train(wl, workers=workers, seconds=seconds, rule=rules[rule],
                         lane="batch", eval_every=None, progress=False, keep_params=False)
             got[rule] = figure(run)
+            if handover:
+                got[rule]["handover_ns"] = [before, line_handover_ns()]
         out.append(got)
     return out
 
@@ -156,13 +168,43 @@ def repeat(quick=False, rules=REPEAT_RULES, rounds=REPEAT_ROUNDS, seconds=SECOND
                        lambda run: {"samples_per_s": run.extra["samples"] / run.wall_s,
                                     "per_worker": [w["samples"] / run.wall_s
                                                    for w in run.per_worker],
-                                    "gap_mean": _gap_mean(run)})
+                                    "gap_mean": _gap_mean(run)}, handover=True)
     each = {r: [g[r]["samples_per_s"] / g["sgd"]["samples_per_s"] for g in out]
             for r in rules if r != "sgd"}
     rep = {"workload": "logreg", "workers": WORKERS, "seconds": seconds, "rounds": out,
            "over_sgd_each_round": each,
            "over_sgd": {r: statistics.median(v) for r, v in each.items()}}
-    return {**rep, "best_over_sgd": best_over_sgd(rep)}
+    return {**rep, "best_over_sgd": best_over_sgd(rep), "by_placement": by_placement(rep)}
+
+
+def placement(figures, far_ns=None):
+    """A run's cores as its hand-over times before and after it say: "near" (both
+    under ``far_ns``, :data:`hogkit.doctor.FAR_NS`), "far" (both over), else "moved"
+    (the host moved them during the run, or a probe failed)."""
+    from hogkit.doctor import FAR_NS
+    far_ns = FAR_NS if far_ns is None else far_ns
+    ns = figures.get("handover_ns") or [None]
+    if any(v is None for v in ns):
+        return "moved"
+    if all(v < far_ns for v in ns):
+        return "near"
+    return "far" if all(v > far_ns for v in ns) else "moved"
+
+
+def by_placement(rep):
+    """For each placement ("near", "far": :func:`placement`), its runs per rule and
+    each rule's median samples/s over its runs there against SGD's median there: the
+    ratio within one placement, measured, not guessed from the speeds."""
+    out = {}
+    rules = rep["rounds"][0]["order"]
+    for where in ("near", "far"):
+        runs = {r: [g[r]["samples_per_s"] for g in rep["rounds"]
+                    if placement(g[r]) == where] for r in rules}
+        med = {r: statistics.median(v) for r, v in runs.items() if v}
+        out[where] = {"runs": {r: len(v) for r, v in runs.items()},
+                      "over_sgd": ({r: med[r] / med["sgd"] for r in med if r != "sgd"}
+                                   if "sgd" in med else {})}
+    return out
 
 
 def best_over_sgd(rep):
@@ -184,13 +226,28 @@ def format_repeat(result) -> str:
             + " | ".join(f"`{x}` / SGD" for x in rules[1:]) + " |",
             "|---|" + "---|" * (2 * len(rules) - 1)]
     for i, g in enumerate(r["rounds"]):
-        cells = [f"{g[x]['samples_per_s'] / 1e6:.2f} ({g[x]['gap_mean']:.2f})" for x in rules]
+        cells = [f"{g[x]['samples_per_s'] / 1e6:.2f} ({g[x]['gap_mean']:.2f}"
+                 + _ns(g[x]) + ")" for x in rules]
         cells += [f"{r['over_sgd_each_round'][x][i]:.2f}" for x in rules[1:]]
         rows.append(f"| {i + 1} | " + " | ".join(cells) + " |")
     best = best_over_sgd(r)
     rows.append("| best run / SGD's best | " + " | ".join([""] * len(rules)) + " | "
                 + " | ".join(f"{best[x]:.2f}" for x in rules[1:]) + " |")
+    for where, got in (r.get("by_placement") or {}).items():
+        n = got["runs"]
+        rows.append(f"| {where}: median / SGD's median | "
+                    + " | ".join(f"{n.get(x, 0)} run(s)" for x in rules) + " | "
+                    + " | ".join(f"{got['over_sgd'][x]:.2f}" if x in got["over_sgd"]
+                                 else "–" for x in rules[1:]) + " |")
     return "\n".join(rows)
+
+
+def _ns(figures):
+    """``; 41/43 ns``: a run's hand-over times before and after it, where measured."""
+    ns = figures.get("handover_ns")
+    if not ns:
+        return ""
+    return "; " + "/".join("?" if v is None else f"{v:.0f}" for v in ns) + " ns"
 
 
 def run(quick=False, only=None) -> dict:

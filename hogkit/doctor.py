@@ -11,22 +11,34 @@ planned stores), the open-file and process limits against the worker count, the 
 the process may use against the worker count, the thread-pool variables, the ``spawn``
 start method, whether torch is the CPU build (a CUDA build is gigabytes of nothing on
 this kind of machine), whether numba can write its cache (else every run recompiles),
-and a one-second smoke run of two real workers.
+the time a cache line takes to pass between two of the usable cores
+(:func:`line_handover_ns`: what each write to a row another worker wrote costs), and a
+one-second smoke run of two real workers.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import statistics
+import threading
+import time
 from typing import Optional
 
+from hogkit.errors import InvalidArgument
 from hogkit.engine.preflight import (FATAL, OK, SHM_DIR, WARN, Finding, files_needed,
                                      open_files, platform, preflight, processes,
                                      shared_memory, start_method, store_bytes)
 
 __all__ = ["Finding", "run_checks", "preflight", "format_findings", "planned_bytes", "SHM_DIR",
            "OK", "WARN", "FATAL", "shared_memory", "open_files", "processes", "cores",
-           "start_method", "files_needed"]
+           "start_method", "files_needed", "line_handover_ns", "core_to_core"]
+
+#: a hand-over slower than this means the two cores share no cache (different chiplets
+#: or sockets, or vCPUs the host placed so): on a 2-vCPU AMD EPYC virtual machine every
+#: probe read 27-51 ns or 162-179 ns, and two logreg workers ran ~3x slower in the
+#: second placement (benchmarks/RESULTS.md, session 53)
+FAR_NS = 100.0
 
 
 def planned_bytes(workload, workers: int, *, rule=None, density=None, seed: int = 0) -> int:
@@ -101,6 +113,73 @@ def numba_cache() -> Finding:
                    "export NUMBA_CACHE_DIR=<a writable folder>")
 
 
+def line_handover_ns(rounds: int = 20_000, cpus=None, timeout: float = 5.0):
+    """The ns one hand-over of a 64-byte cache line between two cores takes, measured
+    now: two threads, each pinned to one of ``cpus`` (the first two this process may
+    use), pass an integer back and forth ``rounds`` times
+    (:func:`hogkit.kernels.probe.line_pingpong`; ~1-7 ms). None with fewer than two
+    usable cores, or when the other thread did not come within ``timeout`` s (a
+    machine too busy to run both at once)."""
+    import numpy as np
+
+    from hogkit.kernels.probe import line_pingpong
+    cpus = sorted(os.sched_getaffinity(0))[:2] if cpus is None else list(cpus)
+    if len(cpus) < 2:
+        return None
+    warm = min(100, rounds // 10)
+    if rounds - 1 - warm < 1:
+        raise InvalidArgument(f"rounds={rounds}: expected at least 2 round trips (a few "
+                              f"thousand give a steady figure)")
+    flag = np.zeros(8, np.int64)              # 64 bytes: flag[0] sits in one line
+    line_pingpong(flag, 0, 1, 0, 0)           # compiled (or loaded) here, not in a thread
+    flag[0] = 0
+    out = [None, None]
+    deadline = time.monotonic_ns() + int(timeout * 1e9)
+
+    def side(k):
+        os.sched_setaffinity(0, {cpus[k]})    # this thread only (Linux)
+        out[k] = line_pingpong(flag, k, rounds, warm, deadline)
+
+    threads = [threading.Thread(target=side, args=(k,), daemon=True) for k in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if out[0] is None or out[0] < 0 or out[1] is None or out[1] < 0:
+        return None
+    return out[0] / (2 * (rounds - 1 - warm))
+
+
+def core_to_core(samples: int = 7, pause: float = 0.1) -> Finding:
+    """:func:`line_handover_ns` ``samples`` times, ``pause`` s apart: warns when the
+    median is over :data:`FAR_NS` (the cores share no cache) or when the samples
+    differ by more than 2x (the host moved the cores during the check)."""
+    got = []
+    for k in range(samples):
+        ns = line_handover_ns()
+        if ns is not None:
+            got.append(ns)
+        if k + 1 < samples:
+            time.sleep(pause)
+    if not got:
+        return Finding("core to core", OK, "fewer than two usable cores, or too busy to "
+                       "measure: nothing to compare")
+    med, lo, hi = statistics.median(got), min(got), max(got)
+    what = (f"a cache line passes between two cores in {med:.0f} ns (median of "
+            f"{len(got)}, {lo:.0f}-{hi:.0f})")
+    fix = ("workers that write the same rows pay this at each such write: on a dense "
+           "model try --replication worker; compare live speeds only across runs made "
+           "with the same hand-over time")
+    if hi > 2 * lo:
+        return Finding("core to core", WARN, f"{what}: it changed during the check, so "
+                       f"the host moves these cores (a virtual machine's vCPUs): live "
+                       f"speeds of workers that share rows differ from run to run", fix)
+    if med > FAR_NS:
+        return Finding("core to core", WARN, f"{what}: these cores share no cache "
+                       f"(different chiplets or sockets)", fix)
+    return Finding("core to core", OK, what)
+
+
 def smoke(seconds: float = 1.0) -> Finding:
     """Two real workers on a small ``mf`` for ``seconds``."""
     import math
@@ -125,7 +204,7 @@ def run_checks(workers: int = 2, needed_bytes: Optional[int] = None,
     """Every check, in order; ``with_smoke`` adds the one-second smoke run."""
     out = [platform(), shared_memory(needed_bytes), open_files(workers), processes(workers),
            cores(workers), thread_variables(), start_method(), torch_build(),
-           numba_cache()]
+           numba_cache(), core_to_core()]
     if with_smoke and not any(f.status == FATAL for f in out):
         out.append(smoke())
     return out

@@ -29,7 +29,10 @@ nobody but its caller (``hogkit.rules.core``, ``hogkit.rules.density``, ``hogkit
   same way (the numba loops' bits);
 - ``step``: the compiled step core (n whole steps per call), ``sim``: the simulator's
   event loop around the same step;
-- ``_intrinsics``: ``prefetch``, ``sqrt``, ``uint_bits``, ``monotonic_ns``.
+- ``probe``: ``line_pingpong``, a cache line passed between two threads (the time a
+  hand-over between two cores takes: ``hogkit doctor``);
+- ``_intrinsics``: ``prefetch``, ``sqrt``, ``uint_bits``, ``monotonic_ns``, ``cas``,
+  ``load_acquire``, ``store_release``.
 
 **Caches.** numba validates a cached function against its own source file only, but
 the step core and the event loop inline kernels from the other modules. So that an edit

@@ -27,10 +27,17 @@
   fence, so plain loads after it see what other CASes published before it. numba has
   no atomics; the block scheduler (``blocks.py``) claims blocks with it.
 
-With ``NUMBA_DISABLE_JIT=1`` all six are plain Python (a no-op, ``math.sqrt``,
-``ndarray.view``, ``time.monotonic_ns``, ``os.sched_yield`` and a compare-then-store
-that is *not* atomic: one interpreted process only), so the kernels still run,
-interpreted, for coverage.
+- ``load_acquire(A, j)`` / ``store_release(A, j, v)``: an atomic load (acquire) and
+  store (release) of the integer ``A[j]``: a spinning reader sees another thread's or
+  process's store (a plain load in a loop may be read once and kept in a register),
+  and what was written before a release is seen after the acquire that reads it.
+  Plain ``mov`` instructions on x86-64: the probe of a cache line's hand-over time
+  (``probe.py``) spins on them.
+
+With ``NUMBA_DISABLE_JIT=1`` all eight are plain Python (a no-op, ``math.sqrt``,
+``ndarray.view``, ``time.monotonic_ns``, ``os.sched_yield``, a compare-then-store
+that is *not* atomic: one interpreted process only, and plain indexing), so the
+kernels still run, interpreted, for coverage.
 
 ``FASTMATH``, the kernels' fast-math flags, is defined here too, at the bottom of every
 kernel family: a called kernel states its flags (numba gives one that states none its
@@ -70,6 +77,12 @@ if config.DISABLE_JIT:
         if old == expected:
             A[j] = new
         return old
+
+    def load_acquire(A, j):
+        return A[j]
+
+    def store_release(A, j, v):
+        A[j] = v
 
 else:
     from llvmlite import ir
@@ -153,6 +166,43 @@ else:
             val = context.cast(builder, args[3], nty, aryty.dtype)
             pair = builder.cmpxchg(ptr, cmp, val, "seq_cst", "seq_cst")
             return builder.extract_value(pair, 0)
+
+        return sig, codegen
+
+    def _int_item(A, j):
+        return (isinstance(A, types.Array) and A.ndim == 1
+                and isinstance(A.dtype, types.Integer) and isinstance(j, types.Integer))
+
+    def _item_pointer(context, builder, signature, args):
+        aryty, jty = signature.args[:2]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        j = context.cast(builder, args[1], jty, types.intp)
+        return cgutils.get_item_pointer(context, builder, aryty, ary, [j])
+
+    @intrinsic
+    def load_acquire(typingctx, A, j):
+        if not _int_item(A, j):
+            return None
+        sig = A.dtype(A, j)
+
+        def codegen(context, builder, signature, args):
+            ptr = _item_pointer(context, builder, signature, args)
+            return builder.load_atomic(ptr, "acquire", signature.args[0].dtype.bitwidth // 8)
+
+        return sig, codegen
+
+    @intrinsic
+    def store_release(typingctx, A, j, v):
+        if not (_int_item(A, j) and isinstance(v, types.Integer)):
+            return None
+        sig = types.void(A, j, v)
+
+        def codegen(context, builder, signature, args):
+            ptr = _item_pointer(context, builder, signature, args)
+            dt = signature.args[0].dtype
+            val = context.cast(builder, args[2], signature.args[2], dt)
+            builder.store_atomic(val, ptr, "release", dt.bitwidth // 8)
+            return context.get_dummy_value()
 
         return sig, codegen
 

@@ -1298,9 +1298,42 @@ def test_rules_repeat_part_keeps_every_run():
     assert out["ratios"]["logreg_gap_aware_over_sgd"] == rep["over_sgd"]["gap_aware"]
     fastest = {x: max(g[x]["samples_per_s"] for g in rep["rounds"]) for x in ("sgd", "gap_aware")}
     assert rep["best_over_sgd"] == {"gap_aware": fastest["gap_aware"] / fastest["sgd"]}
-    assert rules.format_table(out).count("\n") == 4
+    for g in rep["rounds"]:                  # a hand-over time before and after each run
+        for rule in g["order"]:
+            ns = g[rule]["handover_ns"]
+            assert len(ns) == 2 and all(v is None or v > 0 for v in ns)
+    assert rep["by_placement"] == rules.by_placement(rep)
+    assert rules.format_table(out).count("\n") == 6     # + a row per placement
     with pytest.raises(InvalidArgument, match="repeat"):
         rules.run(quick=True, only="nonesuch")
+
+
+def test_runs_are_grouped_by_the_hand_over_times_measured_around_them():
+    """rules.placement: near when both probes are under FAR_NS, far when both are over,
+    else moved (a probe that failed too); by_placement: each rule's median over its
+    runs in one placement against SGD's median there."""
+    from hogkit.benchmarks import rules
+    from hogkit.doctor import FAR_NS
+
+    def run(sps, before, after):
+        return {"samples_per_s": sps, "handover_ns": [before, after]}
+    near, far = FAR_NS / 2, FAR_NS * 2
+    assert rules.placement(run(1, near, near)) == "near"
+    assert rules.placement(run(1, far, far)) == "far"
+    assert rules.placement(run(1, near, far)) == "moved"
+    assert rules.placement(run(1, None, near)) == "moved"
+    assert rules.placement({"samples_per_s": 1}) == "moved"      # recorded without probes
+    rep = {"rounds": [
+        {"order": ["sgd", "ga"], "sgd": run(10, near, near), "ga": run(6, near, near)},
+        {"order": ["ga", "sgd"], "sgd": run(3, far, far), "ga": run(2, far, far)},
+        {"order": ["sgd", "ga"], "sgd": run(12, near, near), "ga": run(5, near, far)},
+        {"order": ["ga", "sgd"], "sgd": run(4, far, near), "ga": run(7, near, near)}]}
+    got = rules.by_placement(rep)
+    assert got["near"] == {"runs": {"sgd": 2, "ga": 2}, "over_sgd": {"ga": 6.5 / 11}}
+    assert got["far"] == {"runs": {"sgd": 1, "ga": 1}, "over_sgd": {"ga": 2 / 3}}
+    rep["rounds"] = rep["rounds"][:1]
+    rep["rounds"][0]["sgd"]["handover_ns"] = [far, far]
+    assert rules.by_placement(rep)["near"]["over_sgd"] == {}     # no SGD run there
 
 
 def _stalling_fit(path, X, k, threads, iters, eta, send):

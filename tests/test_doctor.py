@@ -27,7 +27,7 @@ def test_every_check_says_one_line_and_passes_here():
     findings = doctor.run_checks(workers=2, with_smoke=False)
     names = [f.check for f in findings]
     assert names == ["platform", "shared memory", "open files", "processes", "cores", "threads",
-                     "start method", "torch", "numba cache"]
+                     "start method", "torch", "numba cache", "core to core"]
     assert all(f.status in (doctor.OK, doctor.WARN) for f in findings), findings
     text = doctor.format_findings(findings)
     assert len(text.splitlines()) == len(findings)
@@ -170,3 +170,30 @@ def test_a_live_run_off_linux_is_refused_in_one_line(monkeypatch):
     with pytest.raises(EnvironmentProblem, match="live runs need Linux") as e:
         pf.preflight(2)
     assert "hogkit sim" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_cache_lines_hand_over_is_measured_between_two_real_cores():
+    """Two pinned threads pass a line back and forth: a positive time per hand-over,
+    well under a millisecond; one core alone has nothing to measure."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("one usable core")
+    ns = doctor.line_handover_ns(rounds=2000)
+    assert ns is not None and 0 < ns < 1e6
+    assert doctor.line_handover_ns(cpus=cpus[:1]) is None
+    with pytest.raises(ValueError, match="rounds=1"):
+        doctor.line_handover_ns(rounds=1)
+
+
+@pytest.mark.parametrize("samples,status,says", [
+    ([40.0, 42.0, 41.0], doctor.OK, "41 ns (median of 3, 40-42)"),
+    ([160.0, 170.0, 165.0], doctor.WARN, "share no cache"),
+    ([40.0, 165.0, 42.0], doctor.WARN, "the host moves these cores"),
+    ([None, None, None], doctor.OK, "nothing to compare"),
+])
+def test_core_to_core_reads_the_hand_over_times(monkeypatch, samples, status, says):
+    got = iter(samples)
+    monkeypatch.setattr(doctor, "line_handover_ns", lambda: next(got))
+    f = doctor.core_to_core(samples=len(samples), pause=0)
+    assert f.status == status and says in f.detail, f
+    assert (status == doctor.OK) == ("--replication worker" not in f.line())

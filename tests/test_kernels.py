@@ -895,3 +895,28 @@ def test_vector_mf_gradient_sums_in_its_documented_order(seed, dtype, rdtype, ve
         bound = slack * np.abs(other).max(1, keepdims=True) + 4 * eps * np.abs(w) + 1e-30
         for path in ("numba",) if not config.DISABLE_JIT else ("vector", "numba"):
             assert np.all(np.abs(out[path][0][side] - w) <= bound), path
+
+
+def test_a_line_ping_pong_counts_its_hand_overs_and_gives_up_at_its_deadline():
+    """kernels.probe.line_pingpong: two threads alternate on flag[0] until it reads
+    2 * rounds; side 0 returns the time of the hand-overs after the warm rounds, side 1
+    zero; a side whose peer never comes returns -1 once the deadline passed."""
+    import threading
+    import time
+
+    from hogkit.kernels.probe import line_pingpong
+    flag = np.zeros(8, np.int64)
+    assert line_pingpong(flag, 0, 3, 0, 0) == -1 and flag[0] == 1   # nobody answered
+    flag[0] = 0
+    out = [None, None]
+    deadline = time.monotonic_ns() + 60 * 10**9
+
+    def side(k):
+        out[k] = line_pingpong(flag, k, 50, 5, deadline)
+
+    threads = [threading.Thread(target=side, args=(k,)) for k in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert flag[0] == 100 and out[1] == 0 and out[0] > 0
