@@ -17,7 +17,7 @@ from ._intrinsics import load_acquire, monotonic_ns, store_release
 _CHECK_EVERY = 1024
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=False)
 def line_pingpong(flag, side, rounds, warm, deadline_ns):
     """Side ``side`` (0 or 1) of ``rounds`` round trips on ``flag[0]`` (0 at the start;
     both sides called at once, each from its own thread). Returns the ns side 0 saw
