@@ -1276,6 +1276,48 @@ def test_rules_session52_section_comes_from_the_committed_jsons():
 
 
 @pytest.mark.slow
+def test_rules_session53_section_comes_from_the_committed_jsons():
+    """Session 53's section (the placements): both repeat tables render
+    benchmarks/rules_session53_repeat*.json, and the text quotes the probes' two ranges,
+    SGD's speed in each placement and the per-placement ratios from them."""
+    import json
+    from pathlib import Path
+
+    from hogkit.benchmarks import rules
+    from hogkit.doctor import FAR_NS
+    root = Path(__file__).resolve().parent.parent / "benchmarks"
+    runs = [json.loads((root / f"rules_session53_repeat{n}.json").read_text())["repeat"]
+            for n in ("", "2")]
+    results = (root / "RESULTS.md").read_text()
+    for r in runs:
+        assert rules.format_repeat({"repeat": r}) in results
+        assert r["by_placement"] == rules.by_placement(r)
+    text = " ".join(results.split())
+    probes, sgd = [], {"near": [], "far": []}
+    for r in runs:
+        for g in r["rounds"]:
+            for rule in g["order"]:
+                probes += g[rule]["handover_ns"]
+            if rules.placement(g["sgd"]) in sgd:
+                sgd[rules.placement(g["sgd"])].append(g["sgd"]["samples_per_s"] / 1e6)
+    near = [v for v in probes if v < FAR_NS]
+    far = [v for v in probes if v > FAR_NS]
+    assert len(near) + len(far) == len(probes)
+    assert (f"Of the {len(probes)} probes, every one read either {min(near):.0f}–"
+            f"{max(near):.0f} ns or {min(far):.0f}–{max(far):.0f} ns") in text
+    assert (f"ran SGD at {min(sgd['near']):.2f}–{max(sgd['near']):.2f} M samples/s, those "
+            f"with both far at {min(sgd['far']):.2f}–{max(sgd['far']):.2f} M") in text
+    na = runs[0]["by_placement"]["near"]["over_sgd"]
+    fb = runs[1]["by_placement"]["far"]["over_sgd"]
+    assert (f"the general path {na['staleness_aware']:.2f}, the gap work {na['dc']:.2f}, the "
+            f"state table {na['momentum']:.2f}, and both, adaptive DC-ASGD "
+            f"{na['dc_adaptive']:.2f} and Gap-Aware {na['gap_aware']:.2f}") in text
+    assert (f"adaptive DC-ASGD {fb['dc_adaptive']:.2f}, Gap-Aware {fb['gap_aware']:.2f}"
+            in text)
+    assert max(na["dc_adaptive"], na["gap_aware"], fb["dc_adaptive"], fb["gap_aware"]) < 0.7
+    assert f"over {FAR_NS:.0f} ns (`FAR_NS`" in text
+
+
 def test_rules_repeat_part_keeps_every_run():
     """``hogkit bench rules --only repeat --quick``: every round holds each rule's run
     (samples/s, one figure per worker adding up to it, a mean update gap), the
