@@ -178,7 +178,7 @@ def test_a_cache_lines_hand_over_is_measured_between_two_real_cores():
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         pytest.skip("one usable core")
-    ns = doctor.line_handover_ns(rounds=2000)
+    ns = doctor.line_handover_ns(rounds=2000, timeout=60)   # a busy machine: slow, not absent
     assert ns is not None and 0 < ns < 1e6
     assert doctor.line_handover_ns(cpus=cpus[:1]) is None
     with pytest.raises(ValueError, match="rounds=1"):
