@@ -218,11 +218,16 @@ def best_over_sgd(rep):
 
 def format_repeat(result) -> str:
     """The ``repeat`` part's table (markdown): one row per round, each rule's M
-    samples/s with its run's mean update gap, then each rule's ratio to SGD."""
+    samples/s with its run's mean update gap (and, where the run recorded them, the
+    hand-over times before and after it, in ns), then each rule's ratio to SGD; the
+    best runs' ratio, and where placements were recorded a row per placement
+    (:func:`by_placement`)."""
     r = result["repeat"]
     rules = r["rounds"][0]["order"]
     rules = ["sgd"] + [x for x in rules if x != "sgd"]
-    rows = ["| round | " + " | ".join(f"`{x}` M/s (gap)" for x in rules) + " | "
+    probed = any("handover_ns" in g[x] for g in r["rounds"] for x in rules)
+    head = "M/s (gap; ns before/after)" if probed else "M/s (gap)"
+    rows = ["| round | " + " | ".join(f"`{x}` {head}" for x in rules) + " | "
             + " | ".join(f"`{x}` / SGD" for x in rules[1:]) + " |",
             "|---|" + "---|" * (2 * len(rules) - 1)]
     for i, g in enumerate(r["rounds"]):

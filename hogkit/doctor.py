@@ -115,50 +115,66 @@ def numba_cache() -> Finding:
 
 def line_handover_ns(rounds: int = 20_000, cpus=None, timeout: float = 5.0):
     """The ns one hand-over of a 64-byte cache line between two cores takes, measured
-    now: two threads, each pinned to one of ``cpus`` (the first two this process may
-    use), pass an integer back and forth ``rounds`` times
+    now: two threads, each pinned to one of ``cpus`` (default: two this process may use
+    on different physical cores where /sys tells them apart,
+    :func:`hogkit.procfs.two_cores`), pass an integer back and forth ``rounds`` times
     (:func:`hogkit.kernels.probe.line_pingpong`; ~1-7 ms). None with fewer than two
     usable cores, or when the other thread did not come within ``timeout`` s (a
     machine too busy to run both at once)."""
     import numpy as np
 
     from hogkit.kernels.probe import line_pingpong
-    cpus = sorted(os.sched_getaffinity(0))[:2] if cpus is None else list(cpus)
-    if len(cpus) < 2:
-        return None
+    from hogkit.procfs import two_cores
     warm = min(100, rounds // 10)
     if rounds - 1 - warm < 1:
         raise InvalidArgument(f"rounds={rounds}: expected at least 2 round trips (a few "
                               f"thousand give a steady figure)")
+    usable = os.sched_getaffinity(0)
+    if cpus is None:
+        cpus = two_cores(usable)
+    elif not set(cpus) <= usable:
+        raise InvalidArgument(f"cpus={list(cpus)}: this process may run on "
+                              f"{sorted(usable)} only; pick two of those")
+    cpus = list(cpus)
+    if len(cpus) < 2:
+        return None
     flag = np.zeros(8, np.int64)              # 64 bytes: flag[0] sits in one line
     line_pingpong(flag, 0, 1, 0, 0)           # compiled (or loaded) here, not in a thread
     flag[0] = 0
-    out = [None, None]
+    out, errors = [None, None], []
     deadline = time.monotonic_ns() + int(timeout * 1e9)
 
     def side(k):
-        os.sched_setaffinity(0, {cpus[k]})    # this thread only (Linux)
-        out[k] = line_pingpong(flag, k, rounds, warm, deadline)
+        try:
+            os.sched_setaffinity(0, {cpus[k]})    # this thread only (Linux)
+            out[k] = line_pingpong(flag, k, rounds, warm, deadline)
+        except BaseException as e:  # noqa: BLE001 - re-raised below, after the join
+            flag[0] = -1                          # the other side stops at once
+            errors.append(e)
 
     threads = [threading.Thread(target=side, args=(k,), daemon=True) for k in (0, 1)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    if errors:
+        raise errors[0]
     if out[0] is None or out[0] < 0 or out[1] is None or out[1] < 0:
         return None
     return out[0] / (2 * (rounds - 1 - warm))
 
 
 def core_to_core(samples: int = 7, pause: float = 0.1) -> Finding:
-    """:func:`line_handover_ns` ``samples`` times, ``pause`` s apart: warns when the
-    median is over :data:`FAR_NS` (the cores share no cache) or when the samples
-    differ by more than 2x (the host moved the cores during the check)."""
+    """:func:`line_handover_ns` ``samples`` times, ``pause`` s apart (the first probe
+    that cannot measure ends the check): warns when the median is over :data:`FAR_NS`
+    (the cores share no cache) or when the samples differ by more than 2x (the host
+    moved the cores during the check, or the machine was busy)."""
     got = []
     for k in range(samples):
         ns = line_handover_ns()
-        if ns is not None:
-            got.append(ns)
+        if ns is None:
+            break
+        got.append(ns)
         if k + 1 < samples:
             time.sleep(pause)
     if not got:
@@ -171,9 +187,10 @@ def core_to_core(samples: int = 7, pause: float = 0.1) -> Finding:
            "model try --replication worker; compare live speeds only across runs made "
            "with the same hand-over time")
     if hi > 2 * lo:
-        return Finding("core to core", WARN, f"{what}: it changed during the check, so "
-                       f"the host moves these cores (a virtual machine's vCPUs): live "
-                       f"speeds of workers that share rows differ from run to run", fix)
+        return Finding("core to core", WARN, f"{what}: it changed during the check: the "
+                       f"host moved these cores (a virtual machine's vCPUs), or the "
+                       f"machine was busy; live speeds of workers that share rows can "
+                       f"differ from run to run", fix)
     if med > FAR_NS:
         return Finding("core to core", WARN, f"{what}: these cores share no cache "
                        f"(different chiplets or sockets)", fix)

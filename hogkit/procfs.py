@@ -2,7 +2,8 @@
 parent's live children, a process's parent, its resident memory and CPU time (the soak
 benchmark, the tests' orphan and leak checks, the peers benchmark's LIBMF watchdog),
 which pid space a process's pid means something in and a wait for pids to end (the Ray
-driver's clean-up of killed actors); a core's cache size (the mf lane's prefetch)."""
+driver's clean-up of killed actors); a core's cache size (the mf lane's prefetch) and
+two CPUs on different physical cores (the doctor's hand-over probe)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import os
 import time
 
 __all__ = ["cache_bytes", "children", "cpu_ticks", "parent", "pid_space", "rss_kb",
-           "wait_gone"]
+           "two_cores", "wait_gone"]
 
 
 def _fields(pid):
@@ -132,3 +133,30 @@ def cache_bytes(level=2, default=1 << 20) -> int:
         except ValueError:
             return default
     return default
+
+
+def two_cores(cpus) -> list:
+    """Two of ``cpus`` (CPU numbers) on different physical cores: the lowest, and the
+    lowest not among its hardware-thread siblings
+    (``/sys/devices/system/cpu/cpuN/topology/thread_siblings_list``); the two lowest
+    where /sys does not say; fewer when ``cpus`` has fewer than two."""
+    cpus = sorted(cpus)
+    if len(cpus) < 2:
+        return cpus
+    first = cpus[0]
+    try:
+        with open(f"/sys/devices/system/cpu/cpu{first}/topology/thread_siblings_list") as f:
+            siblings = _cpu_list(f.read())
+    except (OSError, ValueError):
+        siblings = {first}
+    other = next((c for c in cpus[1:] if c not in siblings), cpus[1])
+    return [first, other]
+
+
+def _cpu_list(text) -> set:
+    """The CPUs of a /sys list such as ``0,4`` or ``0-1,8-9``."""
+    out = set()
+    for part in text.strip().split(","):
+        lo, _, hi = part.partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return out

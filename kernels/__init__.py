@@ -4,7 +4,8 @@ and scalars; nothing here imports hogkit.
 One module per family, every kernel ``@njit(cache=True, nogil=True)`` with its own
 ``fastmath`` flags where it is called, not inlined (numba gives a kernel that states
 none its first caller's flags and caches that build: ``delayed.py``), checked by
-nobody but its caller (``hogkit.rules.core``, ``hogkit.rules.density``, ``hogkit.engine.step``):
+nobody but its caller (``hogkit.rules.core``, ``hogkit.rules.density``, ``hogkit.engine.step``,
+``hogkit.doctor``):
 
 - ``sparse``: ``sgd_rows``, ``momentum_rows`` (row updates, duplicates add up);
 - ``dense``: ``sgd_flat``, ``momentum_flat`` (axpy over a flat buffer);

@@ -28,7 +28,8 @@
   no atomics; the block scheduler (``blocks.py``) claims blocks with it.
 
 - ``load_acquire(A, j)`` / ``store_release(A, j, v)``: an atomic load (acquire) and
-  store (release) of the integer ``A[j]``: a spinning reader sees another thread's or
+  store (release) of the integer ``A[j]`` (``A`` 1-D and aligned, writable for the
+  store; ``0 <= j < len(A)``, not checked): a spinning reader sees another thread's or
   process's store (a plain load in a loop may be read once and kept in a register),
   and what was written before a release is seen after the acquire that reads it.
   Plain ``mov`` instructions on x86-64: the probe of a cache line's hand-over time
@@ -170,7 +171,9 @@ else:
         return sig, codegen
 
     def _int_item(A, j):
-        return (isinstance(A, types.Array) and A.ndim == 1
+        """A 1-D, aligned array of integers indexed by an integer: what an atomic access
+        of its natural alignment may take (an unaligned one is not atomic)."""
+        return (isinstance(A, types.Array) and A.ndim == 1 and A.aligned
                 and isinstance(A.dtype, types.Integer) and isinstance(j, types.Integer))
 
     def _item_pointer(context, builder, signature, args):
@@ -193,7 +196,7 @@ else:
 
     @intrinsic
     def store_release(typingctx, A, j, v):
-        if not (_int_item(A, j) and isinstance(v, types.Integer)):
+        if not (_int_item(A, j) and A.mutable and isinstance(v, types.Integer)):
             return None
         sig = types.void(A, j, v)
 

@@ -23,14 +23,19 @@ def line_pingpong(flag, side, rounds, warm, deadline_ns):
     both sides called at once, each from its own thread). Returns the ns side 0 saw
     from the hand-over of round ``warm`` to the last one's, over ``2 * (rounds - 1 -
     warm)`` hand-overs (the warm rounds leave out the other thread's start); side 1
-    returns 0. -1 when ``deadline_ns`` (``monotonic_ns``) passed first: the other side
-    never came."""
+    returns 0. -1 when ``deadline_ns`` (``monotonic_ns``) passed first (the other side
+    never came) or ``flag[0]`` turned negative (the other side's caller gave up)."""
     t0 = 0
     t1 = 0
     for i in range(rounds):
         want = 2 * i + side
         n = 0
-        while load_acquire(flag, 0) != want:
+        while True:
+            v = load_acquire(flag, 0)
+            if v == want:
+                break
+            if v < 0:
+                return -1
             n += 1
             if n == _CHECK_EVERY:
                 n = 0

@@ -7,6 +7,7 @@ import os
 import resource
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -182,13 +183,35 @@ def test_a_cache_lines_hand_over_is_measured_between_two_real_cores():
     assert ns is not None and 0 < ns < 1e6
     assert doctor.line_handover_ns(cpus=cpus[:1]) is None
     with pytest.raises(ValueError, match="rounds=1"):
-        doctor.line_handover_ns(rounds=1)
+        doctor.line_handover_ns(rounds=1, cpus=cpus[:1])
+    with pytest.raises(ValueError, match="may run on"):
+        doctor.line_handover_ns(cpus=[cpus[0], max(cpus) + 1])
+
+
+@pytest.mark.timeout(120)
+def test_a_probe_thread_that_fails_stops_its_peer_and_raises(monkeypatch):
+    """One side cannot pin itself: the error comes back to the caller, and the other
+    side, already spinning, stops at the poisoned flag instead of at the (here
+    10-minute) deadline."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("one usable core")
+    real = os.sched_setaffinity
+
+    def pin(pid, mask):
+        if mask == {cpus[1]}:
+            time.sleep(0.2)                # the other side is spinning by now
+            raise PermissionError("no such core for you")
+        real(pid, mask)
+    monkeypatch.setattr(doctor.os, "sched_setaffinity", pin)
+    with pytest.raises(PermissionError, match="no such core"):
+        doctor.line_handover_ns(cpus=cpus[:2], timeout=600)
 
 
 @pytest.mark.parametrize("samples,status,says", [
     ([40.0, 42.0, 41.0], doctor.OK, "41 ns (median of 3, 40-42)"),
     ([160.0, 170.0, 165.0], doctor.WARN, "share no cache"),
-    ([40.0, 165.0, 42.0], doctor.WARN, "the host moves these cores"),
+    ([40.0, 165.0, 42.0], doctor.WARN, "the host moved these cores"),
     ([None, None, None], doctor.OK, "nothing to compare"),
 ])
 def test_core_to_core_reads_the_hand_over_times(monkeypatch, samples, status, says):
