@@ -1318,6 +1318,45 @@ def test_rules_session53_section_comes_from_the_committed_jsons():
     assert f"over {FAR_NS:.0f} ns (`FAR_NS`" in text
 
 
+def test_gap_pass_section_comes_from_the_committed_scratch_jsons():
+    """Session 53's scratch builds: the table's near-placement ratios are the
+    by_placement figures of benchmarks/scratch/session53_*.json (two invocations per
+    build), and the text quotes them and session 52's one-worker ratios."""
+    import json
+    from pathlib import Path
+
+    from hogkit.benchmarks import rules
+    root = Path(__file__).resolve().parent.parent / "benchmarks"
+    text = " ".join((root / "RESULTS.md").read_text().split())
+
+    def runs(build):
+        out = []
+        for suffix in ("", "_b"):
+            r = json.loads((root / "scratch" / f"session53_{build}{suffix}.json").read_text())
+            assert r["by_placement"] == rules.by_placement(r)
+            out.append(r["by_placement"])
+        return out
+
+    def pair(got, where, rule):
+        return f"{got[0][where]['over_sgd'][rule]:.2f}/{got[1][where]['over_sgd'][rule]:.2f}"
+    got = {b: runs(b) for b in ("base", "undamped", "no_gap_read")}
+    for build, row in got.items():
+        cells = " | ".join(pair(row, "near", r)
+                           for r in ("dc", "momentum", "dc_adaptive", "gap_aware"))
+        assert f"(`session53_{build}*.json`) | {cells} |" in text
+    n = got["no_gap_read"]
+    assert (f"adaptive DC-ASGD and Gap-Aware ran at {pair(n, 'near', 'dc_adaptive')} and "
+            f"{pair(n, 'near', 'gap_aware')} of SGD near, and Gap-Aware at "
+            f"{pair(n, 'far', 'gap_aware')} far") in text
+    assert f"without a state table) at {pair(n, 'near', 'dc')}" in text
+    costs = [got["undamped"][i]["near"]["over_sgd"][r] - got["base"][i]["near"]["over_sgd"][r]
+             for i in (0, 1) for r in ("dc_adaptive", "gap_aware")]
+    assert f"costs little ({max(min(costs), 0):.2f}–{max(costs):.2f})" in text
+    ow = json.loads((root / "rules_session52_amd.json").read_text())["one_worker"]["logreg"]
+    lo, hi = sorted((ow["over_sgd"]["gap_aware"], ow["over_sgd"]["dc_adaptive"]))
+    assert f"(its ratios, {lo:.2f}–{hi:.2f}, stay near the bar)" in text
+
+
 def test_rules_repeat_part_keeps_every_run():
     """``hogkit bench rules --only repeat --quick``: every round holds each rule's run
     (samples/s, one figure per worker adding up to it, a mean update gap), the
