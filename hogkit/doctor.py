@@ -129,7 +129,8 @@ def line_handover_ns(rounds: int = 20_000, cpus=None, timeout: float = 5.0):
     if rounds - 1 - warm < 1:
         raise InvalidArgument(f"rounds={rounds}: expected at least 2 round trips (a few "
                               f"thousand give a steady figure)")
-    usable = os.sched_getaffinity(0)
+    # no affinity API (not Linux): no cores to pin, nothing to measure
+    usable = set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else set()
     if cpus is None:
         cpus = two_cores(usable)
     elif not set(cpus) <= usable:
