@@ -170,9 +170,12 @@ def core_to_core(samples: int = 7, pause: float = 0.1) -> Finding:
     that cannot measure ends the check): warns when the median is over :data:`FAR_NS`
     (the cores share no cache) or when the samples differ by more than 2x (the host
     moved the cores during the check, or the machine was busy)."""
+    from hogkit.procfs import two_cores
+    usable = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+    cpus = two_cores(usable)
     got = []
-    for k in range(samples):
-        ns = line_handover_ns()
+    for k in range(samples if len(cpus) == 2 else 0):
+        ns = line_handover_ns(cpus=cpus)
         if ns is None:
             break
         got.append(ns)
@@ -182,8 +185,8 @@ def core_to_core(samples: int = 7, pause: float = 0.1) -> Finding:
         return Finding("core to core", OK, "fewer than two usable cores, or too busy to "
                        "measure: nothing to compare")
     med, lo, hi = statistics.median(got), min(got), max(got)
-    what = (f"a cache line passes between two cores in {med:.0f} ns (median of "
-            f"{len(got)}, {lo:.0f}-{hi:.0f})")
+    what = (f"a cache line passes between CPUs {cpus[0]} and {cpus[1]} in {med:.0f} ns "
+            f"(median of {len(got)}, {lo:.0f}-{hi:.0f})")
     fix = ("workers that write the same rows pay this at each such write: on a dense "
            "model try --replication worker; compare live speeds only across runs made "
            "with the same hand-over time")

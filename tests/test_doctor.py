@@ -209,14 +209,15 @@ def test_a_probe_thread_that_fails_stops_its_peer_and_raises(monkeypatch):
 
 
 @pytest.mark.parametrize("samples,status,says", [
-    ([40.0, 42.0, 41.0], doctor.OK, "41 ns (median of 3, 40-42)"),
+    ([40.0, 42.0, 41.0], doctor.OK, "CPUs 0 and 1 in 41 ns (median of 3, 40-42)"),
     ([160.0, 170.0, 165.0], doctor.WARN, "share no cache"),
     ([40.0, 165.0, 42.0], doctor.WARN, "the host moved these cores"),
     ([None, None, None], doctor.OK, "nothing to compare"),
 ])
 def test_core_to_core_reads_the_hand_over_times(monkeypatch, samples, status, says):
     got = iter(samples)
-    monkeypatch.setattr(doctor, "line_handover_ns", lambda: next(got))
+    monkeypatch.setattr(doctor, "line_handover_ns", lambda cpus: next(got))
+    monkeypatch.setattr(doctor.os, "sched_getaffinity", lambda pid: {0, 1})
     f = doctor.core_to_core(samples=len(samples), pause=0)
     assert f.status == status and says in f.detail, f
     assert (status == doctor.OK) == ("--replication worker" not in f.line())
