@@ -113,6 +113,12 @@ def numba_cache() -> Finding:
                    "export NUMBA_CACHE_DIR=<a writable folder>")
 
 
+def _pinnable() -> set:
+    """The CPUs this process may pin a thread to; none without an affinity API (not
+    Linux: nothing to measure there)."""
+    return set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else set()
+
+
 def line_handover_ns(rounds: int = 20_000, cpus=None, timeout: float = 5.0):
     """The ns one hand-over of a 64-byte cache line between two cores takes, measured
     now: two threads, each pinned to one of ``cpus`` (default: two this process may use
@@ -129,8 +135,7 @@ def line_handover_ns(rounds: int = 20_000, cpus=None, timeout: float = 5.0):
     if rounds - 1 - warm < 1:
         raise InvalidArgument(f"rounds={rounds}: expected at least 2 round trips (a few "
                               f"thousand give a steady figure)")
-    # no affinity API (not Linux): no cores to pin, nothing to measure
-    usable = set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else set()
+    usable = _pinnable()
     if cpus is None:
         cpus = two_cores(usable)
     elif not set(cpus) <= usable:
@@ -171,8 +176,7 @@ def core_to_core(samples: int = 7, pause: float = 0.1) -> Finding:
     (the cores share no cache) or when the samples differ by more than 2x (the host
     moved the cores during the check, or the machine was busy)."""
     from hogkit.procfs import two_cores
-    usable = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
-    cpus = two_cores(usable)
+    cpus = two_cores(_pinnable())
     got = []
     for k in range(samples if len(cpus) == 2 else 0):
         ns = line_handover_ns(cpus=cpus)

@@ -12,7 +12,7 @@ import os
 import time
 
 __all__ = ["cache_bytes", "children", "cpu_ticks", "parent", "pid_space", "rss_kb",
-           "two_cores", "wait_gone"]
+           "state", "two_cores", "wait_gone"]
 
 
 def _fields(pid):
@@ -27,6 +27,15 @@ def _stat(pid):
     """``(state, parent pid)`` of ``pid`` (raises OSError when it is gone)."""
     fields = _fields(pid)
     return fields[0], int(fields[1])
+
+
+def state(pid):
+    """``pid``'s state letter in /proc (``"R"``, ``"S"``, ``"Z"`` for a zombie: dead,
+    not reaped yet, ...), or None when it is gone or unreadable."""
+    try:
+        return _fields(pid)[0]
+    except OSError:
+        return None
 
 
 def cpu_ticks(pid):
@@ -81,13 +90,7 @@ def wait_gone(pids, timeout) -> list:
     zombie: dead, waiting for its parent to reap it); the ones still running."""
     deadline = time.monotonic() + timeout
     while True:
-        alive = []
-        for pid in pids:
-            try:
-                if _stat(pid)[0] != "Z":
-                    alive.append(pid)
-            except OSError:
-                pass
+        alive = [pid for pid in pids if state(pid) not in (None, "Z")]
         if not alive or time.monotonic() >= deadline:
             return alive
         time.sleep(0.05)

@@ -732,6 +732,20 @@ def _peer_section(name, heading):
     return r, " ".join(results.split(heading)[1].split("\n### ")[0].split())
 
 
+def _assert_default_mf_prose(r, text):
+    """A standing mf peer check's prose quotes its JSON: the lane's rate over the plain
+    loop (with its rounds' range), hogkit's two workers' time to the target against
+    LIBMF's two threads', and the plain loop's time over theirs."""
+    rr, d = r["ratios"], r["mf"]["default"]
+    lo, hi = d["rates"]["ratio_range"]
+    assert f"**{rr['mf_default_rounds_sample1_over_plain']:.2f}** (rounds {lo:.2f}–{hi:.2f})" \
+        in text
+    c = d["contenders"]
+    t2, l2 = c["hogkit_default_2"]["time_to_target"], c["libmf_2"]["time_to_target"]
+    assert f"in {t2:.3f} s, {t2 / l2:.2f}x LIBMF's two threads' {l2:.3f} s" in text
+    assert f"theirs is {rr['mf_default_plain_time_over_default2_time']:.2f}." in text
+
+
 def test_session45_default_peer_run_is_quoted_from_its_json():
     """The end-of-session-45 rerun: its table renders the JSON and the prose's bar
     figures are the JSON's."""
@@ -1203,14 +1217,7 @@ def test_session51_peer_checks_are_quoted_from_their_jsons():
     from hogkit.benchmarks import peers
     heading = "### The peers after session 51's hot-path changes"
     r, text = _peer_section("peers_session51_default.json", heading)
-    rr, d = r["ratios"], r["mf"]["default"]
-    lo, hi = d["rates"]["ratio_range"]
-    assert f"**{rr['mf_default_rounds_sample1_over_plain']:.2f}** (rounds {lo:.2f}–{hi:.2f})" \
-        in text
-    c = d["contenders"]
-    t2, l2 = c["hogkit_default_2"]["time_to_target"], c["libmf_2"]["time_to_target"]
-    assert f"in {t2:.3f} s, {t2 / l2:.2f}x LIBMF's two threads' {l2:.3f} s" in text
-    assert f"theirs is {rr['mf_default_plain_time_over_default2_time']:.2f}." in text
+    _assert_default_mf_prose(r, text)
     root = Path(__file__).resolve().parent.parent / "benchmarks"
     lg = json.loads((root / "peers_logreg_session51.json").read_text())
     assert peers.format_markdown(lg) in (root / "RESULTS.md").read_text()
@@ -1465,11 +1472,4 @@ def test_session52_peer_check_is_quoted_from_its_json():
     renders the JSON and the prose's figures are the JSON's."""
     heading = "### The peers after session 52's LIBMF watchdog"
     r, text = _peer_section("peers_session52_default.json", heading)
-    rr, d = r["ratios"], r["mf"]["default"]
-    lo, hi = d["rates"]["ratio_range"]
-    assert f"**{rr['mf_default_rounds_sample1_over_plain']:.2f}** (rounds {lo:.2f}–{hi:.2f})" \
-        in text
-    c = d["contenders"]
-    t2, l2 = c["hogkit_default_2"]["time_to_target"], c["libmf_2"]["time_to_target"]
-    assert f"in {t2:.3f} s, {t2 / l2:.2f}x LIBMF's two threads' {l2:.3f} s" in text
-    assert f"theirs is {rr['mf_default_plain_time_over_default2_time']:.2f}." in text
+    _assert_default_mf_prose(r, text)

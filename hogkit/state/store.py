@@ -55,6 +55,7 @@ from typing import Mapping
 
 import numpy as np
 
+from hogkit import procfs
 from hogkit.errors import InvalidArgument, InvalidType, ShmCapacityError
 from hogkit.validation import check_int
 
@@ -677,8 +678,5 @@ def _pid_alive(pid):
         return False
     except PermissionError:
         return True
-    try:  # a zombie is dead for our purpose (its segments are orphans)
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
+    # a zombie is dead for our purpose (its segments are orphans); unreadable: alive
+    return procfs.state(pid) != "Z"
