@@ -177,18 +177,17 @@ def repeat(quick=False, rules=REPEAT_RULES, rounds=REPEAT_ROUNDS, seconds=SECOND
     return {**rep, "best_over_sgd": best_over_sgd(rep), "by_placement": by_placement(rep)}
 
 
-def placement(figures, far_ns=None):
+def placement(figures):
     """A run's cores as its hand-over times before and after it say: "near" (both
-    under ``far_ns``, :data:`hogkit.doctor.FAR_NS`), "far" (both over), else "moved"
-    (the host moved them during the run, or a probe failed)."""
+    under :data:`hogkit.doctor.FAR_NS`), "far" (both over), else "moved" (the host
+    moved them during the run, or a probe failed)."""
     from hogkit.doctor import FAR_NS
-    far_ns = FAR_NS if far_ns is None else far_ns
     ns = figures.get("handover_ns") or [None]
     if any(v is None for v in ns):
         return "moved"
-    if all(v < far_ns for v in ns):
+    if all(v < FAR_NS for v in ns):
         return "near"
-    return "far" if all(v > far_ns for v in ns) else "moved"
+    return "far" if all(v > FAR_NS for v in ns) else "moved"
 
 
 def by_placement(rep):
