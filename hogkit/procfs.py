@@ -1,8 +1,8 @@
 """Processes and the machine as Linux's /proc and /sys show them (no psutil needed): a
 parent's live children, a process's parent, its resident memory and CPU time (the soak
 benchmark, the tests' orphan and leak checks, the peers benchmark's LIBMF watchdog),
-which pid space a process's pid means something in and a wait for pids to end (the Ray
-driver's clean-up of killed actors); a core's cache size (the mf lane's prefetch) and
+which pid space a process's pid means something in (the Ray driver's clean-up of
+killed actors); a core's cache size (the mf lane's prefetch) and
 two CPUs on different physical cores (the doctor's hand-over probe)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import os
 import time
 
 __all__ = ["cache_bytes", "children", "cpu_ticks", "parent", "pid_space", "rss_kb",
-           "state", "two_cores", "wait_gone"]
+           "state", "two_cores"]
 
 
 def _fields(pid):
@@ -83,17 +83,6 @@ def pid_space() -> str:
         return f"{boot}/{os.readlink('/proc/self/ns/pid')}"
     except OSError:                        # no /proc: nothing can be compared
         return f"unknown/{os.getpid()}/{time.time_ns()}"
-
-
-def wait_gone(pids, timeout) -> list:
-    """Wait up to ``timeout`` seconds for every pid of ``pids`` to end (gone, or a
-    zombie: dead, waiting for its parent to reap it); the ones still running."""
-    deadline = time.monotonic() + timeout
-    while True:
-        alive = [pid for pid in pids if state(pid) not in (None, "Z")]
-        if not alive or time.monotonic() >= deadline:
-            return alive
-        time.sleep(0.05)
 
 
 def rss_kb(pid) -> int:

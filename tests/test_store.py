@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from hogkit.errors import CheckpointDamaged, InvalidArgument, InvalidType, ShmCapacityError
-from hogkit.state.store import ALIGN, ParamStore, StoreHandle, sweep_dead_segments
+from hogkit.state.store import (ALIGN, ParamStore, StoreHandle, sweep_dead_segments,
+                                sweep_segments_of)
 import hogkit.state.store as store_mod
 from hogkit.state import checkpoint
 from helpers import store_procs
@@ -394,6 +395,40 @@ def test_sweep_keeps_a_dead_pids_segment_whose_lock_is_held(tmp_path):
         os.close(fd)
     assert sweep_dead_segments(shm_dir=str(tmp_path)) == [path.name]
     assert not path.exists()
+
+
+def test_sweep_of_killed_owners_waits_for_their_locks_to_go(tmp_path):
+    """What the Ray driver does after killing its actors: their pids may be dead while
+    their segments' locks are still held (a multi-threaded process's last threads still
+    exiting); the sweep goes on until the segments named for those pids are gone, and
+    names those left when its time runs out. Others' segments are not waited on."""
+    import fcntl
+    import threading
+    dead = []
+    for _ in range(2):
+        p = SPAWN.Process(target=os.getpid)
+        p.start()
+        p.join()
+        dead.append(p.pid)
+        p.close()
+    held = tmp_path / f"hogkit_{dead[0]}_params_0123abcd"
+    other = tmp_path / f"hogkit_{dead[1]}_data_4567cdef"
+    for path in (held, other):
+        path.write_bytes(b"x")
+    fd = os.open(held, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    try:
+        assert sweep_segments_of(dead[:1], 0.2, shm_dir=str(tmp_path)) == [held.name]
+        assert not other.exists()         # swept on the way: its owner is gone
+    finally:
+        releaser = threading.Timer(0.3, os.close, (fd,))
+        releaser.start()
+    assert sweep_segments_of(dead[:1], 30, shm_dir=str(tmp_path)) == []
+    assert not held.exists() and not releaser.is_alive()
+    mine = tmp_path / f"hogkit_{os.getpid()}_ctl_89abcdef"     # a live owner: kept
+    mine.write_bytes(b"x")
+    assert sweep_segments_of([], 30, shm_dir=str(tmp_path)) == [] and mine.exists()
+    assert sweep_segments_of([dead[0]], 1, shm_dir=str(tmp_path / "none")) == []
 
 
 def test_owner_holds_its_segments_lock_until_close():

@@ -18,9 +18,10 @@ node (and the worker's rank); the other nodes are asked to stop, then killed aft
 ``grace``. SIGINT/SIGTERM in the driver do the same and raise
 :class:`~hogkit.errors.Interrupted`. A node's segments are unlinked by its own
 run's shutdown; a node killed outright leaves them to its resource tracker, and its
-workers die with it (``PR_SET_PDEATHSIG``). At the end the driver kills every actor,
-waits for those on its own machine (same boot, same pid namespace) to end, and sweeps
-the segments whose owner is gone.
+workers die with it (``PR_SET_PDEATHSIG``). At the end the driver kills every actor
+and sweeps, until they are gone, the segments of those on its own machine (same boot,
+same pid namespace): a killed process's segments are free only once all its threads
+have exited.
 """
 
 from __future__ import annotations
@@ -43,16 +44,17 @@ from hogkit.state.reader import StalenessLog
 from hogkit.report import write_outputs
 from hogkit.engine.run import Run, note_skipped
 from hogkit.engine.supervisor import parent_signals
-from hogkit.procfs import pid_space, wait_gone
-from hogkit.state.store import sweep_dead_segments
+from hogkit.procfs import pid_space
+from hogkit.state.store import sweep_segments_of
 from hogkit.workloads.base import metrics_of
 
 __all__ = ["run_cluster", "ShardFailed", "require_ray"]
 
 
-#: longest the driver waits, after killing its actors, for those on this machine to end
-#: before it sweeps their segments (a sweep right after the kill left a node's segments
-#: for over 10 s in one clean-clone CI on a loaded 2-core machine)
+#: longest the driver sweeps, after killing its actors, for the segments of those on
+#: this machine to go (a sweep right after the kill left a node's segments for over
+#: 10 s in one clean-clone CI on a loaded 2-core machine; a sweep once the actor's pid
+#: showed a zombie left them in another: its other threads still held them)
 ACTOR_EXIT_S = 30.0
 
 
@@ -277,9 +279,8 @@ def run_cluster(plans, engine, *, nodes, servers, address, sync_every, fraction,
         # a node killed outright (its process and its resource tracker with it) leaves
         # its segments; on this machine they go now, on another at its next run. Ray's
         # kill returns before the process is gone, and a sweep spares a live owner's
-        # segments: wait for this machine's actors to end first
-        wait_gone(here, ACTOR_EXIT_S)
-        sweep_dead_segments()
+        # segments: sweep until this machine's actors' segments are gone
+        sweep_segments_of(here, ACTOR_EXIT_S)
     return _finish(results, params, traffic, driver.curve, initial_loss, wl, data0, plans,
                    config, out, keep_params)
 

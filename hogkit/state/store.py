@@ -50,6 +50,7 @@ import os
 import re
 import secrets
 import struct
+import time
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -68,8 +69,8 @@ except ImportError:  # pragma: no cover - other interpreters: Linux maps it to /
     def _shm_unlink(path):
         os.unlink(os.path.join(SHM_DIR, path.lstrip("/")))
 
-__all__ = ["ParamStore", "StoreHandle", "bind_module", "module_arrays", "sweep_dead_segments", "SHM_DIR", "ALIGN",
-           "DTYPES"]
+__all__ = ["ParamStore", "StoreHandle", "bind_module", "module_arrays", "sweep_dead_segments",
+           "sweep_segments_of", "SHM_DIR", "ALIGN", "DTYPES"]
 
 SHM_DIR = "/dev/shm"
 ALIGN = 64
@@ -646,6 +647,30 @@ def sweep_dead_segments(*, shm_dir=SHM_DIR) -> list:
         if _remove_unlocked(os.path.join(shm_dir, nm)):
             removed.append(nm)
     return removed
+
+
+def sweep_segments_of(pids, timeout, *, shm_dir=SHM_DIR) -> list:
+    """Sweep (:func:`sweep_dead_segments`) until no segment named for one of ``pids`` is
+    left, for up to ``timeout`` seconds; returns the names still left.
+
+    For processes just killed (the Ray driver's node actors): a kill returns before its
+    process has ended, and a process can look ended before its segments are free. A
+    multi-threaded one's first thread shows as a zombie while the others still exit,
+    and its open files (the segments' locks) close only with the last one. So this
+    waits on what the sweep needs, the segments, not on the pids."""
+    pids = {int(p) for p in pids}
+    deadline = time.monotonic() + timeout
+    while True:
+        sweep_dead_segments(shm_dir=shm_dir)
+        try:
+            entries = os.listdir(shm_dir)
+        except FileNotFoundError:
+            return []
+        left = sorted(nm for nm in entries
+                      if (m := _SEGMENT_RE.match(nm)) and int(m.group(1)) in pids)
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.05)
 
 
 def _remove_unlocked(path) -> bool:
