@@ -414,9 +414,8 @@ def _start(W, X, r):
     (the first occurrence saves the start value in ``X``)."""
     w = W[r, 0]
     s = X[r, 0]
-    if s != s:
-        X[r, 0] = w
-        s = w
+    s = w if s != s else s    # a select and a store every entry: a branch here was
+    X[r, 0] = s               # mispredicted on half of logreg's entries (2x slower)
     return s, w
 
 
