@@ -18,9 +18,7 @@ this in two passes: :func:`gaps_into` turns every entry's read copy into its gap
 (``w_now - w_read``) before any row is written, then one update pass
 (``*_gap_rows``) takes each entry's gap from there. The step core calls the two
 passes on its own read buffer (``kernels.rule.apply_rows``: the copies become the
-gaps in place); the public ``*_rows`` leave their ``B``/``R`` as they were. On a
-one-column table the step core runs one pass with the same bits instead (``*_col``, at
-the end of this module: each row's start value saved at its first occurrence). A row
+gaps in place); the public ``*_rows`` leave their ``B``/``R`` as they were. A row
 whose gap is all zeros (no one else wrote it since the read: most rows, most steps)
 takes the rule's undamped form, which skips the square roots and divisions and
 gives the same bits.
@@ -392,97 +390,3 @@ def gap_aware_gap_rows(W, M, V, rows, G, D, lr, mu, gamma, lr_max, k, n):
                     gi = G[i, j]
                     V[r, j] = gm * V[r, j] + g1 * (gi * gi)
                     W[r, j] -= a * gi
-
-
-# --- one-column tables: the gap taken in the update pass -----------------------------
-#
-# On a one-column table (logreg's weights) the gap pass's read of ``W`` is a second
-# trip to lines that two live workers both write: with two workers it cost adaptive
-# DC-ASGD and Gap-Aware most of what they lose against SGD (benchmarks/RESULTS.md,
-# session 53: 0.57x without it, 0.74-0.81x with a gap pass that did not read ``W``).
-# These loops take each entry's gap in its update instead, reading ``W`` once per
-# entry as SGD does, with the same bits as the two passes: a row's first occurrence in
-# the call reads its start value and saves it in ``X`` (the rule's scratch, one value
-# per row of ``W``: NaN, "not seen in this call", between calls); a later occurrence
-# takes its gap from the saved value, as the two passes do. The call puts NaN back on
-# the rows it saved. A start value that is NaN itself is not saved, and its row's later
-# occurrences read ``W`` as it is then: NaN, as the start value would give.
-
-@njit(cache=True, nogil=True, inline="always")
-def _start(W, X, r):
-    """``(start, now)``: row ``r``'s value when the call started and its value now
-    (the first occurrence saves the start value in ``X``)."""
-    w = W[r, 0]
-    s = X[r, 0]
-    s = w if s != s else s    # a select and a store every entry: a branch here was
-    X[r, 0] = s               # mispredicted on half of logreg's entries (2x slower)
-    return s, w
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _forget(X, rows, n):
-    """NaN back on the rows of ``X`` the call saved (the scratch's state between calls)."""
-    nan = X.dtype.type(np.nan)
-    for i in range(n):
-        X[np.uint64(rows[i]), 0] = nan
-
-
-@njit(cache=True, nogil=True, error_model="numpy", fastmath=FASTMATH)
-def dc_col(W, X, rows, G, B, lr, lam, n):
-    """Constant DC-ASGD on a one-column ``W`` in one pass (``B``: the read copies):
-    :func:`gaps_into` then :func:`dc_gap_rows`, bit for bit."""
-    a = W.dtype.type(lr)
-    c = W.dtype.type(lam)
-    for i in range(n):
-        r = np.uint64(rows[i])
-        s, w = _start(W, X, r)
-        W[r, 0] = w - _dc_step(a, G[i, 0], c, s - B[i, 0])
-    _forget(X, rows, n)
-
-
-@njit(cache=True, nogil=True, error_model="numpy", fastmath=FASTMATH)
-def dc_adaptive_col(W, X, MS, rows, G, B, lr, lam0, m, eps, n):
-    """Adaptive DC-ASGD on a one-column ``W`` in one pass: :func:`gaps_into` then
-    :func:`dc_adaptive_gap_rows`, bit for bit."""
-    a = W.dtype.type(lr)
-    l0 = W.dtype.type(lam0)
-    mm = W.dtype.type(m)
-    m1 = W.dtype.type(1.0 - m)
-    e = W.dtype.type(eps)
-    pf = prefetched(MS)
-    for i in range(n):
-        if pf and i + _AHEAD2 < n:
-            prefetch(MS, rows[i + _AHEAD2], 0)
-        r = np.uint64(rows[i])
-        gi = G[i, 0]
-        s, w = _start(W, X, r)
-        dd = s - B[i, 0]
-        v = mm * MS[r, 0] + m1 * (gi * gi)
-        MS[r, 0] = v
-        if dd != 0:
-            W[r, 0] = w - _dc_step(a, gi, l0 / sqrt(v + e), dd)
-        else:
-            W[r, 0] = w - a * gi
-    _forget(X, rows, n)
-
-
-@njit(cache=True, nogil=True, error_model="numpy", fastmath=FASTMATH)
-def gap_aware_col(W, X, V, rows, G, B, lr, gamma, lr_max, k, n):
-    """Gap-Aware without momentum on a one-column ``W`` in one pass: :func:`gaps_into`
-    then :func:`gap_aware_gap_rows` (``mu == 0``), bit for bit."""
-    a, _, gm, g1, bc, cm, tiny, one = _ga_constants(W, lr, 0.0, gamma, lr_max, k)
-    pf = prefetched(V)
-    for i in range(n):
-        if pf and i + _AHEAD2 < n:
-            prefetch(V, rows[i + _AHEAD2], 0)
-        r = np.uint64(rows[i])
-        gi = G[i, 0]
-        s, w = _start(W, X, r)
-        vi = gm * V[r, 0] + g1 * (gi * gi)
-        V[r, 0] = vi
-        dl = abs(s - B[i, 0])
-        if dl != 0:
-            W[r, 0] = w - a * (gi / (one + dl / (cm * (sqrt(vi * bc) + tiny))))
-        else:
-            W[r, 0] = w - a * gi
-    _forget(X, rows, n)

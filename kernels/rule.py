@@ -24,18 +24,15 @@ enters the accumulator and the step (``compose``: ``scale_by_staleness()`` befor
 (adaptive DC), Gap-Aware's second moment ``V`` or the adaptive rules' accumulator
 (the parameter's shape per coordinate, ``(n, 1)`` row-wise: ``adaptive.py``); ``S2``
 Gap-Aware's momentum buffer; ``k[ki]`` Gap-Aware's per-parameter step count. Unused
-state can be any array of the right type (a ``(0, d)`` one). ``X`` is not state: a
-one-column parameter's scratch of start values for the rules with a gap (all NaN
-between calls; ``delayed.py``). Nothing is checked here
+state can be any array of the right type (a ``(0, d)`` one). Nothing is checked here
 (``hogkit.rules.core`` checks).
 """
 
 from numba import njit
 
 from .adaptive import FASTMATH, adagrad_flat, adagrad_rows, rmsprop_flat, rmsprop_rows
-from .delayed import (dc_adaptive_col, dc_adaptive_flat, dc_adaptive_gap_rows, dc_col,
-                      dc_flat, dc_gap_rows, gap_aware_col, gap_aware_flat,
-                      gap_aware_gap_rows, gaps_into, staleness_aware_flat,
+from .delayed import (dc_adaptive_flat, dc_adaptive_gap_rows, dc_flat, dc_gap_rows,
+                      gap_aware_flat, gap_aware_gap_rows, gaps_into, staleness_aware_flat,
                       staleness_aware_momentum_flat, staleness_aware_momentum_rows,
                       staleness_aware_rows)
 from .dense import momentum_flat, sgd_flat
@@ -55,17 +52,13 @@ def _gscale(cfg, tau):
 
 
 @njit(cache=True, nogil=True, inline="always", fastmath=FASTMATH)
-def apply_rows(kind, cfg, W, S1, S2, X, k, ki, rows, G, R, n, tau):
+def apply_rows(kind, cfg, W, S1, S2, k, ki, rows, G, R, n, tau):
     """Apply the first ``n`` rows of gradient ``G`` (rows ``rows``, read copies ``R``
     where the rule needs them) to the 2-D parameter ``W`` under rule ``kind`` at
     staleness ``tau`` (updates by others since the read); ``n < 0``: every row. The
     read copies ``R`` are consumed: DC-ASGD and Gap-Aware turn them into the gaps in
     place (``delayed.gaps_into``), so the step core's buffers need no scratch of their
     own; a caller whose ``R`` must survive passes a copy (``hogkit.rules.core`` does).
-    ``X``: the start-value scratch of a one-column ``W`` (``(rows of W, 1)``, all NaN
-    between calls: ``delayed.dc_col``), with which DC-ASGD and Gap-Aware without
-    momentum take the gap in their update pass (the same bits, one read of ``W`` an
-    entry); an empty one (``(0, 1)``) runs the two passes.
 
     Inlined where the step core calls it, and kept small there: plain SGD (the common
     step) calls its row kernel at once; every other rule goes through one call to
@@ -74,16 +67,15 @@ def apply_rows(kind, cfg, W, S1, S2, X, k, ki, rows, G, R, n, tau):
     if kind == SGD and cfg[MU] == 0.0:
         sgd_rows(W, rows, G, cfg[LR], n)
     else:
-        _apply_rows(kind, cfg, W, S1, S2, X, k, ki, rows, G, R, n, tau)
+        _apply_rows(kind, cfg, W, S1, S2, k, ki, rows, G, R, n, tau)
 
 
 @njit(cache=True, nogil=True, fastmath=FASTMATH)
-def _apply_rows(kind, cfg, W, S1, S2, X, k, ki, rows, G, R, n, tau):
+def _apply_rows(kind, cfg, W, S1, S2, k, ki, rows, G, R, n, tau):
     """:func:`apply_rows` for every rule (the dispatch on ``kind``)."""
     n = rows.shape[0] if n < 0 else n
     lr = cfg[LR]
     mu = cfg[MU]
-    one_pass = X.shape[0] > 0 and W.shape[1] == 1
     if kind == SGD:
         if mu != 0.0:
             momentum_rows(W, S1, rows, G, lr, mu, 1.0, n)
@@ -95,29 +87,19 @@ def _apply_rows(kind, cfg, W, S1, S2, X, k, ki, rows, G, R, n, tau):
         else:
             staleness_aware_rows(W, rows, G, lr, tau, n)
     elif kind == DC:
-        if one_pass:
-            dc_col(W, X, rows, G, R, lr, cfg[LAM], n)
-        else:
-            gaps_into(W, rows, R, n)
-            dc_gap_rows(W, rows, G, R, lr, cfg[LAM], n)
+        gaps_into(W, rows, R, n)
+        dc_gap_rows(W, rows, G, R, lr, cfg[LAM], n)
     elif kind == DC_ADAPTIVE:
-        if one_pass:
-            dc_adaptive_col(W, X, S1, rows, G, R, lr, cfg[LAM0], cfg[M], cfg[EPS], n)
-        else:
-            gaps_into(W, rows, R, n)
-            dc_adaptive_gap_rows(W, S1, rows, G, R, lr, cfg[LAM0], cfg[M], cfg[EPS], n)
+        gaps_into(W, rows, R, n)
+        dc_adaptive_gap_rows(W, S1, rows, G, R, lr, cfg[LAM0], cfg[M], cfg[EPS], n)
     elif kind == ADAGRAD:
         adagrad_rows(W, S1, rows, G, lr, cfg[EPS], _gscale(cfg, tau), n)
     elif kind == RMSPROP:
         rmsprop_rows(W, S1, rows, G, lr, cfg[ALPHA], cfg[EPS], _gscale(cfg, tau), n)
     else:
         k[ki] += 1
-        if one_pass and mu == 0.0:
-            gap_aware_col(W, X, S1, rows, G, R, lr, cfg[GAMMA], cfg[LR_MAX], k[ki], n)
-        else:
-            gaps_into(W, rows, R, n)
-            gap_aware_gap_rows(W, S2, S1, rows, G, R, lr, mu, cfg[GAMMA], cfg[LR_MAX],
-                               k[ki], n)
+        gaps_into(W, rows, R, n)
+        gap_aware_gap_rows(W, S2, S1, rows, G, R, lr, mu, cfg[GAMMA], cfg[LR_MAX], k[ki], n)
 
 
 @njit(cache=True, nogil=True, fastmath=FASTMATH)

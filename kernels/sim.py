@@ -250,9 +250,8 @@ def _run_events(wl, rngs, cursors, params, wbufs, rule, wrule, dens, wdens, mask
                 log, times, ist, fst, gi, cfg, policy):
     """Run the event loop until it is done or must return to Python; returns a code.
 
-    ``rule`` = ``(kind, rcfg, X)`` (``X``: the start-value scratch every worker's step
-    uses, one at a time), ``pick(wrule, w)`` = worker w's ``(S1, S2, K)`` (stacks of
-    one: every worker's, ``rule_state="shared"``);
+    ``rule`` = ``(kind, rcfg)``, ``pick(wrule, w)`` = worker w's ``(S1, S2, K)`` (stacks
+    of one: every worker's, ``rule_state="shared"``);
     ``dens`` = ``(how, fraction, threshold, residual, every, seed)``, ``pick(wdens, w)``
     its residuals; ``pick(wbufs, w)`` its step buffers (:func:`pick`: per-worker stacks,
     not typed lists); ``rngs[w]`` its generator (None: the sampler draws
@@ -272,7 +271,7 @@ def _run_events(wl, rngs, cursors, params, wbufs, rule, wrule, dens, wdens, mask
     """
     base, pause, speed, amp, period = times
     gh, lh, stats, ring = log
-    kind, rcfg, X = rule
+    kind, rcfg = rule
     pol, grants = policy
     C = base.shape[1]
     keep = cfg[C_KEEP] != 0.0
@@ -318,7 +317,7 @@ def _run_events(wl, rngs, cursors, params, wbufs, rule, wrule, dens, wdens, mask
                 return R_END
             else:
                 rw = w if wrule[2].shape[0] > 1 else 0      # one stack: shared state
-                gap = end(params, pick(wbufs, w), (kind, rcfg) + pick(wrule, rw) + (X,),
+                gap = end(params, pick(wbufs, w), (kind, rcfg) + pick(wrule, rw),
                           dens + (pick(wdens, w), mask), slots, (w, ist[w, I_OREAD], k))
                 _count(gh, lh, stats, ring, ist, gi, w, k, gap, t)
         ist[w, I_PHASE] = 0

@@ -70,8 +70,7 @@ compute the same numbers; a kernel called, not inlined, states its flags itself
 
 **Arguments in groups.** The drivers hand the core the step's state as a few typed
 groups, tuples built once: ``bufs`` (a context's ``(G, R, RD, cnt, idx, GF,
-scratch)``), ``rule`` (``(kind, rcfg, S1, S2, K, X)``: ``X`` the rule's start-value
-scratch, ``kernels.rule.apply_rows``), ``dens`` (``(how, fraction,
+scratch)``), ``rule`` (``(kind, rcfg, S1, S2, K)``), ``dens`` (``(how, fraction,
 threshold, residual, every, seed, D, mask)``), ``log`` (``(gap_hist, lag_hist, stats,
 ring)``), and :func:`begin`, :func:`end`, :func:`python_end`, :func:`dense_end` take
 those. Taking a tuple of arrays apart costs reference counting (measured: ~100 ns a
@@ -139,15 +138,14 @@ def lane(wl, params, idx, nb, kind, rcfg, S1, skip):  # pragma: no cover
     return _LANES[type(wl)][0][int(k)](wl, params, idx, nb, int(k), rcfg, S1, skip)
 
 
-def lane_any(wl, params, idx, nb, keep, G, R, RD, cnt, GF, kind, rcfg, S1, S2, K, X,
+def lane_any(wl, params, idx, nb, keep, G, R, RD, cnt, GF, kind, rcfg, S1, S2, K,
              skip):  # pragma: no cover - dispatched by overload
     """The generic per-sample lane (see :func:`_lane_any`)."""
     return _lane_any(wl, params, idx, nb, keep, G, R, RD, cnt, GF, kind, rcfg, S1, S2, K,
-                     X, skip)
+                     skip)
 
 
-def _lane_any(wl, params, idx, nb, keep, G, R, RD, cnt, GF, kind, rcfg, S1, S2, K, X,
-              skip):
+def _lane_any(wl, params, idx, nb, keep, G, R, RD, cnt, GF, kind, rcfg, S1, S2, K, skip):
     """The per-sample lane for any workload and rule: sample ``idx[b]``'s gradient
     from the live parameters (the workload's ``gradient`` on one sample), the guard,
     then the rule at once (``apply_rows`` at staleness 0), for b in order. Returns the
@@ -162,8 +160,8 @@ def _lane_any(wl, params, idx, nb, keep, G, R, RD, cnt, GF, kind, rcfg, S1, S2, 
                 return bad
             continue
         for p in range(len(G)):
-            apply_rows(kind, rcfg, params[p], S1[p], S2[p], X[p], K, p, R[p], G[p],
-                       RD[p], cnt[p], 0)
+            apply_rows(kind, rcfg, params[p], S1[p], S2[p], K, p, R[p], G[p], RD[p],
+                       cnt[p], 0)
     return bad
 
 
@@ -233,7 +231,7 @@ def register(arrays_cls, *, sample_kernel, gradient_kernel, sgd_kernel=None,
         return None                           # per-kind kernels need a kind tag
 
     def lane_any_typer(wl, params, idx, nb, keep, G, R, RD, cnt, GF, kind, rcfg, S1, S2, K,
-                       X, skip):
+                       skip):
         return _lane_any if getattr(wl, "instance_class", None) is arrays_cls else None
 
     overload(sample, inline="always")(sample_typer)
@@ -343,7 +341,7 @@ def compute(wl, params, G, R, RD, cnt, idx, GF, nb, keep_read):
 @njit(cache=True, nogil=True, inline="always", fastmath=FASTMATH)
 def end(params, bufs, rule, dens, slots, at):
     """Apply one step's update (see the module docstring) from the buffers ``bufs``:
-    ``rule`` = ``(kind, rcfg, S1, S2, K, X)`` (``kernels.rule.apply_rows``), ``dens`` =
+    ``rule`` = ``(kind, rcfg, S1, S2, K)`` (``kernels.rule.apply_rows``), ``dens`` =
     ``(how, fraction, threshold, residual, every, seed, D, mask)`` (``kernels.density``),
     ``at`` = ``(me, others, step)``: the worker, others' updates at its read (< 0: a
     local-SGD replica step: staleness 0, no update counted) and the step index density
@@ -351,12 +349,11 @@ def end(params, bufs, rule, dens, slots, at):
     (nothing written: not an update). :func:`run_steps` runs the same two pieces,
     :func:`thin` and :func:`apply_update`, on the groups it unpacked before its loop."""
     G, R, RD, cnt = bufs[0], bufs[1], bufs[2], bufs[3]
-    kind, rcfg, S1, S2, K, X = rule
+    kind, rcfg, S1, S2, K = rule
     me, others, step = at
     if not thin(G, R, cnt, dens[6], dens[7], dens[:6], step):
         return -1
-    return apply_update(params, G, R, RD, cnt, kind, rcfg, S1, S2, K, X, slots,
-                        (me, others))
+    return apply_update(params, G, R, RD, cnt, kind, rcfg, S1, S2, K, slots, (me, others))
 
 
 @njit(cache=True, nogil=True, inline="always", fastmath=FASTMATH)
@@ -379,7 +376,7 @@ def thin(G, R, cnt, D, mask, dcfg, step):
 
 
 @njit(cache=True, nogil=True, inline="always", fastmath=FASTMATH)
-def apply_update(params, G, R, RD, cnt, kind, rcfg, S1, S2, K, X, slots, who):
+def apply_update(params, G, R, RD, cnt, kind, rcfg, S1, S2, K, slots, who):
     """The update gap, the rule on every parameter (``kernels.rule.apply_rows``: the
     one place a step's rule writes the parameters, on every engine) and the update
     tick. ``who`` = ``(me, others)``: the worker and others' updates at its read (< 0:
@@ -388,8 +385,8 @@ def apply_update(params, G, R, RD, cnt, kind, rcfg, S1, S2, K, X, slots, who):
     me, others = who
     gap = 0 if others < 0 else others_updates(slots, me) - others
     for p in range(len(G)):
-        apply_rows(kind, rcfg, params[p], S1[p], S2[p], X[p], K, p, R[p], G[p], RD[p],
-                   cnt[p], gap)
+        apply_rows(kind, rcfg, params[p], S1[p], S2[p], K, p, R[p], G[p], RD[p], cnt[p],
+                   gap)
     if others >= 0:
         slots[me, UPD] += 1
     return gap
@@ -405,13 +402,13 @@ def _tick(slots, me, others):
 
 @njit(cache=True, nogil=True, inline="always", fastmath=FASTMATH)
 def _lane(lane_kind, wl, params, idx, nb, keep, G, R, RD, cnt, GF, kind, rcfg, S1, S2, K,
-          X, skip):
+          skip):
     """One step of the generic per-sample lane (:func:`lane_any`); returns the samples
     left out as non-finite. (A workload's own lane, ``LANE_FUSED``, runs in
     :data:`run_lane_steps`; compiled here too, it cost the first run its kernels'
     compile time again.)"""
     return lane_any(wl, params, idx, nb, keep, G, R, RD, cnt, GF, kind, rcfg, S1, S2, K,
-                    X, skip)
+                    skip)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -504,7 +501,7 @@ def _run_steps(n, wl, rng, cursor, params, bufs, rule, dens, ctl, log, cfg, io, 
     :func:`merge_local`'s. Tuples are unpacked once, here (no reference a step)."""
     slots, rt, stop, pol, adm, grants = ctl
     G, R, RD, cnt, idx, GF, scratch = bufs
-    kind, rcfg, S1, S2, K, X = rule
+    kind, rcfg, S1, S2, K = rule
     D, mask, dcfg = dens[6], dens[7], dens[:6]    # dcfg: scalars only
     fused, lane_kind, skip, lr = cfg[FUSED] != 0, cfg[LANE], cfg[SKIP] != 0, rcfg[LR]
     gh, lh, stats, ring = log
@@ -538,7 +535,7 @@ def _run_steps(n, wl, rng, cursor, params, bufs, rule, dens, ctl, log, cfg, io, 
         gap, bad = -1, 0                      # gap >= 0: an update to record
         if lane_kind != 0:                    # per sample: each applied at once
             bad = _lane(lane_kind, wl, params, idx, nb, keep, G, R, RD, cnt, GF, kind,
-                        rcfg, S1, S2, K, X, skip)
+                        rcfg, S1, S2, K, skip)
             if local_h == 0 and bad < nb:
                 gap = _tick(slots, me, others)
         elif fused and sgd(wl, params, idx, nb, lr, G, R, RD, cnt, scratch):
@@ -546,7 +543,7 @@ def _run_steps(n, wl, rng, cursor, params, bufs, rule, dens, ctl, log, cfg, io, 
         elif not compute(wl, params, G, R, RD, cnt, idx, GF, nb, keep):
             bad = 1
         elif thin(G, R, cnt, D, mask, dcfg, k + cfg[STEP0]):   # end(), groups unpacked
-            gap = apply_update(params, G, R, RD, cnt, kind, rcfg, S1, S2, K, X, slots,
+            gap = apply_update(params, G, R, RD, cnt, kind, rcfg, S1, S2, K, slots,
                                (me, -1 if local_h > 0 else others))
             gap = gap if local_h == 0 else -1
         else:
@@ -679,16 +676,16 @@ def python_end(params, bufs, rule, log, slots, ev):
     """The Python engine's apply half in one call, for an update that goes to the
     shared parameters whole (no density, no per-shard clocks), from the buffers
     ``bufs`` (``(G, R, RD, cnt)`` or a context's whole ``bufs()``) under ``rule`` =
-    ``(kind, rcfg, S1, S2, K, X)``: the gap (others' updates since the read), the rule on
+    ``(kind, rcfg, S1, S2, K)``: the gap (others' updates since the read), the rule on
     every parameter (``kernels.rule.apply_rows``, as :func:`end`), the update tick, the
     event into ``log`` = ``(gap_hist, lag_hist, stats, ring)``. ``ev`` = ``(me, others,
     lag, step, t_ns)``: the worker, others' updates and the clock lag at its read, the
     step and the event's time (< 0: now). ``others < 0``: a local-SGD replica step
     (staleness 0, nothing ticked or recorded). Returns the gap."""
-    kind, rcfg, S1, S2, K, X = rule
+    kind, rcfg, S1, S2, K = rule
     me, others, lag, step, t_ns = ev
     gap = apply_update(params, bufs[0], bufs[1], bufs[2], bufs[3], kind, rcfg, S1, S2, K,
-                       X, slots, (me, others))
+                       slots, (me, others))
     if others >= 0:
         gh, lh, stats, ring = log
         record_event(gh, lh, stats, ring, me, step, gap, lag, t_ns, 1)

@@ -160,51 +160,9 @@ def test_apply_leaves_the_read_copies_as_they_were():
         n1, n2, _ = rule.slots
         s1, s2 = (s0[f"{n}/w"] if n else np.empty((0, d)) for n in (n1, n2))
         k = s0.get("k/w", np.zeros(1, np.int64))
-        kr.apply_rows(rule.kind, rule.cfg(), direct, s1, s2, np.empty((0, d)), k, 0, rows,
-                      g, buf, -1, 2)
+        kr.apply_rows(rule.kind, rule.cfg(), direct, s1, s2, k, 0, rows, g, buf, -1, 2)
         assert not np.array_equal(buf, kept)           # consumed: now the gaps
         np.testing.assert_array_equal(direct, params["w"])
-
-
-_ONE_PASS = [DelayCompensated(0.1, lam=2.0), DelayCompensated(0.3, adaptive=True),
-             GapAware(0.2), GapAware(0.05, lr_max=0.01)]
-
-
-@given(st.integers(0, 2**32 - 1), st.sampled_from(range(len(_ONE_PASS))),
-       st.sampled_from([np.float32, np.float64]), st.integers(1, 40),
-       st.sampled_from([0.0, 0.5, 1.0]), st.booleans())
-def test_one_pass_rules_give_the_two_passes_bits(seed, which, dtype, n, fresh, poison):
-    """A one-column parameter under DC-ASGD (constant, adaptive) or Gap-Aware without
-    momentum, given its start-value scratch ``X``, takes each entry's gap in its update
-    pass (``kernels.delayed.dc_col`` ...): the same parameters and state, bit for bit,
-    as the two passes (an empty ``X``; what ``rule.apply`` runs), on batches whose rows
-    repeat, whose read copies are fresh (a zero gap) or not, with a NaN or an
-    infinity among the start values; and ``X`` is all NaN again after the call."""
-    from hogkit.kernels import rule as kr
-    rule = _ONE_PASS[which]
-    rng = np.random.default_rng(seed)
-    rows_n = int(rng.integers(1, 12))
-    W = rng.normal(size=(rows_n, 1)).astype(dtype)
-    if poison:
-        W[rng.integers(rows_n), 0] = rng.choice([np.nan, np.inf, -np.inf])
-    rows = rng.integers(0, rows_n, size=n).astype(np.int64)
-    stale = rng.random(n) >= fresh
-    read = (W[rows] + (rng.normal(size=(n, 1)) * stale[:, None])).astype(dtype)
-    g = rng.normal(size=(n, 1)).astype(dtype)
-    state = rng.random((rows_n, 1)).astype(dtype)      # MS or V, as a run leaves them
-    kind, cfg = rule.kind, rule.cfg()
-    out = []
-    for X in (np.empty((0, 1), dtype), np.full((rows_n, 1), np.nan, dtype)):
-        w, s1 = W.copy(), state.copy()
-        k = np.array([3], np.int64)
-        kr.apply_rows(kind, cfg, w, s1, np.empty((0, 1), dtype), X, k, 0, rows, g,
-                      read.copy(), n, 2)
-        assert np.isnan(X).all()
-        out.append((w, s1, k))
-    (w2, s2, k2), (w1, s1, k1) = out
-    np.testing.assert_array_equal(w1, w2)
-    np.testing.assert_array_equal(s1, s2)
-    assert k1[0] == k2[0] == (4 if rule.kind == kr.GAP_AWARE else 3)
 
 
 def test_shared_state_vs_private_state():

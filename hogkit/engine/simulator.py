@@ -386,17 +386,16 @@ def _run_fused(S):
         c.grow(S.batch)
     names, params = ctxs[0].names, ctxs[0].params
     caps = [int(g.shape[0]) for g in ctxs[0].G]
-    # one start-value scratch for all (``encode_rule``): the steps run one at a time
-    rules = [encode_rule(S.rule, S.rule.init(S.params), names, params, start_values=w == 0)
-             for w in range(1 if S.shared_state else W)]
+    rules = [encode_rule(S.rule, S.rule.init(S.params), names, params)
+             for _ in range(1 if S.shared_state else W)]
     dens = [encode_density(S.density, S.density.init(S.params) if S.density else None,
                            names, params, caps) for _ in range(W)]
     cursors = np.stack([c.cursor for c in ctxs])
     rngs = (K.typed_list([np.random.default_rng([S.seed, r]) for r in range(W)])
             if ctxs[0].parts.uses_rng else None)
-    wrule = _stack([r[2:5] for r in rules])   # one worker's when shared: all use it
+    wrule = _stack([r[2:] for r in rules])    # one worker's when shared: all use it
     args = (ctxs[0].parts.arrays, rngs, cursors, params, _stack_bufs(ctxs),
-            rules[0][:2] + rules[0][5:], wrule, dens[0][:6], _stack([d[6] for d in dens]),
+            rules[0][:2], wrule, dens[0][:6], _stack([d[6] for d in dens]),
             dens[0][7], st["slots"], _log_arrays(S), st["times"], st["ist"], st["fst"],
             st["gi"], st["cfg"], st["policy"])
     run = K.run_events if cacheable(type(args[0])) else K.run_events_uncached
@@ -488,7 +487,7 @@ def _run_python(S):
         if local and k + 1 >= S.quotas[w] and pending_local(w):
             merge_local(w, k + 1, t, k + 1)
 
-    args = (None, None, None, None, None, (0, np.zeros(1), None), None,
+    args = (None, None, None, None, None, (0, np.zeros(1)), None,
             (0, 1.0, 0.0, False, 1, 0), None, None, slots, _log_arrays(S), st["times"],
             ist, fst, gi, st["cfg"], st["policy"])
     return _drive(S, st, K.run_events, args, on_step)

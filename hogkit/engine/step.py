@@ -142,15 +142,11 @@ def _empty_rows(p):
     return np.empty((0, p.shape[1]), p.dtype)
 
 
-def encode_rule(rule, state, names, params2d, *, start_values=True):
-    """``(kind, cfg, S1, S2, K, X)`` for the core from a rule and its ``init`` state:
+def encode_rule(rule, state, names, params2d):
+    """``(kind, cfg, S1, S2, K)`` for the core from a rule and its ``init`` state:
     per parameter (in ``names`` order) its 2-D state views, empty where unused; ``K``
-    the Gap-Aware step counts (a fresh array: the core keeps its own); ``X`` per
-    parameter the rule's start-value scratch (``kernels.rule.apply_rows``: NaN, one per
-    row, for a one-column parameter under DC-ASGD or Gap-Aware without momentum, which
-    then take the gap in one pass; else empty). ``start_values=False``: every ``X``
-    empty (the simulator shares one worker's: its steps run one at a time). The state
-    is checked here, once: the kernels do no checking. A row-wise rule
+    the Gap-Aware step counts (a fresh array: the core keeps its own). The state is
+    checked here, once: the kernels do no checking. A row-wise rule
     (``rule.rowwise``: AdaGrad, RMSProp) keeps ``(rows, 1)`` in its first slot."""
     s1n, s2n, has_k = rule.slots
     rowwise = bool(getattr(rule, "rowwise", False))
@@ -178,13 +174,7 @@ def encode_rule(rule, state, names, params2d, *, start_values=True):
         for i, n in enumerate(names):
             k = state.get(f"k/{n}") if isinstance(state, Mapping) else None
             K[i] = int(check_array(f"state['k/{n}']", k, dtype=np.int64, shape=(1,))[0])
-    cfg = rule.cfg()
-    kind = int(rule.kind)
-    one_pass = start_values and (kind in (_kr.DC, _kr.DC_ADAPTIVE) or (
-        kind == _kr.GAP_AWARE and cfg[_kr.MU] == 0.0))
-    X = tuple(np.full((p.shape[0], 1), np.nan, p.dtype) if one_pass and p.shape[1] == 1
-              else np.empty((0, 1), p.dtype) for p in params2d)
-    return (kind, cfg, S1, S2, K, X)
+    return (int(rule.kind), rule.cfg(), S1, S2, K)
 
 
 def encode_density(density, state, names, params2d, capacity_rows):
@@ -507,9 +497,8 @@ class _TorchLane:
         self.torch_dtype = torch.float32 if dtype == np.float32 else torch.float64
         self.names, self.keep_read = names, keep_read
         self.params = tuple(a.reshape(-1) for a in arrays)
-        kind, cfg, S1, S2, K, _ = encode_rule(rule, rule_state, names,
-                                              tuple(as_rows(a) for a in arrays),
-                                              start_values=False)
+        kind, cfg, S1, S2, K = encode_rule(rule, rule_state, names,
+                                           tuple(as_rows(a) for a in arrays))
         self.rules = (np.full(len(names), kind, np.int64), np.stack([cfg] * len(names)),
                       tuple(a.reshape(-1) for a in S1), tuple(a.reshape(-1) for a in S2), K)
         self.K = K

@@ -239,12 +239,9 @@ class _Kernel:
             read = it.read if it.read is not None else _empty(it)
             if it.rows is None:
                 _rule.apply_flat(kind, cfg, it.p, a, b, k, 0, it.g, read, tau)
-            else:      # the row kernels turn the read copies into gaps in place;
-                # no start-value scratch (an empty one): the two passes, the reference
-                # the compiled core's one-pass loops are tested against
+            else:      # the row kernels turn the read copies into gaps in place
                 read = read.copy() if it.read is not None else read
-                _rule.apply_rows(kind, cfg, it.p, a, b, _empty(it), k, 0, it.rows, it.g,
-                                 read, -1, tau)
+                _rule.apply_rows(kind, cfg, it.p, a, b, k, 0, it.rows, it.g, read, -1, tau)
 
 
 _EMPTIES = {}
