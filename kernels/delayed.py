@@ -18,7 +18,10 @@ this in two passes: :func:`gaps_into` turns every entry's read copy into its gap
 (``w_now - w_read``) before any row is written, then one update pass
 (``*_gap_rows``) takes each entry's gap from there. The step core calls the two
 passes on its own read buffer (``kernels.rule.apply_rows``: the copies become the
-gaps in place); the public ``*_rows`` leave their ``B``/``R`` as they were. A row
+gaps in place); the public ``*_rows`` leave their ``B``/``R`` as they were. One pass
+(each row's start value saved at its first occurrence, the gap taken in the update)
+gives the same bits and was built, and ran slower live on logreg with two workers
+(benchmarks/RESULTS.md, session 54): the two passes stay. A row
 whose gap is all zeros (no one else wrote it since the read: most rows, most steps)
 takes the rule's undamped form, which skips the square roots and divisions and
 gives the same bits.

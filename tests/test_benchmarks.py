@@ -1364,6 +1364,45 @@ def test_gap_pass_section_comes_from_the_committed_scratch_jsons():
     assert f"(its ratios, {lo:.2f}–{hi:.2f}, stay near the bar)" in text
 
 
+def test_one_pass_section_comes_from_the_committed_scratch_jsons():
+    """Session 54's A/B (one pass against two, one invocation each): each table row's
+    paired ratios by placement and its arms' ratios to SGD near are the figures of its
+    benchmarks/scratch/session54_*.json, and the prose quotes them."""
+    import json
+    import statistics
+    from pathlib import Path
+
+    from hogkit.benchmarks import rules
+    root = Path(__file__).resolve().parent.parent / "benchmarks"
+    text = " ".join((root / "RESULTS.md").read_text().split())
+    two_pass = ("dc_adaptive", "gap_aware")
+
+    def paired(r, rule, where):
+        q = [g[rule]["samples_per_s"] / g[rule + "_2pass"]["samples_per_s"]
+             for g in r["rounds"]
+             if rules.placement(g[rule]) == where == rules.placement(g[rule + "_2pass"])]
+        return f"{statistics.median(q):.2f} ({len(q)})" if q else "–"
+    got = {}
+    for build in ("one_pass", "one_pass_b", "blocked", "per_entry"):
+        r = json.loads((root / "scratch" / f"session54_{build}.json").read_text())
+        assert r["by_placement"] == rules.by_placement(r)
+        assert len(r["rounds"]) == 8
+        near = r["by_placement"]["near"]["over_sgd"]
+        cells = ([paired(r, ru, w) for w in ("near", "far") for ru in two_pass]
+                 + [f"{near[ru]:.2f}/{near[ru + '_2pass']:.2f}" for ru in two_pass])
+        assert f"(`session54_{build}.json`) | {' | '.join(cells)} |" in text, build
+        got[build] = cells
+    for build, phrase in (("one_pass", "one pass at {} and {} of their speed"),
+                          ("blocked", "blocks of 32 at {} and {}"),
+                          ("per_entry", "without `X`, at {} and {}")):
+        assert phrase.format(*(c.split()[0] for c in got[build][:2])) in text, build
+    assert f"went the other way ({got['one_pass_b'][2].split()[0]} and " \
+           f"{got['one_pass_b'][3].split()[0]})" in text
+    first = got["one_pass"][4:]
+    lo, hi = sorted(c.split("/")[1] for c in first)
+    assert f"stay at {lo}–{hi}x SGD near (the first invocation's two-pass arms" in text
+
+
 def test_rules_repeat_part_keeps_every_run():
     """``hogkit bench rules --only repeat --quick``: every round holds each rule's run
     (samples/s, one figure per worker adding up to it, a mean update gap), the
