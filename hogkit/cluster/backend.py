@@ -54,7 +54,7 @@ __all__ = ["run_cluster", "ShardFailed", "require_ray"]
 #: longest the driver sweeps, after killing its actors, for the segments of those on
 #: this machine to go (a sweep right after the kill left a node's segments for over
 #: 10 s in one clean-clone CI on a loaded 2-core machine; a sweep once the actor's pid
-#: showed a zombie left them in another: its other threads still held them)
+#: looked dead left them in another, likely held by its threads still exiting)
 ACTOR_EXIT_S = 30.0
 
 
