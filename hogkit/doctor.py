@@ -165,7 +165,7 @@ def line_handover_ns(rounds: int = 20_000, cpus=None, timeout: float = 5.0):
         t.join()
     if errors:
         raise errors[0]
-    if out[0] is None or out[0] < 0 or out[1] is None or out[1] < 0:
+    if any(v is None or v < 0 for v in out):
         return None
     return out[0] / (2 * (rounds - 1 - warm))
 

@@ -260,7 +260,7 @@ def test_inlined_lane_figures_in_results_come_from_the_committed_json():
     root = Path(__file__).resolve().parent.parent / "benchmarks"
     new = json.loads((root / "peers_defaults_inlined.json").read_text())
     old = json.loads((root / "peers_defaults.json").read_text())
-    text = " ".join((root / "RESULTS.md").read_text().split())
+    text = _results_words()
     assert peers.format_markdown(new) in (root / "RESULTS.md").read_text()
     a, b = (r["mf"]["default"]["contenders"] for r in (new, old))
     rate = a["hogkit_sample_1"]["samples_per_s"] / b["hogkit_sample_1"]["samples_per_s"]
@@ -415,7 +415,7 @@ def test_final_engine_peer_rerun_is_quoted_from_its_json():
     c, rr = d["contenders"], r["ratios"]
     lo, hi = d["rates"]["ratio_range"]
     t2 = c["hogkit_default_2"]["time_to_target"]
-    text = " ".join((root / "RESULTS.md").read_text().split())
+    text = _results_words()
     assert (f"**{rr['mf_default_rounds_sample1_over_plain']:.2f}** (rounds {lo:.2f}–{hi:.2f}); "
             f"the defaults with 2 workers reach MSE 0.012 in {t2:.3f} s, "
             f"{t2 / c['libmf_2']['time_to_target']:.2f}x LIBMF's two threads' time, and the "
@@ -692,7 +692,7 @@ def test_the_rate_rounds_here_beside_the_16_core_ones_come_from_their_json():
     import json
     from pathlib import Path
     root = Path(__file__).resolve().parent.parent / "benchmarks"
-    text = " ".join((root / "RESULTS.md").read_text().split())
+    text = _results_words()
     got = []
     for i in (1, 2):
         g = json.loads((root / "many_cores_2cores" / f"rates_{i}.json").read_text())["rates"]
@@ -716,6 +716,13 @@ def _peer_rerun(name, heading):
     text = " ".join(results.split(heading)[1].split()[:120])
     d = r["mf"]["default"]
     return r["ratios"], d["rates"]["ratio_range"], d["contenders"], text, root
+
+
+def _results_words():
+    """benchmarks/RESULTS.md with its whitespace collapsed (prose wraps anywhere)."""
+    from pathlib import Path
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "RESULTS.md"
+    return " ".join(path.read_text().split())
 
 
 def _peer_section(name, heading):
@@ -1178,7 +1185,7 @@ def test_rules_session51_section_comes_from_the_committed_jsons():
     root = Path(__file__).resolve().parent.parent / "benchmarks"
     j = {k: json.loads((root / f"rules_session51{k}.json").read_text())
          for k in ("", "_start", "_passes", "_grad")}
-    text = " ".join((root / "RESULTS.md").read_text().split())
+    text = _results_words()
     assert rules.format_one_worker(j[""]) in (root / "RESULTS.md").read_text()
 
     def q(k, w, rule):
@@ -1334,7 +1341,7 @@ def test_gap_pass_section_comes_from_the_committed_scratch_jsons():
 
     from hogkit.benchmarks import rules
     root = Path(__file__).resolve().parent.parent / "benchmarks"
-    text = " ".join((root / "RESULTS.md").read_text().split())
+    text = _results_words()
 
     def runs(build):
         out = []
@@ -1374,7 +1381,7 @@ def test_one_pass_section_comes_from_the_committed_scratch_jsons():
 
     from hogkit.benchmarks import rules
     root = Path(__file__).resolve().parent.parent / "benchmarks"
-    text = " ".join((root / "RESULTS.md").read_text().split())
+    text = _results_words()
     two_pass = ("dc_adaptive", "gap_aware")
 
     def paired(r, rule, where):
@@ -1512,3 +1519,16 @@ def test_session52_peer_check_is_quoted_from_its_json():
     heading = "### The peers after session 52's LIBMF watchdog"
     r, text = _peer_section("peers_session52_default.json", heading)
     _assert_default_mf_prose(r, text)
+
+
+def test_session54_peer_check_is_quoted_from_its_json():
+    """Session 54's standing mf peer check: its table renders the JSON and the prose's
+    figures are the JSON's."""
+    heading = "### The peers at session 54's end"
+    r, text = _peer_section("peers_session54_default.json", heading)
+    _assert_default_mf_prose(r, text)
+    old, _ = _peer_section("peers_session52_default.json",
+                           "### The peers after session 52's LIBMF watchdog")
+    half = r["ratios"]["mf_default_sample2_over_sample1"]
+    assert 0.45 <= half < 0.55 and "ran at half its one worker's rate" in text
+    assert f"session 52's ran at {old['ratios']['mf_default_sample2_over_sample1']:.2f}" in text
