@@ -22,7 +22,8 @@ and each rule's median per-round ratio to SGD. No process, no second worker: whe
 these ratios equal the live ones, what a rule costs is its own work per step, not
 contention between workers.
 
-Part ``repeat`` (``--only repeat``, alone): logreg's live runs of ``REPEAT_RULES``,
+Part ``repeat`` (``--only repeat``, alone; ``--workload mf`` for mf's, logreg's by
+default): the workload's live runs of ``REPEAT_RULES``,
 ``REPEAT_ROUNDS`` rounds, every run's figures
 (samples/s, each worker's, the mean update gap) and every round's ratio: on a host
 whose two cores sometimes run the same step three times slower (``RESULTS.md``,
@@ -101,7 +102,8 @@ def _one(name, seconds, rounds, workers, only=None):
 
 
 def _core(wl, rule):
-    """A one-worker compiled step core for ``rule`` on fresh parameters of ``wl``."""
+    """A one-worker compiled step core for ``rule`` on fresh parameters of ``wl``, as a
+    live worker builds it (its clock counts every writer: ``clock_fresh``)."""
     import numpy as np
 
     from hogkit.engine.step import CompiledStep
@@ -116,7 +118,8 @@ def _core(wl, rule):
     return CompiledStep(ctx, rank=0, batch=wl.default_batch, rule=rule,
                         rule_state=rule.init(params), density=None, density_state=None,
                         slots=clocks.slots, rt=views["rt"], stop=clocks.stop,
-                        log=log.arrays(), rng=np.random.default_rng([0, 0]))
+                        log=log.arrays(), rng=np.random.default_rng([0, 0]),
+                        clock_fresh=True)
 
 
 def _one_worker(name, rounds, steps, only=None):
@@ -154,15 +157,17 @@ def _gap_mean(run):
     return sum(g["mean"] * g["count"] for g in gaps) / n if n else 0.0
 
 
-def repeat(quick=False, rules=REPEAT_RULES, rounds=REPEAT_ROUNDS, seconds=SECONDS):
-    """Part ``repeat``: the live logreg runs of ``rules``, ``rounds`` times (the order
-    rotating), each run's samples/s, its workers' own samples/s and its mean update
-    gap, and each round's ratio of each rule to SGD: the spread a median of three
-    rounds hides. ``quick``: SGD and Gap-Aware, two rounds of 0.5 s."""
+def repeat(quick=False, rules=REPEAT_RULES, rounds=REPEAT_ROUNDS, seconds=SECONDS,
+           workload="logreg"):
+    """Part ``repeat``: the live runs of ``rules`` on ``workload`` (its default preset),
+    ``rounds`` times (the order rotating), each run's samples/s, its workers' own
+    samples/s and its mean update gap, and each round's ratio of each rule to SGD: the
+    spread a median of three rounds hides. ``quick``: SGD and Gap-Aware, two rounds of
+    0.5 s."""
     from hogkit import workloads
     if quick:
         rules, rounds, seconds = ("sgd", "gap_aware"), 2, 0.5
-    wl = workloads.get("logreg")
+    wl = workloads.get(workload)
     made = _rules(wl.default_lr)
     out = _live_rounds(wl, {r: made[r] for r in rules}, rounds, seconds, WORKERS,
                        lambda run: {"samples_per_s": run.extra["samples"] / run.wall_s,
@@ -171,7 +176,7 @@ def repeat(quick=False, rules=REPEAT_RULES, rounds=REPEAT_ROUNDS, seconds=SECOND
                                     "gap_mean": _gap_mean(run)}, handover=True)
     each = {r: [g[r]["samples_per_s"] / g["sgd"]["samples_per_s"] for g in out]
             for r in rules if r != "sgd"}
-    rep = {"workload": "logreg", "workers": WORKERS, "seconds": seconds, "rounds": out,
+    rep = {"workload": workload, "workers": WORKERS, "seconds": seconds, "rounds": out,
            "over_sgd_each_round": each,
            "over_sgd": {r: statistics.median(v) for r, v in each.items()}}
     return {**rep, "best_over_sgd": best_over_sgd(rep), "by_placement": by_placement(rep)}
@@ -254,18 +259,26 @@ def _ns(figures):
     return "; " + "/".join("?" if v is None else f"{v:.0f}" for v in ns) + " ns"
 
 
-def run(quick=False, only=None) -> dict:
+def run(quick=False, only=None, workload=None) -> dict:
     """Every rule on every workload; ``quick``: SGD and Gap-Aware on logreg, one round
     of 0.5 s (a smoke run: each rule compiles its own core on a cold cache).
-    ``only="repeat"``: the part :func:`repeat` alone."""
+    ``only="repeat"``: the part :func:`repeat` alone, on ``workload`` (default logreg)."""
+    from hogkit.errors import InvalidArgument
     if only == "repeat":
-        r = repeat(quick)
+        workload = workload or "logreg"
+        if workload not in WORKLOADS:
+            raise InvalidArgument(f"hogkit bench rules --only repeat --workload {workload}: "
+                                  f"the part runs on {' or '.join(WORKLOADS)}")
+        r = repeat(quick, workload=workload)
         return {"scenario": "rules", "quick": quick, "repeat": r, "ratios": {
-            f"logreg_{k}_over_sgd": v for k, v in r["over_sgd"].items()}}
+            f"{workload}_{k}_over_sgd": v for k, v in r["over_sgd"].items()}}
     if only is not None:
-        from hogkit.errors import InvalidArgument
         raise InvalidArgument(f"hogkit bench rules --only {only!r}: the one part is "
                               f"'repeat' (or leave --only out for the whole scenario)")
+    if workload is not None:
+        raise InvalidArgument(f"hogkit bench rules --workload {workload}: the whole "
+                              f"scenario runs {' and '.join(WORKLOADS)}; --workload picks "
+                              f"the workload of --only repeat")
     seconds, rounds = (0.5, 1) if quick else (SECONDS, ROUNDS)
     names = WORKLOADS[-1:] if quick else WORKLOADS
     only = ("sgd", "gap_aware") if quick else None

@@ -21,7 +21,9 @@ passes on its own read buffer (``kernels.rule.apply_rows``: the copies become th
 gaps in place); the public ``*_rows`` leave their ``B``/``R`` as they were. One pass
 (each row's start value saved at its first occurrence, the gap taken in the update)
 gives the same bits and was built, and ran slower live on logreg with two workers
-(benchmarks/RESULTS.md, session 54): the two passes stay. A row
+(benchmarks/RESULTS.md, session 54): the two passes stay. The step core skips the gap
+pass altogether when its update clock says no other update landed since the read
+(``kernels.rule.apply_rows(..., fresh)``: the copies are zeroed instead). A row
 whose gap is all zeros (no one else wrote it since the read: most rows, most steps)
 takes the rule's undamped form, which skips the square roots and divisions and
 gives the same bits.

@@ -15,17 +15,21 @@ call, so a rule's arithmetic exists once:
 ``RMSPROP``            RMSProp (Tieleman & Hinton 2012), per coordinate or row-wise
 =====================  =============================================================
 
-``cfg`` (float64) holds the hyper-parameters at the indices ``LR, MU, LAM, LAM0, M,
-EPS, GAMMA, LR_MAX, STALE``: ``EPS`` is also AdaGrad's and RMSProp's ``eps``, ``ALPHA``
-(= ``GAMMA``, both the decay of a mean of squares) RMSProp's ``alpha``, and ``STALE``
-(1.0 or 0.0) makes the adaptive rules divide the gradient by ``max(tau, 1)`` before it
-enters the accumulator and the step (``compose``: ``scale_by_staleness()`` before
-``adagrad()``). State: ``S1`` is the momentum buffer (SGD, staleness-aware), MS
-(adaptive DC), Gap-Aware's second moment ``V`` or the adaptive rules' accumulator
-(the parameter's shape per coordinate, ``(n, 1)`` row-wise: ``adaptive.py``); ``S2``
-Gap-Aware's momentum buffer; ``k[ki]`` Gap-Aware's per-parameter step count. Unused
-state can be any array of the right type (a ``(0, d)`` one). Nothing is checked here
-(``hogkit.rules.core`` checks).
+``cfg`` (float64) holds the hyper-parameters at the indices ``LR, MU, LAM, LAM0, M, EPS,
+GAMMA, LR_MAX, STALE, CLOCK``: ``EPS`` is also AdaGrad's and RMSProp's ``eps``,
+``ALPHA`` (= ``GAMMA``, both the decay of a mean of squares) RMSProp's ``alpha``, and
+``STALE`` (1.0 or 0.0) makes the adaptive rules divide the gradient by ``max(tau, 1)``
+before it enters the accumulator and the step (``compose``: ``scale_by_staleness()``
+before ``adagrad()``). ``CLOCK`` (1.0 or 0.0) is not a hyper-parameter: an engine whose
+update clock counts every writer of the parameters sets it
+(``encode_rule(clock_fresh=True)``) and the step core then calls a step no other update
+landed on since its read (gap 0) *fresh* (:func:`apply_rows`); ``rule.cfg()`` leaves it
+0. State: ``S1`` is the momentum buffer (SGD, staleness-aware), MS (adaptive DC),
+Gap-Aware's second moment ``V`` or the adaptive rules' accumulator (the parameter's
+shape per coordinate, ``(n, 1)`` row-wise: ``adaptive.py``); ``S2`` Gap-Aware's momentum
+buffer; ``k[ki]`` Gap-Aware's per-parameter step count. Unused state can be any array of
+the right type (a ``(0, d)`` one). Nothing is checked here (``hogkit.rules.core``
+checks).
 """
 
 from numba import njit
@@ -39,9 +43,9 @@ from .dense import momentum_flat, sgd_flat
 from .sparse import momentum_rows, sgd_rows
 
 SGD, STALENESS_AWARE, DC, DC_ADAPTIVE, GAP_AWARE, ADAGRAD, RMSPROP = 0, 1, 2, 3, 4, 5, 6
-LR, MU, LAM, LAM0, M, EPS, GAMMA, LR_MAX, STALE = 0, 1, 2, 3, 4, 5, 6, 7, 8
+LR, MU, LAM, LAM0, M, EPS, GAMMA, LR_MAX, STALE, CLOCK = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9
 ALPHA = GAMMA            # RMSProp's decay, in Gap-Aware's slot (both decay a mean of squares)
-NCFG = 9
+NCFG = 10
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -52,13 +56,24 @@ def _gscale(cfg, tau):
 
 
 @njit(cache=True, nogil=True, inline="always", fastmath=FASTMATH)
-def apply_rows(kind, cfg, W, S1, S2, k, ki, rows, G, R, n, tau):
+def apply_rows(kind, cfg, W, S1, S2, k, ki, rows, G, R, n, tau, fresh):
     """Apply the first ``n`` rows of gradient ``G`` (rows ``rows``, read copies ``R``
     where the rule needs them) to the 2-D parameter ``W`` under rule ``kind`` at
     staleness ``tau`` (updates by others since the read); ``n < 0``: every row. The
     read copies ``R`` are consumed: DC-ASGD and Gap-Aware turn them into the gaps in
     place (``delayed.gaps_into``), so the step core's buffers need no scratch of their
     own; a caller whose ``R`` must survive passes a copy (``hogkit.rules.core`` does).
+
+    ``fresh``: the caller's update clock says no other update landed since the read
+    (the step core: gap 0 under ``cfg[CLOCK]``), so every gap is zero and is not
+    measured: ``R`` is zeroed instead of read against ``W``, and DC-ASGD and Gap-Aware
+    take their undamped form. Where every writer ticks the clock (the simulator, one
+    machine's workers, one worker) the parameters' rows are then exactly their read
+    values and the result is the same bits as measuring; live, it leaves out the entries
+    another worker's update has written but not yet counted (what a parameter server's
+    version, which moves per whole update, would leave out). Measuring those cost
+    logreg's two-worker rules a second pass over the hot shared lines
+    (benchmarks/RESULTS.md, session 55).
 
     Inlined where the step core calls it, and kept small there: plain SGD (the common
     step) calls its row kernel at once; every other rule goes through one call to
@@ -67,11 +82,23 @@ def apply_rows(kind, cfg, W, S1, S2, k, ki, rows, G, R, n, tau):
     if kind == SGD and cfg[MU] == 0.0:
         sgd_rows(W, rows, G, cfg[LR], n)
     else:
-        _apply_rows(kind, cfg, W, S1, S2, k, ki, rows, G, R, n, tau)
+        _apply_rows(kind, cfg, W, S1, S2, k, ki, rows, G, R, n, tau, fresh)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _gaps(W, rows, R, n, fresh):
+    """The read copies ``R[:n]`` become the gaps: zeros when ``fresh`` (nothing else
+    wrote since the read, by the caller's clock), else ``W[rows] - R`` (measured)."""
+    if fresh:
+        for i in range(n):
+            for j in range(R.shape[1]):
+                R[i, j] = 0
+    else:
+        gaps_into(W, rows, R, n)
 
 
 @njit(cache=True, nogil=True, fastmath=FASTMATH)
-def _apply_rows(kind, cfg, W, S1, S2, k, ki, rows, G, R, n, tau):
+def _apply_rows(kind, cfg, W, S1, S2, k, ki, rows, G, R, n, tau, fresh):
     """:func:`apply_rows` for every rule (the dispatch on ``kind``)."""
     n = rows.shape[0] if n < 0 else n
     lr = cfg[LR]
@@ -87,10 +114,10 @@ def _apply_rows(kind, cfg, W, S1, S2, k, ki, rows, G, R, n, tau):
         else:
             staleness_aware_rows(W, rows, G, lr, tau, n)
     elif kind == DC:
-        gaps_into(W, rows, R, n)
+        _gaps(W, rows, R, n, fresh)
         dc_gap_rows(W, rows, G, R, lr, cfg[LAM], n)
     elif kind == DC_ADAPTIVE:
-        gaps_into(W, rows, R, n)
+        _gaps(W, rows, R, n, fresh)
         dc_adaptive_gap_rows(W, S1, rows, G, R, lr, cfg[LAM0], cfg[M], cfg[EPS], n)
     elif kind == ADAGRAD:
         adagrad_rows(W, S1, rows, G, lr, cfg[EPS], _gscale(cfg, tau), n)
@@ -98,7 +125,7 @@ def _apply_rows(kind, cfg, W, S1, S2, k, ki, rows, G, R, n, tau):
         rmsprop_rows(W, S1, rows, G, lr, cfg[ALPHA], cfg[EPS], _gscale(cfg, tau), n)
     else:
         k[ki] += 1
-        gaps_into(W, rows, R, n)
+        _gaps(W, rows, R, n, fresh)
         gap_aware_gap_rows(W, S2, S1, rows, G, R, lr, mu, cfg[GAMMA], cfg[LR_MAX], k[ki], n)
 
 

@@ -115,7 +115,7 @@ def test_the_dispatch_sends_each_kind_to_its_kernel():
     assert cfg[kr.ALPHA] == 0.8 and cfg[kr.STALE] == 1.0 and cfg[kr.EPS] == 1e-8
     want_w, want_s = ref_rows(0.8, W, S, rows[:2], G[:2], 0.1, 1e-8, 1 / 3)
     e, k = np.empty((0, 3)), np.zeros(1, np.int64)
-    kr.apply_rows(kr.RMSPROP, cfg, W, S, e, k, 0, rows, G, e, 2, 3)
+    kr.apply_rows(kr.RMSPROP, cfg, W, S, e, k, 0, rows, G, e, 2, 3, False)
     np.testing.assert_allclose(W, want_w, rtol=1e-13)
     np.testing.assert_allclose(S, want_s, rtol=1e-13)
 

@@ -1410,6 +1410,40 @@ def test_one_pass_section_comes_from_the_committed_scratch_jsons():
     assert f"stay at {lo}–{hi}x SGD near (the first invocation's two-pass arms" in text
 
 
+def test_session55_fresh_section_comes_from_the_committed_jsons():
+    """Session 55's section (the clock decides what is fresh): its three repeat tables
+    render their JSONs, and every ratio its text quotes is a placement's median there
+    (or a one-worker ratio of rules_session55.json), so a rerun that moves them fails."""
+    import json
+    from pathlib import Path
+
+    from hogkit.benchmarks import rules
+    root = Path(__file__).resolve().parent.parent / "benchmarks"
+    results = (root / "RESULTS.md").read_text()
+    text = _results_words()
+    got = {}
+    for name in ("repeat2", "repeat", "repeat_mf"):
+        r = json.loads((root / f"rules_session55_{name}.json").read_text())
+        assert rules.format_repeat(r) in results
+        assert r["repeat"]["by_placement"] == rules.by_placement(r["repeat"])
+        got[name] = {w: {k: f"{v:.2f}" for k, v in g["over_sgd"].items()}
+                     for w, g in r["repeat"]["by_placement"].items()}
+    assert r["repeat"]["workload"] == "mf"
+    near, far, mf = got["repeat2"]["near"], got["repeat"]["far"], got["repeat_mf"]["near"]
+    assert (f"near: adaptive DC-ASGD 0.57 → {near['dc_adaptive']}, Gap-Aware 0.56 → "
+            f"{near['gap_aware']}, constant DC-ASGD 0.75 → {near['dc']}; far: 0.64 → "
+            f"{far['dc_adaptive']} and 0.64 → {far['gap_aware']}.") in text
+    assert min(map(float, (near["dc_adaptive"], near["gap_aware"], far["dc_adaptive"],
+                           far["gap_aware"]))) >= 0.7
+    assert (f"adaptive DC-ASGD {mf['dc_adaptive']} and Gap-Aware {mf['gap_aware']} near, "
+            f"under the momentum floor's {mf['momentum']}") in text
+    one = json.loads((root / "rules_session55.json").read_text())["ratios"]
+    ow = {k: f"{one[f'mf_{k}_one_worker_over_sgd']:.2f}"
+          for k in ("dc_adaptive", "gap_aware", "momentum")}
+    assert (f"({ow['dc_adaptive']} and {ow['gap_aware']}; momentum {ow['momentum']})"
+            in text)
+
+
 def test_rules_repeat_part_keeps_every_run():
     """``hogkit bench rules --only repeat --quick``: every round holds each rule's run
     (samples/s, one figure per worker adding up to it, a mean update gap), the
@@ -1443,6 +1477,10 @@ def test_rules_repeat_part_keeps_every_run():
     assert rules.format_table(out).count("\n") == 6     # + a row per placement
     with pytest.raises(InvalidArgument, match="repeat"):
         rules.run(quick=True, only="nonesuch")
+    with pytest.raises(InvalidArgument, match="mf or logreg"):
+        rules.run(quick=True, only="repeat", workload="rnn")
+    with pytest.raises(InvalidArgument, match="--only repeat"):
+        rules.run(quick=True, workload="mf")
 
 
 def test_runs_are_grouped_by_the_hand_over_times_measured_around_them():

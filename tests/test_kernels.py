@@ -642,7 +642,7 @@ def test_dc_asgd_fresh_read_is_plain_sgd_even_for_a_gradient_whose_square_overfl
     want = W - dtype(1e-30) * G
     got, ms = W.copy(), np.ones_like(W)
     R._apply_rows(kind, cfg, got, ms, got[:0], np.zeros(1, np.int64), 0, np.arange(3), G,
-                  W.copy(), 3, 0)
+                  W.copy(), 3, 0, False)
     np.testing.assert_array_equal(got, want)
     flat, msf = W.reshape(-1).copy(), np.ones(24, dtype)
     R.apply_flat(kind, cfg, flat, msf, flat[:0], np.zeros(1, np.int64), 0, G.reshape(-1),

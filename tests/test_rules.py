@@ -160,7 +160,8 @@ def test_apply_leaves_the_read_copies_as_they_were():
         n1, n2, _ = rule.slots
         s1, s2 = (s0[f"{n}/w"] if n else np.empty((0, d)) for n in (n1, n2))
         k = s0.get("k/w", np.zeros(1, np.int64))
-        kr.apply_rows(rule.kind, rule.cfg(), direct, s1, s2, k, 0, rows, g, buf, -1, 2)
+        kr.apply_rows(rule.kind, rule.cfg(), direct, s1, s2, k, 0, rows, g, buf, -1, 2,
+                      False)
         assert not np.array_equal(buf, kept)           # consumed: now the gaps
         np.testing.assert_array_equal(direct, params["w"])
 

@@ -18,7 +18,7 @@ from hogkit.state.reader import Reader, StalenessLog
 from hogkit.rules.core import SGD, AdaGrad, DelayCompensated, GapAware, RMSProp, StalenessAware
 from hogkit.engine.simulator import simulate, strip_wall
 from hogkit.engine.step import CompiledStep, PythonStep, compiled_support, encode_pacer
-from hogkit.engine.worker_loop import runtime_specs
+from hogkit.engine.worker_loop import clock_counts_all, control_specs, runtime_specs
 
 MF = workloads.get("mf", preset="hot")
 LOGREG = workloads.get("logreg", n_samples=300, n_features=80, min_nnz=2, max_nnz=9)
@@ -49,7 +49,8 @@ def _control(workers=1):
     return views, clocks, log
 
 
-def run_compiled(wl, rule, density, steps, batch, seed=0, pacer=None, nonfinite="raise"):
+def run_compiled(wl, rule, density, steps, batch, seed=0, pacer=None, nonfinite="raise",
+                 clock_fresh=False):
     params, data = wl.build(seed)
     views, clocks, log = _control()
     ctx = wl.setup(params, data, rank=0, seed=seed)
@@ -58,7 +59,8 @@ def run_compiled(wl, rule, density, steps, batch, seed=0, pacer=None, nonfinite=
                         density_state=density.init(params) if density else None,
                         slots=clocks.slots, rt=views["rt"], stop=clocks.stop,
                         log=log.arrays(), rng=np.random.default_rng([seed, 0]),
-                        quota=steps, pacer=pacer, nonfinite=nonfinite)
+                        quota=steps, pacer=pacer, nonfinite=nonfinite,
+                        clock_fresh=clock_fresh)
     codes = []
     while True:
         u0, i0 = int(clocks.updates[0]), int(clocks.iterations[0])
@@ -133,6 +135,80 @@ def test_compiled_and_python_steps_compute_the_same_parameters(wl, rule):
         np.testing.assert_array_equal(pc[name], pp[name])
     np.testing.assert_array_equal(log_c.gap_hist, log_p.gap_hist)
     np.testing.assert_array_equal(log_c.count, log_p.count)
+
+
+DELAYED = ["dc", "dc-adaptive", "gap-aware", "ga-momentum"]
+
+
+@pytest.mark.parametrize("wl", [MF, LOGREG], ids=["mf", "logreg"])
+@pytest.mark.parametrize("rule", DELAYED)
+def test_a_clock_fresh_step_gives_the_measured_gaps_bits_when_every_writer_ticks(wl, rule):
+    """One worker, every writer on the clock: a step with gap 0 that takes its gaps as
+    zero (``clock_fresh``) computes what measuring them computes, bit for bit."""
+    rule = RULES[rule]
+    pf, log_f, _, _ = run_compiled(wl, rule, None, 60, 16, clock_fresh=True)
+    pm, log_m, _, _ = run_compiled(wl, rule, None, 60, 16)
+    for name in pf:
+        np.testing.assert_array_equal(pf[name], pm[name])
+    np.testing.assert_array_equal(log_f.gap_hist, log_m.gap_hist)
+
+
+def _one_step_after_a_write(rule, *, clock_fresh, counted):
+    """One lean-lane step of LOGREG on a two-worker clock; between its read and its
+    apply every weight moves by 0.25 (a write nobody counted), and with ``counted``
+    the other worker's update counter ticks once. Returns the weights after."""
+    params, data = LOGREG.build(3)
+    views, clocks, log = _control(2)
+    ctx = LOGREG.setup(params, data, rank=0, seed=3)
+    step = PythonStep(LOGREG, ctx, rank=0, rule=rule, rule_state=rule.init(params),
+                      density=None, density_state=None, reader=Reader(clocks, log, 0),
+                      clocks=clocks, params=params, clock_fresh=clock_fresh)
+    grads, ok = step.compute(np.random.default_rng(5), 16)
+    assert grads is None and ok                 # the lean lane: one compiled apply
+    params["w"] += np.float32(0.25)
+    if counted:
+        clocks.tick_update(1)
+    assert step.apply(None, 0) == int(counted)
+    return params["w"].copy()
+
+
+@pytest.mark.parametrize("rule", ["dc", "dc-adaptive", "gap-aware"])
+def test_a_clock_fresh_step_leaves_out_writes_no_update_counted(rule):
+    """The clock decides what is fresh: with gap 0 DC-ASGD and Gap-Aware take the step
+    SGD takes from the same gradient (a write in between that no update counted, such
+    as a peer's update still being written, is not compensated); measuring (no
+    ``clock_fresh``) compensates it; and once an update is counted (gap 1) the
+    clock-fresh step measures too."""
+    rule = RULES[rule]
+    sgd = _one_step_after_a_write(SGD(rule.lr), clock_fresh=True, counted=False)
+    fresh = _one_step_after_a_write(rule, clock_fresh=True, counted=False)
+    measured = _one_step_after_a_write(rule, clock_fresh=False, counted=False)
+    np.testing.assert_array_equal(fresh, sgd)
+    assert not np.array_equal(measured, sgd)
+    np.testing.assert_array_equal(
+        _one_step_after_a_write(rule, clock_fresh=True, counted=True),
+        _one_step_after_a_write(rule, clock_fresh=False, counted=True))
+
+
+def test_only_a_clock_that_counts_every_writer_makes_steps_fresh():
+    """A cluster node's agent writes the other nodes' rows without ticking (its gate
+    row), so its workers measure their gaps; the simulator and one machine's workers do
+    not need to. The rule's own ``cfg()`` never carries the flag (``rule.apply`` is
+    given reads the engine's clock knows nothing of)."""
+    from hogkit.engine.step import encode_rule
+    from hogkit.kernels import rule as KR
+    local = control_specs(2)["clk_slots"][0]
+    node = control_specs(2, gate=1)["clk_slots"][0]
+    assert clock_counts_all(np.zeros(local), 2)
+    assert not clock_counts_all(np.zeros(node), 2)
+    rule = RULES["gap-aware"]
+    params = {"w": np.zeros(4, np.float32)}
+    rows = (params["w"].reshape(-1, 1),)
+    on = encode_rule(rule, rule.init(params), ["w"], rows, clock_fresh=True)[1]
+    off = encode_rule(rule, rule.init(params), ["w"], rows)[1]
+    assert on[KR.CLOCK] == 1.0 and off[KR.CLOCK] == 0.0 == rule.cfg()[KR.CLOCK]
+    assert not on.flags.writeable          # the type the parent compiled the core for
+    np.testing.assert_array_equal(np.delete(on, KR.CLOCK), np.delete(rule.cfg(), KR.CLOCK))
 
 
 @pytest.mark.parametrize("wl", [MF, LOGREG, MLP], ids=["mf", "logreg", "mlp"])

@@ -386,7 +386,7 @@ def _run_fused(S):
         c.grow(S.batch)
     names, params = ctxs[0].names, ctxs[0].params
     caps = [int(g.shape[0]) for g in ctxs[0].G]
-    rules = [encode_rule(S.rule, S.rule.init(S.params), names, params)
+    rules = [encode_rule(S.rule, S.rule.init(S.params), names, params, clock_fresh=True)
              for _ in range(1 if S.shared_state else W)]
     dens = [encode_density(S.density, S.density.init(S.params) if S.density else None,
                            names, params, caps) for _ in range(W)]
@@ -445,7 +445,7 @@ def _run_python(S):
                                 density_state=(S.density.init(replicas[r])
                                                if S.density is not None else None),
                                 reader=readers[r], clocks=clocks, params=replicas[r],
-                                nonfinite=S.nonfinite))
+                                nonfinite=S.nonfinite, clock_fresh=True))
     for rd in readers:
         rd.read()
     rngs = [np.random.default_rng([S.seed, r]) for r in range(W)]

@@ -142,12 +142,18 @@ def _empty_rows(p):
     return np.empty((0, p.shape[1]), p.dtype)
 
 
-def encode_rule(rule, state, names, params2d):
+def encode_rule(rule, state, names, params2d, *, clock_fresh=False):
     """``(kind, cfg, S1, S2, K)`` for the core from a rule and its ``init`` state:
     per parameter (in ``names`` order) its 2-D state views, empty where unused; ``K``
     the Gap-Aware step counts (a fresh array: the core keeps its own). The state is
     checked here, once: the kernels do no checking. A row-wise rule
-    (``rule.rowwise``: AdaGrad, RMSProp) keeps ``(rows, 1)`` in its first slot."""
+    (``rule.rowwise``: AdaGrad, RMSProp) keeps ``(rows, 1)`` in its first slot.
+
+    ``clock_fresh``: every writer of the parameters ticks the update clock the core
+    reads (the simulator; one machine's workers, not a cluster node, whose agent
+    writes the other nodes' rows untold), so a step whose gap is 0 is fresh and
+    DC-ASGD and Gap-Aware need not measure their gaps (``cfg[CLOCK]``,
+    ``kernels.step.apply_update``)."""
     s1n, s2n, has_k = rule.slots
     rowwise = bool(getattr(rule, "rowwise", False))
 
@@ -174,7 +180,12 @@ def encode_rule(rule, state, names, params2d):
         for i, n in enumerate(names):
             k = state.get(f"k/{n}") if isinstance(state, Mapping) else None
             K[i] = int(check_array(f"state['k/{n}']", k, dtype=np.int64, shape=(1,))[0])
-    return (int(rule.kind), rule.cfg(), S1, S2, K)
+    cfg = rule.cfg()
+    if clock_fresh:
+        cfg = cfg.copy()
+        cfg[_kr.CLOCK] = 1.0
+        cfg.flags.writeable = False      # the type numba compiled: read-only, as rule.cfg()
+    return (int(rule.kind), cfg, S1, S2, K)
 
 
 def encode_density(density, state, names, params2d, capacity_rows):
@@ -226,12 +237,14 @@ class CompiledStep:
     def __init__(self, ctx, *, rank, batch, rule, rule_state, density, density_state,
                  slots, rt, stop, log, rng, policy=None, grants=None, quota=-1,
                  nonfinite="raise", record=True, stride=1, pacer=None, params2d=None,
-                 step0=0, lane="batch", lane_lr_scale=1.0, local_h=None, merge=None):
+                 step0=0, lane="batch", lane_lr_scale=1.0, local_h=None, merge=None,
+                 clock_fresh=False):
         self.ctx = ctx
         ctx.grow(batch) if batch > ctx.capacity else None
         self.params = tuple(params2d) if params2d is not None else ctx.params
         caps = [int(g.shape[0]) for g in ctx.G]
-        self.rule = encode_rule(rule, rule_state, ctx.names, self.params)
+        self.rule = encode_rule(rule, rule_state, ctx.names, self.params,
+                                clock_fresh=clock_fresh)
         if lane == "sample" and lane_lr_scale != 1.0:   # a batch-mean workload's lr
             rcfg = self.rule[1].copy()
             rcfg[_kr.LR] *= lane_lr_scale
@@ -366,7 +379,8 @@ class PythonStep:
     """
 
     def __init__(self, workload, ctx, *, rank, rule, rule_state, density, density_state,
-                 reader, clocks, params, nonfinite="raise", shard_of=None, step0=0):
+                 reader, clocks, params, nonfinite="raise", shard_of=None, step0=0,
+                 clock_fresh=False):
         self.workload, self.ctx, self.rank = workload, ctx, rank
         self.step0 = step0          # density's step index goes on across resumed segments
         self.rule, self.rule_state = rule, rule_state
@@ -376,7 +390,8 @@ class PythonStep:
         self.nonfinite = nonfinite
         self.keep_read = bool(getattr(rule, "needs_read", False))
         self.shard_of = shard_of
-        self._lane = _lane(workload, ctx, rule, rule_state, reader, params, self.keep_read)
+        self._lane = _lane(workload, ctx, rule, rule_state, reader, params, self.keep_read,
+                           clock_fresh)
 
     def compute(self, rng, batch, *, read=True):
         """Read the clock vector (unless ``read=False``: a local-SGD phase reads at
@@ -439,14 +454,15 @@ class PythonStep:
 class _Lane:
     """The lean lane's encodings, checked once (see :class:`PythonStep`)."""
 
-    def __init__(self, ctx, rule, rule_state, reader, params):
+    def __init__(self, ctx, rule, rule_state, reader, params, clock_fresh=False):
         params2d = tuple(as_rows(params[n]) for n in ctx.names)
         for name, p, q in zip(ctx.names, params2d, ctx.params):
             if not np.shares_memory(p, q):
                 raise InvalidArgument(f"the context was set up on other parameters than "
                                       f"params[{name!r}]; set it up on the same ones")
         self.params = params2d
-        self.rule = encode_rule(rule, rule_state, ctx.names, params2d)
+        self.rule = encode_rule(rule, rule_state, ctx.names, params2d,
+                                clock_fresh=clock_fresh)
         self.K = self.rule[4]
         # Gap-Aware's step counts live in the state (rule.apply counts there too)
         self.k_state = ([rule_state[f"k/{n}"] for n in ctx.names] if rule.slots[2]
@@ -549,7 +565,8 @@ class _TorchLane:
         return gap
 
 
-def _lane(workload, ctx, rule, rule_state, reader, params, keep_read=False):
+def _lane(workload, ctx, rule, rule_state, reader, params, keep_read=False,
+          clock_fresh=False):
     """The lean lane for this combination, or None (see :class:`PythonStep`)."""
     from hogkit.workloads.base import KernelCtx
     if (reader.log is None or reader.per_shard
@@ -560,7 +577,7 @@ def _lane(workload, ctx, rule, rule_state, reader, params, keep_read=False):
         return _TorchLane.build(ctx, rule, rule_state, reader, params, keep_read)
     if ctx.__class__ is not KernelCtx or type(workload).compiled is _base_compiled():
         return None
-    return _Lane(ctx, rule, rule_state, reader, params)
+    return _Lane(ctx, rule, rule_state, reader, params, clock_fresh)
 
 
 def _finite(grads):

@@ -81,6 +81,14 @@ def control_specs(workers: int, shards: int = 1, gate: int = 0, **log) -> dict:
             **runtime_specs(workers)}
 
 
+def clock_counts_all(slots, workers: int) -> bool:
+    """Whether every writer of the parameters ticks the update clock ``slots``: not on
+    a cluster node, whose agent merges the other nodes' rows without a tick (its gate
+    rows, :func:`control_specs`). Then a step with gap 0 is fresh, and DC-ASGD and
+    Gap-Aware skip measuring their gaps (``engine.step.encode_rule(clock_fresh=...)``)."""
+    return slots.shape[0] == workers
+
+
 @dataclass
 class WorkerSpec:
     """Everything one worker needs; pickled by the parent, loaded in the child: the
@@ -160,7 +168,8 @@ class _Worker:
                 rule_state=self.rule_state, density=density,
                 density_state=self.density_state, reader=self.reader, clocks=self.clocks,
                 params=self.params, nonfinite=spec.plan.nonfinite,
-                shard_of=self._shards_of if self.shards > 1 else None, step0=spec.step0)
+                shard_of=self._shards_of if self.shards > 1 else None, step0=spec.step0,
+                clock_fresh=self._clock_counts_all())
 
     # ------------------------------------------------------------------ Python engine
     def _batch(self, k: int):
@@ -247,10 +256,14 @@ class _Worker:
             quota=-1 if spec.steps is None else spec.steps, nonfinite=spec.plan.nonfinite,
             pacer=encode_pacer(spec.delay, spec.plan.worker_seed, rank), step0=spec.step0,
             lane=spec.plan.lane, lane_lr_scale=lane_lr_scale(spec.plan),
-            local_h=self.lp.h if self.lp is not None else 0, merge=self._core_merge())
+            local_h=self.lp.h if self.lp is not None else 0, merge=self._core_merge(),
+            clock_fresh=self._clock_counts_all())
         if spec.plan.rule.slots[2]:
             self.counts = (self.ctx.names, self.core.rule[4], self.rule_state)
         self.core.run(0)
+
+    def _clock_counts_all(self) -> bool:
+        return clock_counts_all(self.clocks.slots, self.spec.plan.workers)
 
     def _core_merge(self):
         """What the compiled core needs to merge each local phase itself (None: it

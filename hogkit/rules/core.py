@@ -241,7 +241,8 @@ class _Kernel:
                 _rule.apply_flat(kind, cfg, it.p, a, b, k, 0, it.g, read, tau)
             else:      # the row kernels turn the read copies into gaps in place
                 read = read.copy() if it.read is not None else read
-                _rule.apply_rows(kind, cfg, it.p, a, b, k, 0, it.rows, it.g, read, -1, tau)
+                _rule.apply_rows(kind, cfg, it.p, a, b, k, 0, it.rows, it.g, read, -1, tau,
+                                 False)
 
 
 _EMPTIES = {}
@@ -326,7 +327,9 @@ class DelayCompensated(_Kernel):
                                g' = g + λ_t ⊙ g ⊙ g ⊙ (w − w_bak)
         then                   w ← w − lr · g'
 
-    A fresh read (``w == w_bak``) gives plain SGD exactly. State: ``{}`` (constant)
+    A fresh read (``w == w_bak``) gives plain SGD exactly; in engine runs a step the
+    update clock calls fresh (gap 0) is not measured (``kernels.rule.apply_rows``).
+    State: ``{}`` (constant)
     or ``{"ms/<name>": zeros like the parameter}`` (adaptive), per worker, private
     (the paper keeps MS per worker too); on sparse rows MS moves on touched rows only.
     """
@@ -378,7 +381,8 @@ class GapAware(_Kernel):
     ``lr_max`` defaults to ``lr`` (hogkit's rules have a constant learning rate).
     Departures: u is the momentum step taken with the *undamped* g, so C does not
     depend on G; the paper also damps weight decay, which hogkit's rules do not have.
-    A fresh read gives plain SGD (with momentum) exactly.
+    A fresh read gives plain SGD (with momentum) exactly; in engine runs a step the
+    update clock calls fresh (gap 0) is not measured (``kernels.rule.apply_rows``).
 
     State: ``"v/<name>"`` (second moment, like the parameter), ``"k/<name>"`` (int64
     ``(1,)`` step count) and ``"m/<name>"`` when ``momentum > 0``; per worker,
