@@ -735,7 +735,9 @@ def _peer_section(name, heading):
     root = Path(__file__).resolve().parent.parent / "benchmarks"
     r = json.loads((root / name).read_text())
     results = (root / "RESULTS.md").read_text()
-    assert peers.format_markdown(r) in results
+    assert results.count(peers.format_markdown(r)) == 1     # once, in its own section
+    rest = results.split(f"\n{heading}")[1].split("\n", 1)[0]      # the heading's line:
+    assert "|" not in rest and len(heading + rest) < 120           # no table spliced in
     return r, " ".join(results.split(heading)[1].split("\n### ")[0].split())
 
 
