@@ -1561,6 +1561,23 @@ def test_session52_peer_check_is_quoted_from_its_json():
     _assert_default_mf_prose(r, text)
 
 
+def test_session55_peer_check_is_quoted_from_its_json():
+    """Session 55's standing mf peer check: its table renders the JSON and the prose's
+    figures are the JSON's (and session 54's, which it compares against)."""
+    import json
+    from pathlib import Path
+    r, text = _peer_section("peers_session55_default.json",
+                            "### The peers at session 55's end")
+    _assert_default_mf_prose(r, text)
+    old = json.loads((Path(__file__).resolve().parent.parent / "benchmarks"
+                      / "peers_session54_default.json").read_text())
+    assert f"Session 54 measured {old['ratios']['mf_default_rounds_sample1_over_plain']:.2f}" \
+        in text
+    now, then = (x["mf"]["default"]["rates"]["median"] for x in (r, old))
+    assert (f"(median {now['plain'] / 1e6:.1f} M ratings/s against {then['plain'] / 1e6:.1f}),"
+            f" hogkit's at {now['hogkit'] / 1e6:.1f} against {then['hogkit'] / 1e6:.1f}.") in text
+
+
 def test_session54_peer_check_is_quoted_from_its_json():
     """Session 54's standing mf peer check: its table renders the JSON and the prose's
     figures are the JSON's."""
