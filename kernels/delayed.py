@@ -22,7 +22,8 @@ gaps in place); the public ``*_rows`` leave their ``B``/``R`` as they were. One 
 (each row's start value saved at its first occurrence, the gap taken in the update)
 gives the same bits and was built, and ran slower live on logreg with two workers
 (benchmarks/RESULTS.md, session 54): the two passes stay. The step core skips the gap
-pass altogether when its update clock says no other update landed since the read
+pass altogether when its update clock counts every writer (``cfg[CLOCK]``) and says no
+other update landed since the read, and on a local-SGD replica
 (``kernels.rule.apply_rows(..., fresh)``: the copies are zeroed instead). A row
 whose gap is all zeros (no one else wrote it since the read: most rows, most steps)
 takes the rule's undamped form, which skips the square roots and divisions and

@@ -67,11 +67,12 @@ def apply_rows(kind, cfg, W, S1, S2, k, ki, rows, G, R, n, tau, fresh):
     ``fresh``: the caller's update clock says no other update landed since the read
     (the step core: gap 0 under ``cfg[CLOCK]``), so every gap is zero and is not
     measured: ``R`` is zeroed instead of read against ``W``, and DC-ASGD and Gap-Aware
-    take their undamped form. Where every writer ticks the clock (the simulator, one
-    machine's workers, one worker) the parameters' rows are then exactly their read
-    values and the result is the same bits as measuring; live, it leaves out the entries
-    another worker's update has written but not yet counted (what a parameter server's
-    version, which moves per whole update, would leave out). Measuring those cost
+    take their undamped form. Where no other write can land between the read and the
+    apply (the simulator, one worker, a local-SGD replica) the parameters' rows are then
+    exactly their read values, and for finite parameters the result is the same bits as
+    measuring; live with several workers, it leaves out what another worker's update
+    has written (in part or whole) but not yet counted (a parameter server, whose
+    version moves per whole update, shows no such write). Measuring those cost
     logreg's two-worker rules a second pass over the hot shared lines
     (benchmarks/RESULTS.md, session 55).
 

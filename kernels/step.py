@@ -380,15 +380,15 @@ def apply_update(params, G, R, RD, cnt, kind, rcfg, S1, S2, K, slots, who):
     """The update gap, the rule on every parameter (``kernels.rule.apply_rows``: the
     one place a step's rule writes the parameters, on every engine) and the update
     tick. ``who`` = ``(me, others)``: the worker and others' updates at its read (< 0:
-    a local-SGD replica step: gap 0, no tick). Returns the gap. With ``rcfg[CLOCK]`` (an
-    engine whose clock counts every writer) a gap of 0 makes the step *fresh*: DC-ASGD
-    and Gap-Aware take their gaps as zero without reading the parameters again
-    (``kernels.rule.apply_rows``; a replica step's rows are private, so always fresh).
-    Plain arrays and a tuple of scalars: inlined in a loop, it takes no reference per
-    step."""
+    a local-SGD replica step: gap 0, no tick). Returns the gap. The step is *fresh*
+    (DC-ASGD and Gap-Aware take their gaps as zero without reading the parameters
+    again: ``kernels.rule.apply_rows``) when it is a replica step (its rows are private:
+    nothing else writes them) or, with ``rcfg[CLOCK]`` (an engine whose clock counts
+    every writer), when its gap is 0. Plain arrays and a tuple of scalars: inlined in a
+    loop, it takes no reference per step."""
     me, others = who
     gap = 0 if others < 0 else others_updates(slots, me) - others
-    fresh = gap == 0 and rcfg[CLOCK] != 0.0
+    fresh = others < 0 or (gap == 0 and rcfg[CLOCK] != 0.0)
     for p in range(len(G)):
         apply_rows(kind, rcfg, params[p], S1[p], S2[p], K, p, R[p], G[p], RD[p], cnt[p],
                    gap, fresh)

@@ -1428,9 +1428,9 @@ def test_session55_fresh_section_comes_from_the_committed_jsons():
         r = json.loads((root / f"rules_session55_{name}.json").read_text())
         assert rules.format_repeat(r) in results
         assert r["repeat"]["by_placement"] == rules.by_placement(r["repeat"])
+        assert r["repeat"]["workload"] == ("mf" if name == "repeat_mf" else "logreg")
         got[name] = {w: {k: f"{v:.2f}" for k, v in g["over_sgd"].items()}
                      for w, g in r["repeat"]["by_placement"].items()}
-    assert r["repeat"]["workload"] == "mf"
     near, far, mf = got["repeat2"]["near"], got["repeat"]["far"], got["repeat_mf"]["near"]
     assert (f"near: adaptive DC-ASGD 0.57 → {near['dc_adaptive']}, Gap-Aware 0.56 → "
             f"{near['gap_aware']}, constant DC-ASGD 0.75 → {near['dc']}; far: 0.64 → "

@@ -190,6 +190,60 @@ def test_a_clock_fresh_step_leaves_out_writes_no_update_counted(rule):
         _one_step_after_a_write(rule, clock_fresh=False, counted=True))
 
 
+@pytest.mark.parametrize("engine", ["fused", "python"])
+def test_the_simulator_and_the_compiled_step_encode_the_clock_flag(engine, monkeypatch):
+    """The wiring: both simulator engines encode their rule clock-fresh (every write is
+    a whole update they count), a CompiledStep asked to carries ``cfg[CLOCK]`` into its
+    core, and one not asked to does not."""
+    import hogkit.engine.step as ES
+    from hogkit.kernels import rule as KR
+    seen, real = [], ES.encode_rule
+
+    def spy(*a, clock_fresh=False, **kw):
+        seen.append(clock_fresh)
+        return real(*a, clock_fresh=clock_fresh, **kw)
+    monkeypatch.setattr(ES, "encode_rule", spy)
+    simulate(LOGREG, workers=3, steps=30, batch=4, rule=RULES["dc"], engine=engine, seed=1)
+    assert seen and all(seen)
+    params, data = LOGREG.build(0)
+    views, clocks, log = _control()
+    for flag in (True, False):
+        core = CompiledStep(LOGREG.setup(params, data, rank=0, seed=0), rank=0, batch=4,
+                            rule=RULES["gap-aware"], rule_state=RULES["gap-aware"].init(params),
+                            density=None, density_state=None, slots=clocks.slots,
+                            rt=views["rt"], stop=clocks.stop, log=log.arrays(),
+                            rng=np.random.default_rng(0), clock_fresh=flag)
+        assert core.rule[1][KR.CLOCK] == float(flag)
+
+
+def test_a_replica_step_is_fresh_and_a_counted_read_without_the_clock_is_measured():
+    """``kernels.step.apply_update``: a local-SGD replica step (``others < 0``: private
+    rows) takes its gaps as zero even without ``cfg[CLOCK]``, so moved weights get
+    SGD's step; a shared step at gap 0 without the flag measures the move."""
+    from hogkit.kernels import rule as KR
+    from hogkit.kernels.clock import SLOT
+    from hogkit.kernels.sparse import sgd_rows
+    from hogkit.kernels.step import apply_update
+    rule = RULES["dc"]
+    rng = np.random.default_rng(0)
+    rows = np.array([3, 1, 3, 7], np.int64)
+    G = rng.standard_normal((4, 1))
+    W0 = rng.standard_normal((9, 1))
+
+    def step(others):
+        W = W0.copy()
+        RD = W[rows].copy()                     # the read copies, then the weights move
+        W += 0.25
+        slots = np.zeros((1, SLOT), np.int64)
+        apply_update((W,), (G,), (rows,), (RD,), np.array([4]), KR.DC, rule.cfg(),
+                     (W[:0],), (W[:0],), np.zeros(1, np.int64), slots, (0, others))
+        return W
+    want = W0 + 0.25
+    sgd_rows(want, rows, G, rule.lr, 4)
+    np.testing.assert_array_equal(step(-1), want)
+    assert not np.array_equal(step(0), want)
+
+
 def test_only_a_clock_that_counts_every_writer_makes_steps_fresh():
     """A cluster node's agent writes the other nodes' rows without ticking (its gate
     row), so its workers measure their gaps; the simulator and one machine's workers do
