@@ -169,7 +169,7 @@ class _Worker:
                 density_state=self.density_state, reader=self.reader, clocks=self.clocks,
                 params=self.params, nonfinite=spec.plan.nonfinite,
                 shard_of=self._shards_of if self.shards > 1 else None, step0=spec.step0,
-                clock_fresh=self._clock_counts_all())
+                clock_fresh=clock_counts_all(self.clocks.slots, spec.plan.workers))
 
     # ------------------------------------------------------------------ Python engine
     def _batch(self, k: int):
@@ -257,13 +257,10 @@ class _Worker:
             pacer=encode_pacer(spec.delay, spec.plan.worker_seed, rank), step0=spec.step0,
             lane=spec.plan.lane, lane_lr_scale=lane_lr_scale(spec.plan),
             local_h=self.lp.h if self.lp is not None else 0, merge=self._core_merge(),
-            clock_fresh=self._clock_counts_all())
+            clock_fresh=clock_counts_all(clocks.slots, spec.plan.workers))
         if spec.plan.rule.slots[2]:
             self.counts = (self.ctx.names, self.core.rule[4], self.rule_state)
         self.core.run(0)
-
-    def _clock_counts_all(self) -> bool:
-        return clock_counts_all(self.clocks.slots, self.spec.plan.workers)
 
     def _core_merge(self):
         """What the compiled core needs to merge each local phase itself (None: it
