@@ -1561,6 +1561,14 @@ def test_session52_peer_check_is_quoted_from_its_json():
     _assert_default_mf_prose(r, text)
 
 
+def test_session55_review_peer_check_is_quoted_from_its_json():
+    """The standing mf peer check after session 55's review: its table renders the JSON
+    and the prose's figures are the JSON's."""
+    r, text = _peer_section("peers_session55_final_default.json",
+                            "### The peers after session 55's review")
+    _assert_default_mf_prose(r, text)
+
+
 def test_session55_peer_check_is_quoted_from_its_json():
     """Session 55's standing mf peer check: its table renders the JSON and the prose's
     figures are the JSON's (and session 54's, which it compares against)."""
