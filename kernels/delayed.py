@@ -24,7 +24,8 @@ gives the same bits and was built, and ran slower live on logreg with two worker
 (benchmarks/RESULTS.md, session 54): the two passes stay. The step core skips the gap
 pass altogether when its update clock counts every writer (``cfg[CLOCK]``) and says no
 other update landed since the read, and on a local-SGD replica
-(``kernels.rule.apply_rows(..., fresh)``: the copies are zeroed instead). A row
+(``kernels.rule.apply_rows(..., fresh)``): every gap is zero, and the rules take their
+undamped form at once (:func:`undamped_rows`: no gap row at all). A row
 whose gap is all zeros (no one else wrote it since the read: most rows, most steps)
 takes the rule's undamped form, which skips the square roots and divisions and
 gives the same bits.
@@ -59,6 +60,7 @@ from .gapvec import dc_adaptive as _vec_dc_adaptive
 from .gapvec import fits as _vec_fits
 from .gapvec import gap_aware as _vec_gap_aware
 from .gapvec import gaps as _vec_gaps
+from .gapvec import undamped as _vec_undamped
 from ._intrinsics import FASTMATH, prefetch, prefetch_row, sqrt
 from .dense import momentum_flat, sgd_flat
 from .sparse import momentum_rows, prefetched, sgd_rows
@@ -138,6 +140,45 @@ def _moved(D, i, d):
 @njit(cache=True, nogil=True, inline="always")
 def _count(rows, n):
     return rows.shape[0] if n < 0 else n
+
+
+@njit(cache=True, nogil=True, error_model="numpy", fastmath=FASTMATH)
+def undamped_rows(W, S, rows, G, lr, decay, n):
+    """Adaptive DC-ASGD's and Gap-Aware's (without momentum) step on a *fresh* read (no
+    other update landed since it: every gap zero), for ``i < n`` in batch order::
+
+        S[r] = decay * S[r] + (1 - decay) * G[i]**2        W[r] -= lr * G[i]
+
+    (``decay`` is DC-ASGD's ``m``, Gap-Aware's ``gamma``): what
+    :func:`dc_adaptive_gap_rows` and :func:`gap_aware_gap_rows` do on a row whose gaps
+    are all zeros, to the bit, without a gap row to write, read or check
+    (``kernels.rule.apply_rows(..., fresh)`` calls it; zeroing the read copies and
+    reading them back cost mf's adaptive DC-ASGD ~9 ns a rating, one thread)."""
+    a = W.dtype.type(lr)
+    keep = W.dtype.type(decay)
+    fr = W.dtype.type(1.0 - decay)
+    d = W.shape[1]
+    pf = prefetched(S)
+    if d == 1:
+        for i in range(n):
+            if pf and i + _AHEAD2 < n:
+                prefetch(S, rows[i + _AHEAD2], 0)
+            r = np.uint64(rows[i])
+            gi = G[i, 0]
+            S[r, 0] = keep * S[r, 0] + fr * (gi * gi)
+            W[r, 0] -= a * gi
+        return
+    if _vec_fits(W, S, G, G) and _vec_undamped(
+            W, S, rows, G, n, _AHEAD2 if pf else 0, a, keep, fr) == 0:
+        return
+    for i in range(n):
+        if pf and i + _AHEAD2 < n:
+            prefetch_row(S, rows[i + _AHEAD2])
+        r = rows[i]
+        for j in range(d):
+            gi = G[i, j]
+            S[r, j] = keep * S[r, j] + fr * (gi * gi)
+            W[r, j] -= a * gi
 
 
 # --- DC-ASGD (Zheng, Meng, Wang, Chen, Yu, Ma, Liu; ICML 2017) -----------------------

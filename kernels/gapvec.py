@@ -8,7 +8,10 @@ rows ``K`` wide, entry ``i < n`` on row ``r = rows[i]``:
 - ``gap_aware(W, V, rows, G, D, n, ahead, a, gm, g1, bc, cm, tiny)``: Gap-Aware without
   momentum (:func:`delayed.gap_aware_gap_rows`'s ``mu == 0`` branch);
 - ``dc_adaptive(W, MS, rows, G, D, n, ahead, a, mm, m1, l0, e)``: adaptive DC-ASGD
-  (:func:`delayed.dc_adaptive_gap_rows`).
+  (:func:`delayed.dc_adaptive_gap_rows`);
+- ``undamped(W, S, rows, G, n, ahead, a, keep, fresh)``: both rules' step on a fresh
+  read, no gap at all (:func:`delayed.undamped_rows`): ``S = keep·S + fresh·(g·g)``,
+  ``w - a·g``, what the two passes above do on a row whose gap is all zeros.
 
 Every one returns 0, or -1 without writing anything when the width is not covered
 (:func:`fits`); ``ahead > 0`` prefetches the table's (or the state's) row of entry ``i +
@@ -67,6 +70,12 @@ def gap_aware(W, V, rows, G, D, n, ahead, a, gm, g1, bc, cm, tiny):
 
 def dc_adaptive(W, MS, rows, G, D, n, ahead, a, mm, m1, l0, e):
     """Adaptive DC-ASGD's update pass (module docstring); from Python -1, as
+    :func:`gaps`."""
+    return -1
+
+
+def undamped(W, S, rows, G, n, ahead, a, keep, fresh):
+    """The undamped step of a fresh read (module docstring); from Python -1, as
     :func:`gaps`."""
     return -1
 
@@ -261,6 +270,25 @@ if not config.DISABLE_JIT:
         sig = types.int64(W, MS, rows, G, D, n, ahead, a, mm, m1, l0, e)
         return sig, _codegen(5, 2, 1, _rule_body(_dca_step))
 
+    def _undamped_body(s, nv, i, r):
+        """A fresh read's entry (arrays ``W, S, rows, G``; scalars ``a, keep, fresh``):
+        :func:`_rule_body`'s unmoved branch, with no gap row loaded or checked."""
+        b = s.b
+        Wp, Sp, Gp = s.ptr(0, r), s.ptr(1, r), s.ptr(3, i)
+        gs = s.load(Gp, nv)
+        vs = _mean_square(s, s.s[1], s.s[2], s.load(Sp, nv), gs)
+        ws = s.load(Wp, nv)
+        av = s.splat(s.s[0])
+        s.store(vs, Sp)
+        s.store([b.fsub(w, b.fmul(av, g, flags=_F), flags=_F) for w, g in zip(ws, gs)], Wp)
+
+    @intrinsic
+    def _undamped_ir(typingctx, W, S, rows, G, n, ahead, a, keep, fresh):
+        if not tables_ok(W, S, G):
+            return None
+        sig = types.int64(W, S, rows, G, n, ahead, a, keep, fresh)
+        return sig, _codegen(4, 2, 1, _undamped_body)
+
     # compiled callers get the IR; Python callers the functions above
     @overload(gaps, inline="always")
     def _gaps_compiled(W, rows, B, n, ahead):
@@ -275,3 +303,8 @@ if not config.DISABLE_JIT:
     def _dc_adaptive_compiled(W, MS, rows, G, D, n, ahead, a, mm, m1, l0, e):
         return lambda W, MS, rows, G, D, n, ahead, a, mm, m1, l0, e: _dc_adaptive_ir(
             W, MS, rows, G, D, n, ahead, a, mm, m1, l0, e)
+
+    @overload(undamped, inline="always")
+    def _undamped_compiled(W, S, rows, G, n, ahead, a, keep, fresh):
+        return lambda W, S, rows, G, n, ahead, a, keep, fresh: _undamped_ir(
+            W, S, rows, G, n, ahead, a, keep, fresh)

@@ -809,6 +809,42 @@ def test_vector_rule_passes_give_the_numba_loops_bits(seed, dtype, vectors, big)
         np.testing.assert_array_equal(x, y)
 
 
+@given(seed=st.integers(0, 2**31 - 1), dtype=st.sampled_from([np.float32, np.float64]),
+       width=st.sampled_from([1, 3, 8, 32, 64]), big=st.booleans())
+def test_the_undamped_step_gives_the_gap_passes_bits_on_a_fresh_read(seed, dtype, width, big):
+    """``delayed.undamped_rows`` (the step core's fresh step, no gap rows) gives every
+    bit adaptive DC-ASGD's and Gap-Aware's update passes give from all-zero gaps, on
+    the vector code and on the numba loops (a strided copy), a one-column table,
+    repeated rows, a gradient whose square overflows and a NaN one, both dtypes."""
+    from hogkit.kernels import gapvec
+    rng = np.random.default_rng(seed)
+    nrows = 4000 if big else 6
+    n = int(rng.integers(1, 40))
+    W0 = rng.standard_normal((nrows, width)).astype(dtype)
+    S0 = (rng.random((nrows, width)) * 0.1).astype(dtype)
+    rows = rng.integers(0, nrows, n)
+    G = rng.standard_normal((n, width)).astype(dtype)
+    G[-1, -1] = dtype(1e30) if dtype == np.float32 else 1e300
+    G[0, 0] = np.nan if n > 1 else G[0, 0]
+    Z = np.zeros((n, width), dtype)
+    views = (("vector", np.array), ("numba", _strided)) if width > 1 else (("one", np.array),)
+    for path, view in views:
+        W, S, Wu, Su = view(W0), view(S0), view(W0), view(S0)
+        if path == "vector":
+            assert gapvec.fits(W, S, G, G) == (width * np.dtype(dtype).itemsize % 32 == 0)
+        with np.errstate(all="ignore"):
+            delayed.dc_adaptive_gap_rows(W, S, rows, G, Z, 0.05, 2.0, 0.95, 1e-7, n)
+            delayed.undamped_rows(Wu, Su, rows, G, 0.05, 0.95, n)
+            for a, b in ((W, Wu), (S, Su)):
+                np.testing.assert_array_equal(np.ascontiguousarray(a).view(np.uint8),
+                                              np.ascontiguousarray(b).view(np.uint8))
+            delayed.gap_aware_gap_rows(W, S[:0], S, rows, G, Z, 0.05, 0.0, 0.99, 0.1, 7, n)
+            delayed.undamped_rows(Wu, Su, rows, G, 0.05, 0.99, n)
+        for a, b in ((W, Wu), (S, Su)):
+            np.testing.assert_array_equal(np.ascontiguousarray(a).view(np.uint8),
+                                          np.ascontiguousarray(b).view(np.uint8))
+
+
 def _halved(v):
     """rowvec's lane halving on each row of ``v``: ``v[:, :h] += v[:, h:n]`` down to one
     lane, then ``-0 + v[:, 0]``."""
