@@ -813,7 +813,8 @@ def test_vector_rule_passes_give_the_numba_loops_bits(seed, dtype, vectors, big)
        width=st.sampled_from([1, 3, 8, 32, 64]), big=st.booleans())
 def test_the_undamped_step_gives_the_gap_passes_bits_on_a_fresh_read(seed, dtype, width, big):
     """``delayed.undamped_rows`` (the step core's fresh step, no gap rows) gives every
-    bit adaptive DC-ASGD's and Gap-Aware's update passes give from all-zero gaps, on
+    bit adaptive DC-ASGD's and Gap-Aware's update passes give from all-zero gaps, and
+    ``sparse.sgd_rows`` (constant DC-ASGD's fresh step) constant DC-ASGD's, on
     the vector code and on the numba loops (a strided copy), a one-column table,
     repeated rows, a gradient whose square overflows and a NaN one, both dtypes."""
     from hogkit.kernels import gapvec
@@ -840,6 +841,8 @@ def test_the_undamped_step_gives_the_gap_passes_bits_on_a_fresh_read(seed, dtype
                                               np.ascontiguousarray(b).view(np.uint8))
             delayed.gap_aware_gap_rows(W, S[:0], S, rows, G, Z, 0.05, 0.0, 0.99, 0.1, 7, n)
             delayed.undamped_rows(Wu, Su, rows, G, 0.05, 0.99, n)
+            delayed.dc_gap_rows(W, rows, G, Z, 0.05, 2.0, n)   # constant: SGD's step
+            sparse.sgd_rows(Wu, rows, G, 0.05, n)
         for a, b in ((W, Wu), (S, Su)):
             np.testing.assert_array_equal(np.ascontiguousarray(a).view(np.uint8),
                                           np.ascontiguousarray(b).view(np.uint8))
