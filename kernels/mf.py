@@ -95,6 +95,8 @@ def mf_gradient(wl, params, idx, nb, keep_read, G, R, RD, cnt):
     ``RD[0][b]``, ``RD[1][b]`` and everything is computed from the copies (a consistent
     ``w_read`` for DC-ASGD and Gap-Aware); else straight from the shared rows. Nothing
     is summed across b: duplicate rows are left for the rule. ``cnt[0] = cnt[1] = nb``.
+    Returns True when it checked every value it wrote finite (the vector rows,
+    ``rowvec.grad_rows``: the step core then skips its scan), else False.
 
     Racy by design when P and Q are shared and written by others: a row may be read
     half-updated (Hogwild!). Arithmetic: the error e is accumulated in float64 (the dot
@@ -102,13 +104,14 @@ def mf_gradient(wl, params, idx, nb, keep_read, G, R, RD, cnt):
     factors' dtype, ``g = (-e)·q + reg·p``.
     """
     if keep_read:
-        _mf_rows(wl, params[0], params[1], idx, nb, G[0], G[1], R[0], R[1], RD[0], RD[1],
-                 True)
+        checked = _mf_rows(wl, params[0], params[1], idx, nb, G[0], G[1], R[0], R[1],
+                           RD[0], RD[1], True)
     else:
-        _mf_rows(wl, params[0], params[1], idx, nb, G[0], G[1], R[0], R[1], G[0], G[1],
-                 False)
+        checked = _mf_rows(wl, params[0], params[1], idx, nb, G[0], G[1], R[0], R[1],
+                           G[0], G[1], False)
     cnt[0] = nb
     cnt[1] = nb
+    return checked
 
 
 @njit(cache=True, nogil=True, fastmath=_FM, inline="always")
@@ -146,9 +149,10 @@ def _mf_rows(wl, P, Q, idx, nb, GP, GQ, RP, RQ, DP, DQ, copy):
     T = P.dtype.type
     reg = T(wl.reg)
     K = P.shape[1]
-    if copy and grad_fits(P, Q, GP, GQ, DP, DQ) and grad_rows(
-            P, Q, u, i, r, idx, nb, GP, GQ, RP, RQ, DP, DQ, reg) == 0:
-        return                          # straight-line vector rows (kernels/rowvec.py)
+    if copy and grad_fits(P, Q, GP, GQ, DP, DQ):
+        done = grad_rows(P, Q, u, i, r, idx, nb, GP, GQ, RP, RQ, DP, DQ, reg)
+        if done >= 0:                   # straight-line vector rows (kernels/rowvec.py)
+            return done == 0            # ... which checked every value finite
     for b in range(nb):
         t, uu, ii = _rating(u, i, idx, b, RP, RQ)
         if copy:                        # w_read: the rows as read, used for everything
@@ -164,6 +168,7 @@ def _mf_rows(wl, P, Q, idx, nb, GP, GQ, RP, RQ, DP, DQ, copy):
             for k in range(K):
                 GP[b, k] = ne * Q[ii, k] + reg * P[uu, k]
                 GQ[b, k] = ne * P[uu, k] + reg * Q[ii, k]
+    return False
 
 
 @njit(cache=True, nogil=True, inline="always")

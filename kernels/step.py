@@ -26,7 +26,10 @@ whose class is registered here with two njit kernels (:func:`register`):
   for each parameter ``p``, ``cnt[p]`` gradient rows into ``G[p]``, their row indices
   into ``R[p]`` and, when ``keep_read``, the parameter rows they were computed from
   into ``RD[p]`` (DC-ASGD's ``w_bak``, Gap-Aware's ``w_read``). Rows may repeat; the
-  rule adds them up in order;
+  rule adds them up in order. It may return a bool: True says it checked every value it
+  wrote finite, and the core's guard then skips its scan of the buffers (mf's vector
+  rows check them in registers as they write them); False or no return value: the
+  core scans;
 - optionally ``sgd(wl, params, idx, nb, lr, G, R, RD, cnt, scratch) -> bool``: the
   same gradient fused with plain SGD's apply, for the most common step (SGD without
   momentum, no density). It must give exactly what ``gradient`` then ``W[rows] -=
@@ -310,6 +313,18 @@ SPIN_WAIT_NS = 2_000_000
 SPIN_YIELD_NS = 20_000
 
 
+def vouched(checked):  # pragma: no cover - dispatched by overload
+    """True when a workload's ``gradient`` returned True (a bool): it checked every
+    value it wrote finite, so the guard need not scan the buffers (module docstring)."""
+
+
+@overload(vouched, inline="always")
+def _vouched(checked):
+    if isinstance(checked, types.Boolean):
+        return lambda checked: checked
+    return lambda checked: False
+
+
 @njit(cache=True, nogil=True, inline="always")
 def _all_finite(G, GF, cnt):
     for p in range(len(G)):
@@ -334,8 +349,8 @@ def begin(wl, rng, cursor, params, bufs, slots, me, nb, keep_read):
 def compute(wl, params, G, R, RD, cnt, idx, GF, nb, keep_read):
     """The gradient of the drawn samples ``idx[:nb]`` into the buffers (the workload
     protocol's ``gradient``), then the guard (every value finite)."""
-    gradient(wl, params, idx, nb, keep_read, G, R, RD, cnt)
-    return _all_finite(G, GF, cnt)
+    checked = gradient(wl, params, idx, nb, keep_read, G, R, RD, cnt)
+    return vouched(checked) or _all_finite(G, GF, cnt)
 
 
 @njit(cache=True, nogil=True, inline="always", fastmath=FASTMATH)

@@ -883,6 +883,51 @@ def _dot_in_rowvec_order(p, q):
 
 
 @given(seed=st.integers(0, 2**31 - 1), dtype=st.sampled_from([np.float32, np.float64]),
+       vectors=st.sampled_from([1, 4, 16]),
+       bad=st.sampled_from(["none", "nan rating", "inf factor", "overflow", "unused inf"]))
+def test_the_mf_gradient_vouches_finite_exactly_when_the_guard_scan_would(seed, dtype,
+                                                                         vectors, bad):
+    """``mf_gradient`` returns True (the step core's ``compute`` then skips its guard's
+    scan of the buffers) only from the vector rows, which check every value they write
+    as they write it: True exactly when the scan finds every value finite (not after a
+    NaN rating, an inf factor or a product that overflows; yes with an inf in a row no
+    sample reads), and False from the numba loops (strided tables), whose buffers the
+    core scans. (``tests/test_step.py``'s guard test runs it through the core.)"""
+    from numba import config
+
+    from hogkit.kernels import guard, mf, rowvec
+    rng = np.random.default_rng(seed)
+    K = vectors * 32 // np.dtype(dtype).itemsize
+    P0 = (rng.standard_normal((30, K)) * 0.3).astype(dtype)
+    Q0 = (rng.standard_normal((20, K)) * 0.3).astype(dtype)
+    ns, nb = 200, int(rng.integers(2, 70))
+    u, i = rng.integers(0, 29, ns).astype(np.int32), rng.integers(0, 20, ns)
+    r = rng.standard_normal(ns).astype(dtype)        # row 29 of P: no sample reads it
+    idx = rng.integers(0, ns, nb)
+    if bad == "nan rating":
+        r[idx[-1]] = np.nan
+    elif bad == "inf factor":
+        P0[u[idx[0]], K - 1] = np.inf
+    elif bad == "overflow":
+        P0[u[idx[0]]] = np.finfo(dtype).max / 4
+    elif bad == "unused inf":
+        P0[29, 0] = np.inf
+    wl = mf.MFArrays(u, i, r, 0.05)
+    for path, view in (("vector", np.array), ("numba", _strided)):
+        P, Q = view(P0), view(Q0)
+        GF = (np.zeros(nb * K, dtype), np.zeros(nb * K, dtype))
+        G = tuple(g.reshape(nb, K) for g in GF)
+        RD = (np.zeros((nb, K), dtype), np.zeros((nb, K), dtype))
+        R, cnt = (np.zeros(nb, np.int64), np.zeros(nb, np.int64)), np.zeros(2, np.int64)
+        assert rowvec.grad_fits(P, Q, *G, *RD) == (path == "vector")
+        with np.errstate(all="ignore"):
+            said = mf.mf_gradient(wl, (P, Q), idx, nb, True, G, R, RD, cnt)
+        scanned = all(guard.finite_prefix(g, nb * K) for g in GF)
+        assert scanned == (bad in ("none", "unused inf"))
+        assert said == (scanned and path == "vector" and not config.DISABLE_JIT)
+
+
+@given(seed=st.integers(0, 2**31 - 1), dtype=st.sampled_from([np.float32, np.float64]),
        rdtype=st.sampled_from([np.float32, np.float64]),
        vectors=st.sampled_from([1, 2, 3, 4, 5, 6, 7, 8, 16]), reg=st.sampled_from([0.0, 0.05]))
 def test_vector_mf_gradient_sums_in_its_documented_order(seed, dtype, rdtype, vectors, reg):
