@@ -1446,6 +1446,56 @@ def test_session55_fresh_section_comes_from_the_committed_jsons():
             in text)
 
 
+def test_session56_section_comes_from_the_committed_jsons():
+    """Session 56's section (a fresh step touches no gap rows): its tables render
+    rules_session56.json and rules_session56_repeat_mf.json, and every figure its text
+    quotes is read from them (or from session 55's JSONs), so a rerun that moves them
+    fails."""
+    import json
+    from pathlib import Path
+
+    from hogkit.benchmarks import rules
+    root = Path(__file__).resolve().parent.parent / "benchmarks"
+    results = (root / "RESULTS.md").read_text()
+    text = _results_words()
+    r = json.loads((root / "rules_session56.json").read_text())
+    rep = json.loads((root / "rules_session56_repeat_mf.json").read_text())
+    for table in (rules.format_one_worker(r), rules.format_markdown(r),
+                  rules.format_repeat(rep)):
+        assert table in results
+    assert rep["repeat"]["workload"] == "mf"
+    now = r["ratios"]
+    was = json.loads((root / "rules_session55.json").read_text())["ratios"]
+    f = {k: (f"{was[f'mf_{k}_one_worker_over_sgd']:.2f}",
+             f"{now[f'mf_{k}_one_worker_over_sgd']:.2f}")
+         for k in ("dc_adaptive", "gap_aware", "dc", "momentum")}
+    assert (f"adaptive DC-ASGD {' → '.join(f['dc_adaptive'])}, Gap-Aware "
+            f"{' → '.join(f['gap_aware'])}, constant DC-ASGD {' → '.join(f['dc'])}; "
+            f"momentum stays at {f['momentum'][1]}") in text
+    assert f["momentum"][0] == f["momentum"][1]
+    assert (f"mf's adaptive DC-ASGD and Gap-Aware steps ran at {f['dc_adaptive'][1]}x and "
+            f"{f['gap_aware'][1]}x SGD's, from {f['dc_adaptive'][0]}x and "
+            f"{f['gap_aware'][0]}x") in " ".join((root.parent / "CHANGELOG.md")
+                                                 .read_text().split())
+    ns = r["one_worker"]["mf"]["ns_per_sample"]
+    assert f"{ns['dc_adaptive']:.1f} against {ns['sgd']:.1f} ns a sample" in text
+    runs = [g for g in rep["repeat"]["rounds"]]
+    sgd = [g["sgd"]["samples_per_s"] / 1e6 for g in runs]
+    assert f"ranged from {min(sgd):.2f} to {max(sgd):.2f} M samples/s" in text
+
+    def near(rule, rounds):
+        return sorted((g[rule]["samples_per_s"] / 1e6 for g in rounds
+                       if rules.placement(g[rule]) == "near"), reverse=True)
+    dca, ga, sg = near("dc_adaptive", runs), near("gap_aware", runs), near("sgd", runs)
+    assert (f"adaptive DC-ASGD {dca[0]:.2f} and Gap-Aware {ga[0]:.2f} and {ga[1]:.2f} "
+            f"M samples/s, against SGD's {sg[0]:.2f} and {sg[1]:.2f}") in text
+    old = json.loads((root / "rules_session55_repeat_mf.json").read_text())["repeat"]
+    best = max(near("dc_adaptive", old["rounds"]))
+    assert (f"best adaptive DC-ASGD run was {best:.2f} against "
+            f"{max(near('sgd', old['rounds'])):.2f}") in text
+    assert max(dca[0] / sg[0], ga[0] / sg[0]) < 0.7          # "mf's part stays open"
+
+
 def test_rules_repeat_part_keeps_every_run():
     """``hogkit bench rules --only repeat --quick``: every round holds each rule's run
     (samples/s, one figure per worker adding up to it, a mean update gap), the
