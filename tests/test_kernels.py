@@ -827,10 +827,9 @@ def test_the_undamped_step_gives_the_gap_passes_bits_on_a_fresh_read(seed, dtype
     G = rng.standard_normal((n, width)).astype(dtype)
     G[-1, -1] = dtype(1e30) if dtype == np.float32 else 1e300
     G[0, 0] = np.nan if n > 1 else G[0, 0]
-    Z = np.zeros((n, width), dtype)
     views = (("vector", np.array), ("numba", _strided)) if width > 1 else (("one", np.array),)
-    for path, view in views:
-        W, S, Wu, Su = view(W0), view(S0), view(W0), view(S0)
+    for path, view in views:     # zero gaps laid out as the tables (types compiled once)
+        W, S, Wu, Su, Z = (view(x) for x in (W0, S0, W0, S0, np.zeros_like(G)))
         if path == "vector":
             assert gapvec.fits(W, S, G, G) == (width * np.dtype(dtype).itemsize % 32 == 0)
         with np.errstate(all="ignore"):
