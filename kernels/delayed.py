@@ -25,7 +25,8 @@ gives the same bits and was built, and ran slower live on logreg with two worker
 pass altogether when its update clock counts every writer (``cfg[CLOCK]``) and says no
 other update landed since the read, and on a local-SGD replica
 (``kernels.rule.apply_rows(..., fresh)``): every gap is zero, and the rules take their
-undamped form at once (:func:`undamped_rows`: no gap row at all). A row
+undamped form at once (:func:`undamped_rows`, no gap row at all; Gap-Aware with
+momentum zeroes its copies and takes its update pass). A row
 whose gap is all zeros (no one else wrote it since the read: most rows, most steps)
 takes the rule's undamped form, which skips the square roots and divisions and
 gives the same bits.
@@ -153,7 +154,8 @@ def undamped_rows(W, S, rows, G, lr, decay, n):
     :func:`dc_adaptive_gap_rows` and :func:`gap_aware_gap_rows` do on a row whose gaps
     are all zeros, to the bit, without a gap row to write, read or check
     (``kernels.rule.apply_rows(..., fresh)`` calls it; zeroing the read copies and
-    reading them back cost mf's adaptive DC-ASGD ~9 ns a rating, one thread)."""
+    reading them back cost mf's adaptive DC-ASGD ~9 ns a rating in a scratch A/B, one
+    thread)."""
     a = W.dtype.type(lr)
     keep = W.dtype.type(decay)
     fr = W.dtype.type(1.0 - decay)

@@ -1,5 +1,5 @@
 """The delayed rules' row passes as straight-line vector code: the gaps, Gap-Aware's and
-adaptive DC-ASGD's update passes.
+adaptive DC-ASGD's update passes, and both rules' undamped step on a fresh read.
 
 Each kernel here is the vector form of one ``kernels/delayed.py`` loop on a 2-D table of
 rows ``K`` wide, entry ``i < n`` on row ``r = rows[i]``:

@@ -663,6 +663,6 @@ def mf_predict(U, V, u, i, out):
 
 
 _step.register(MFArrays, sample_kernel=mf_sample, gradient_kernel=mf_gradient,
-               sgd_kernel=mf_sgd, cache=True,
+               sgd_kernel=mf_sgd, cache=True, checks_finite=True,
                lane_kernel={_SGD: mf_lane_sgd, _ADAGRAD: mf_lane_adaptive,
                             _RMSPROP: mf_lane_adaptive})

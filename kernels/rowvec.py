@@ -46,8 +46,10 @@ step: ``benchmarks/RESULTS.md``). numba compiles for the host: on an AMD EPYC (Z
 the loop sums in another order for most widths, while this IR keeps its own, so a
 contiguous table gets the same bits on both hosts. Returns 0 when every gradient value
 it wrote is finite (checked in registers as it writes them, the guard's sum of ``g -
-g``: the step core then skips its scan of the buffers, ~3-5 ns a rating on mf), 1 when
-one is not, or -1 for a width not covered (:func:`grad_fits`).
+g``: the step core then skips its scan of the buffers, ~3-5 ns a rating on mf in a
+scratch A/B), 1 when one is not, or -1 for a width not covered (:func:`grad_fits`).
+The check needs ``x - x`` kept: ``_FLAGS_GRAD`` must not gain ``nnan``/``ninf`` (which
+fold it to 0) nor ``nsz`` (under which LLVM folds ``acc + (x - x)`` to ``acc``).
 
 Only for rows :func:`fits` accepts (2-D float tables of one dtype, each row contiguous,
 ``K`` a whole number of vectors, one to eight or sixteen: :data:`VECTORS`); the span returns -1 for
@@ -476,7 +478,8 @@ else:
             total = halve(acc)
         return total
 
-    _FLAGS_GRAD = ("reassoc",)          # mf_gradient's flags (kernels/mf.py: _FM)
+    _FLAGS_GRAD = ("reassoc",)          # mf_gradient's flags (kernels/mf.py: _FM); no
+    #                                     nnan/ninf/nsz: the finite check sums g - g
 
     def _grad_codegen(context, builder, sig, args):
         """:func:`grad_rows`'s IR: a switch on the width, once, into a loop per width."""

@@ -67,10 +67,12 @@ def apply_rows(kind, cfg, W, S1, S2, k, ki, rows, G, R, n, tau, fresh):
 
     ``fresh``: the caller's update clock says no other update landed since the read
     (the step core: gap 0 under ``cfg[CLOCK]``), so every gap is zero and is not
-    measured: DC-ASGD and Gap-Aware take their undamped form at once, constant DC-ASGD
-    SGD's row kernel and adaptive DC-ASGD and Gap-Aware without momentum
-    ``delayed.undamped_rows`` (no gap row written, read or checked: ~9 ns a rating on
-    mf, session 56); Gap-Aware with momentum takes its update pass on zeroed copies.
+    measured: DC-ASGD and Gap-Aware take their undamped form at once. Constant DC-ASGD
+    takes SGD's row kernel; adaptive DC-ASGD and Gap-Aware without momentum take
+    ``delayed.undamped_rows``; neither writes, reads or checks a gap row (zeroing the
+    copies and reading them back cost mf's adaptive DC-ASGD ~9 ns a rating in a scratch
+    A/B, one thread, session 56). Gap-Aware with momentum takes its update pass on
+    zeroed copies.
     Where no other write can land between the read and the
     apply (the simulator, one worker, a local-SGD replica) the parameters' rows are then
     exactly their read values, and for finite parameters the result is the same bits as

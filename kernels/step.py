@@ -26,10 +26,10 @@ whose class is registered here with two njit kernels (:func:`register`):
   for each parameter ``p``, ``cnt[p]`` gradient rows into ``G[p]``, their row indices
   into ``R[p]`` and, when ``keep_read``, the parameter rows they were computed from
   into ``RD[p]`` (DC-ASGD's ``w_bak``, Gap-Aware's ``w_read``). Rows may repeat; the
-  rule adds them up in order. It may return a bool: True says it checked every value it
-  wrote finite, and the core's guard then skips its scan of the buffers (mf's vector
-  rows check them in registers as they write them); False or no return value: the
-  core scans;
+  rule adds them up in order. Registered ``checks_finite=True``, it returns a bool:
+  True says it checked every value it wrote finite, and the core's guard then skips its
+  scan of the buffers (mf's vector rows check them in registers as they write them);
+  False, or any kernel registered without it: the core scans;
 - optionally ``sgd(wl, params, idx, nb, lr, G, R, RD, cnt, scratch) -> bool``: the
   same gradient fused with plain SGD's apply, for the most common step (SGD without
   momentum, no density). It must give exactly what ``gradient`` then ``W[rows] -=
@@ -117,6 +117,7 @@ _GRADIENTS = {}
 _SGDS = {}
 _LANES = {}
 _CACHEABLE = set()
+_CHECKS_FINITE = set()
 
 
 def sample(wl, rng, cursor, nb, idx):  # pragma: no cover - dispatched by overload
@@ -177,7 +178,7 @@ def _no_lane(wl, params, idx, nb, kind, rcfg, S1, skip):
 
 
 def register(arrays_cls, *, sample_kernel, gradient_kernel, sgd_kernel=None,
-             lane_kernel=None, lane_kinds=(), cache=False):
+             lane_kernel=None, lane_kinds=(), cache=False, checks_finite=False):
     """Register the compiled parts of a workload whose arrays are ``arrays_cls`` (a
     NamedTuple class): njit ``sample_kernel`` and ``gradient_kernel`` with the
     signatures of the module docstring. Each is inlined into the step loop (an overload
@@ -188,7 +189,9 @@ def register(arrays_cls, *, sample_kernel, gradient_kernel, sgd_kernel=None,
     ``{kind: kernel}``, each kernel then compiled only into the loops that run its kind:
     see :func:`kind_tag`) is called, not inlined. ``cache=True``
     lets the core cache its code for this type on disk: only for kernels whose source
-    changes only together with hogkit's (hogkit's own workloads)."""
+    changes only together with hogkit's (hogkit's own workloads). ``checks_finite=True``:
+    ``gradient_kernel`` returns True only when it checked every value it wrote finite
+    (the guard then skips its scan; module docstring)."""
     if arrays_cls in _SAMPLERS:
         if (_SAMPLERS[arrays_cls], _GRADIENTS[arrays_cls]) != (sample_kernel,
                                                                 gradient_kernel):
@@ -208,6 +211,8 @@ def register(arrays_cls, *, sample_kernel, gradient_kernel, sgd_kernel=None,
         _LANES[arrays_cls] = (per_kind, tuple(int(k) for k in lane_kinds))
     if cache:
         _CACHEABLE.add(arrays_cls)
+    if checks_finite:
+        _CHECKS_FINITE.add(arrays_cls)
     s_py = getattr(sample_kernel, "py_func", sample_kernel)
     g_py = getattr(gradient_kernel, "py_func", gradient_kernel)
     f_py = getattr(sgd_kernel, "py_func", sgd_kernel) if sgd_kernel is not None else _no_sgd
@@ -313,16 +318,20 @@ SPIN_WAIT_NS = 2_000_000
 SPIN_YIELD_NS = 20_000
 
 
-def vouched(checked):  # pragma: no cover - dispatched by overload
-    """True when a workload's ``gradient`` returned True (a bool): it checked every
-    value it wrote finite, so the guard need not scan the buffers (module docstring)."""
+def vouched(wl, checked):  # pragma: no cover - dispatched by overload
+    """True when the workload ``wl`` was registered ``checks_finite=True`` and its
+    ``gradient`` returned True (a bool): it checked every value it wrote finite, so the
+    guard need not scan the buffers (module docstring)."""
 
 
 @overload(vouched, inline="always")
-def _vouched(checked):
-    if isinstance(checked, types.Boolean):
-        return lambda checked: checked
-    return lambda checked: False
+def _vouched(wl, checked):
+    """The overload: trusted only from a class registered ``checks_finite=True`` (a
+    kernel that returns a bool for another reason keeps the scan)."""
+    if (getattr(wl, "instance_class", None) in _CHECKS_FINITE
+            and isinstance(checked, types.Boolean)):
+        return lambda wl, checked: checked
+    return lambda wl, checked: False
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -350,7 +359,7 @@ def compute(wl, params, G, R, RD, cnt, idx, GF, nb, keep_read):
     """The gradient of the drawn samples ``idx[:nb]`` into the buffers (the workload
     protocol's ``gradient``), then the guard (every value finite)."""
     checked = gradient(wl, params, idx, nb, keep_read, G, R, RD, cnt)
-    return vouched(checked) or _all_finite(G, GF, cnt)
+    return vouched(wl, checked) or _all_finite(G, GF, cnt)
 
 
 @njit(cache=True, nogil=True, inline="always", fastmath=FASTMATH)

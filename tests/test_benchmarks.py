@@ -1452,6 +1452,7 @@ def test_session56_section_comes_from_the_committed_jsons():
     quotes is read from them (or from session 55's JSONs), so a rerun that moves them
     fails."""
     import json
+    import statistics
     from pathlib import Path
 
     from hogkit.benchmarks import rules
@@ -1479,9 +1480,27 @@ def test_session56_section_comes_from_the_committed_jsons():
                                                  .read_text().split())
     ns = r["one_worker"]["mf"]["ns_per_sample"]
     assert f"{ns['dc_adaptive']:.1f} against {ns['sgd']:.1f} ns a sample" in text
-    runs = [g for g in rep["repeat"]["rounds"]]
+    n55 = json.loads((root / "rules_session55.json").read_text())["one_worker"]["mf"][
+        "ns_per_sample"]
+    d = {k: (f"{n55[k]:.1f}", f"{ns[k]:.1f}") for k in ns}
+    assert (f"they took {' → '.join(d['sgd'])} and {' → '.join(d['momentum'])} ns a "
+            f"sample, about 8 % slower") in text
+    drift = statistics.mean(ns[k] / n55[k] for k in ("sgd", "momentum"))
+    assert round(100 * (drift - 1)) == 8
+    assert (f"Adaptive DC-ASGD took {' → '.join(d['dc_adaptive'])} ns and Gap-Aware "
+            f"{' → '.join(d['gap_aware'])}: with the host's 8 % taken out, about "
+            f"{round(n55['dc_adaptive'] * drift - ns['dc_adaptive'])} and "
+            f"{round(n55['gap_aware'] * drift - ns['gap_aware'])} ns a sample saved") in text
+    assert rep["repeat"]["by_placement"] == rules.by_placement(rep["repeat"])
+    runs = list(rep["repeat"]["rounds"])
     sgd = [g["sgd"]["samples_per_s"] / 1e6 for g in runs]
     assert f"ranged from {min(sgd):.2f} to {max(sgd):.2f} M samples/s" in text
+    where = [rules.placement(g[k]) for g in runs for k in g["order"]]
+    assert f"during {where.count('moved')} of its {len(where)} runs" in text
+    slow = min(min(near_all) for near_all in (
+        [g[k]["samples_per_s"] / 1e6 for g in runs if rules.placement(g[k]) == "near"]
+        for k in ("dc_adaptive", "gap_aware")))
+    assert f"(other near runs of the same rules ran as slow as {slow:.2f})" in text
 
     def near(rule, rounds):
         return sorted((g[rule]["samples_per_s"] / 1e6 for g in rounds
@@ -1494,6 +1513,28 @@ def test_session56_section_comes_from_the_committed_jsons():
     assert (f"best adaptive DC-ASGD run was {best:.2f} against "
             f"{max(near('sgd', old['rounds'])):.2f}") in text
     assert max(dca[0] / sg[0], ga[0] / sg[0]) < 0.7          # "mf's part stays open"
+    mf2 = json.loads((root / "rules_session56_repeat_mf2.json").read_text())["repeat"]
+    lg = json.loads((root / "rules_session56_repeat.json").read_text())
+    assert rules.format_repeat({"repeat": mf2}) in results and mf2["workload"] == "mf"
+    assert rules.format_repeat(lg) in results and lg["repeat"]["workload"] == "logreg"
+    low = min(g["sgd"]["samples_per_s"] / 1e6 for g in mf2["rounds"])
+    assert f"down to {low:.2f} M samples/s in the second invocation" in text
+    med = [x["by_placement"]["near"]["over_sgd"] for x in (rep["repeat"], mf2)]
+    best = [x["best_over_sgd"] for x in (rep["repeat"], mf2)]
+    pair = [f"{d['dc_adaptive']:.2f} and {d['gap_aware']:.2f}" for d in med + best]
+    assert (f"{pair[0]} in the first, {pair[1]} in the second" in text
+            and f"steadier reading here: {pair[2]}, then {pair[3]}." in text)
+    assert max(max(d["dc_adaptive"], d["gap_aware"]) for d in best) < 0.7
+    assert all(0.6 <= d[k] < 0.7 for d in best for k in ("dc_adaptive", "gap_aware"))
+    assert "their best runs stay at about 0.65x SGD's best" in " ".join(
+        (root.parent / "CHANGELOG.md").read_text().split())      # (the line above)
+    near_lg, best_lg = lg["repeat"]["by_placement"]["near"]["over_sgd"], lg["repeat"][
+        "best_over_sgd"]
+    assert (f"near medians {near_lg['dc_adaptive']:.2f} (adaptive DC-ASGD) and "
+            f"{near_lg['gap_aware']:.2f} (Gap-Aware), best runs "
+            f"{best_lg['dc_adaptive']:.2f} and {best_lg['gap_aware']:.2f}.") in text
+    assert min(near_lg["dc_adaptive"], near_lg["gap_aware"], best_lg["dc_adaptive"],
+               best_lg["gap_aware"]) >= 0.7
 
 
 def test_rules_repeat_part_keeps_every_run():

@@ -776,10 +776,10 @@ def _strided(A):
 @given(seed=st.integers(0, 2**31 - 1), dtype=st.sampled_from([np.float32, np.float64]),
        vectors=st.sampled_from([1, 2, 3, 4, 5, 6, 7, 8, 16]), big=st.booleans())
 def test_vector_rule_passes_give_the_numba_loops_bits(seed, dtype, vectors, big):
-    """``gapvec``'s gap pass and Gap-Aware's and adaptive DC-ASGD's update passes (the
-    straight-line vector code a contiguous table of a covered width takes) give every
-    bit the numba loops give on the same values (a strided copy of the tables takes
-    the loops): repeated rows, half the entries moved since their read with some
+    """``gapvec``'s gap pass, Gap-Aware's and adaptive DC-ASGD's update passes and their
+    undamped step (the straight-line vector code a contiguous table of a covered width
+    takes) give every bit the numba loops give on the same values (a strided copy of the
+    tables takes the loops): repeated rows, half the entries moved since their read with some
     coordinates not, a NaN gap, a gradient whose square overflows, both dtypes, every
     covered width, a table small enough to stay in cache and one prefetched."""
     from hogkit.kernels import gapvec
@@ -797,14 +797,15 @@ def test_vector_rule_passes_give_the_numba_loops_bits(seed, dtype, vectors, big)
     R[0, 0], G[-1, -1] = np.nan, dtype(1e30) if dtype == np.float32 else 1e300
     out = {}
     for path, view in (("vector", np.array), ("numba", _strided)):
-        W, S1, S2, B = view(W0), view(S0), view(S0), view(R)
+        W, S1, S2, S3, B = view(W0), view(S0), view(S0), view(S0), view(R)
         assert gapvec.fits(W, S1, G, B) == (path == "vector")
         with np.errstate(all="ignore"):
             delayed.gaps_into(W, rows, B, n)
             gaps = B.copy()
             delayed.gap_aware_gap_rows(W, S1[:0], S1, rows, G, B, 0.05, 0.0, 0.99, 0.1, 7, n)
             delayed.dc_adaptive_gap_rows(W, S2, rows, G, B, 0.05, 2.0, 0.95, 1e-7, n)
-        out[path] = [np.ascontiguousarray(x).view(np.uint8) for x in (gaps, W, S1, S2)]
+            delayed.undamped_rows(W, S3, rows, G, 0.05, 0.95, n)
+        out[path] = [np.ascontiguousarray(x).view(np.uint8) for x in (gaps, W, S1, S2, S3)]
     for x, y in zip(out["vector"], out["numba"]):
         np.testing.assert_array_equal(x, y)
 

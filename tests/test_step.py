@@ -401,3 +401,29 @@ def test_fused_and_python_simulators_are_identical(wl, rule, density, policy):
     a.pop("engine"), b.pop("engine")
     assert a == b
     assert fused.staleness["update_gap"]["max"] > 0     # the case is not trivial
+
+
+def test_only_a_workload_registered_checks_finite_skips_the_guards_scan():
+    """The step core trusts a gradient kernel's True (and skips the guard's scan of the
+    buffers) only from a class registered ``checks_finite=True`` (mf), and only a bool:
+    a kernel of another class returning a bool for its own reasons, or one returning
+    nothing or an int, keeps the scan."""
+    from typing import NamedTuple
+
+    from numba import typeof, types
+
+    from hogkit.kernels import step as ks
+    from hogkit.kernels.mf import MFArrays
+
+    class Other(NamedTuple):
+        r: np.ndarray
+
+    mf = typeof(MFArrays(np.zeros(1, np.int32), np.zeros(1, np.int64),
+                         np.zeros(1, np.float32), 0.0))
+    other = typeof(Other(np.zeros(1)))
+    assert MFArrays in ks._CHECKS_FINITE and Other not in ks._CHECKS_FINITE
+    assert ks._vouched(mf, types.boolean)(None, True) is True
+    assert ks._vouched(mf, types.boolean)(None, False) is False
+    assert ks._vouched(other, types.boolean)(None, True) is False
+    assert ks._vouched(mf, types.none)(None, None) is False
+    assert ks._vouched(mf, types.int64)(None, 1) is False
