@@ -773,6 +773,19 @@ def _strided(A):
     return wide[:, ::2]
 
 
+def _rows_case(seed, dtype, width, big):
+    """A rule's row batch: ``(rng, n, W0, S0, rows, G)``: a table of ``width`` columns
+    (4,000 rows, prefetched, when ``big``; else 6), its state, ``n`` < 40 entries on
+    random rows (repeats likely) and their gradient."""
+    rng = np.random.default_rng(seed)
+    nrows = 4000 if big else 6
+    n = int(rng.integers(1, 40))
+    W0 = rng.standard_normal((nrows, width)).astype(dtype)
+    S0 = (rng.random((nrows, width)) * 0.1).astype(dtype)
+    rows = rng.integers(0, nrows, n)
+    return rng, n, W0, S0, rows, rng.standard_normal((n, width)).astype(dtype)
+
+
 @given(seed=st.integers(0, 2**31 - 1), dtype=st.sampled_from([np.float32, np.float64]),
        vectors=st.sampled_from([1, 2, 3, 4, 5, 6, 7, 8, 16]), big=st.booleans())
 def test_vector_rule_passes_give_the_numba_loops_bits(seed, dtype, vectors, big):
@@ -783,14 +796,8 @@ def test_vector_rule_passes_give_the_numba_loops_bits(seed, dtype, vectors, big)
     coordinates not, a NaN gap, a gradient whose square overflows, both dtypes, every
     covered width, a table small enough to stay in cache and one prefetched."""
     from hogkit.kernels import gapvec
-    rng = np.random.default_rng(seed)
     K = vectors * 32 // np.dtype(dtype).itemsize
-    nrows = 4000 if big else 6
-    n = int(rng.integers(1, 40))
-    W0 = rng.standard_normal((nrows, K)).astype(dtype)
-    S0 = (rng.random((nrows, K)) * 0.1).astype(dtype)
-    rows = rng.integers(0, nrows, n)
-    G = rng.standard_normal((n, K)).astype(dtype)
+    rng, n, W0, S0, rows, G = _rows_case(seed, dtype, K, big)
     R = W0[rows]
     moved = rng.random(n) < 0.5
     R[moved, K // 2:] += (rng.standard_normal((moved.sum(), K - K // 2)) * 0.01).astype(dtype)
@@ -819,13 +826,7 @@ def test_the_undamped_step_gives_the_gap_passes_bits_on_a_fresh_read(seed, dtype
     the vector code and on the numba loops (a strided copy), a one-column table,
     repeated rows, a gradient whose square overflows and a NaN one, both dtypes."""
     from hogkit.kernels import gapvec
-    rng = np.random.default_rng(seed)
-    nrows = 4000 if big else 6
-    n = int(rng.integers(1, 40))
-    W0 = rng.standard_normal((nrows, width)).astype(dtype)
-    S0 = (rng.random((nrows, width)) * 0.1).astype(dtype)
-    rows = rng.integers(0, nrows, n)
-    G = rng.standard_normal((n, width)).astype(dtype)
+    _, n, W0, S0, rows, G = _rows_case(seed, dtype, width, big)
     G[-1, -1] = dtype(1e30) if dtype == np.float32 else 1e300
     G[0, 0] = np.nan if n > 1 else G[0, 0]
     views = (("vector", np.array), ("numba", _strided)) if width > 1 else (("one", np.array),)
