@@ -14,10 +14,10 @@ def finite_prefix(values, m):
     ``x - x`` is 0 for a finite x and NaN for NaN or ±inf, so the sum of those terms is
     0 exactly when every element is finite. Reassociation lets the sum vectorise (~0.07
     ns an element here, 2.5x the integer exponent-max scan this replaced); without the
-    ``nnan``/``ninf`` fast-math flags the compiler may not fold ``x - x`` to 0 (and
-without ``nsz`` it may not fold ``s + (x - x)`` to ``s``: ``rowvec.grad_rows``'s
-in-register check relies on both). No early
-    exit: non-finite values are the rare case.
+    ``nnan``/``ninf`` fast-math flags the compiler may not fold ``x - x`` to 0, and
+    without ``nsz`` it may not fold ``s + (x - x)`` to ``s`` (``rowvec.grad_rows``'s
+    in-register check relies on both). No early exit: non-finite values are the rare
+    case.
     """
     acc = values.dtype.type(0)
     for i in range(m):

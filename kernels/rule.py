@@ -72,9 +72,8 @@ def apply_rows(kind, cfg, W, S1, S2, k, ki, rows, G, R, n, tau, fresh):
     ``delayed.undamped_rows``; neither writes, reads or checks a gap row (zeroing the
     copies and reading them back cost mf's adaptive DC-ASGD ~9 ns a rating in a scratch
     A/B, one thread, session 56). Gap-Aware with momentum takes its update pass on
-    zeroed copies.
-    Where no other write can land between the read and the
-    apply (the simulator, one worker, a local-SGD replica) the parameters' rows are then
+    zeroed copies. Where no other write can land between the read and the apply (the
+    simulator, one worker, a local-SGD replica) the parameters' rows are then
     exactly their read values, and for finite parameters the result is the same bits as
     measuring; live with several workers, it leaves out what another worker's update
     has written (in part or whole) but not yet counted (a parameter server, whose
