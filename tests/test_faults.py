@@ -231,6 +231,50 @@ def test_a_killed_worker_is_restarted_and_the_run_finishes(policy, replication, 
     assert np.isfinite(run.final_loss) and run.final_loss < run.initial_loss
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_restarted_compiled_replica_merges_every_step_it_runs():
+    """replication="worker" on the compiled engine: a worker SIGKILLed mid-run loses
+    the steps its replica had not merged (the restart record says how many), and the
+    fresh process that takes its place merges every step it runs, its last phase
+    included: at the end each worker's iterations minus its updates are exactly the
+    steps lost at the kill (0 for the worker never killed). Merges every 1000 steps, so
+    the last phase almost surely holds steps when the run ends."""
+    import threading
+
+    from hogkit.procfs import children
+    killed = []
+
+    def killer():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            kids = [pid for pid, cmd in children(os.getpid()) if "spawn_main" in cmd]
+            if len(kids) >= 2:
+                time.sleep(1.5)                # both well inside their steps
+                os.kill(kids[0], signal.SIGKILL)
+                killed.append(kids[0])
+                return
+            time.sleep(0.05)
+
+    # compiled (and cached) first, so the kill lands while the workers step
+    train(hot(), workers=2, steps=100, progress=False, eval_every=None,
+          replication="worker:1000")
+    t = threading.Thread(target=killer, daemon=True)
+    t.start()
+    run = train(hot(), workers=2, seconds=5.0, progress=False, eval_every=None,
+                on_failure="restart", max_restarts=1, replication="worker:1000")
+    t.join()
+    assert killed and len(run.extra["restarts"]) == 1
+    r = run.extra["restarts"][0]
+    assert r["iterations"] > 0                 # killed mid-run, not while compiling
+    lost = r["iterations"] - r["updates"]
+    assert 0 <= lost < 1000
+    gaps = [w["iterations"] - w["updates"] for w in run.per_worker]
+    assert gaps[r["rank"]] == lost
+    assert gaps[1 - r["rank"]] == 0
+    assert run.per_worker[r["rank"]]["iterations"] > r["iterations"]   # it went on
+
+
 @pytest.mark.timeout(120)
 def test_restarts_run_out_and_then_the_run_stops(tmp_path):
     """Every incarnation of worker 1 dies at its 50th step: one restart, then the

@@ -128,7 +128,8 @@ class Supervisor:
         clock slot (its iterations so far count against its share of the steps)."""
         old = self.procs[r]
         info = {"rank": r, "exitcode": old.exitcode, "signal": signal_name(old.exitcode),
-                "step": step}
+                "step": step, "iterations": int(clocks.iterations[r]),
+                "updates": int(clocks.updates[r])}
         old.close()
         clocks.state[r] = IDLE       # neither FAILED (peers would fail) nor RUNNING
         open(self.errfiles[r], "w").close()

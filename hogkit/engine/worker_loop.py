@@ -289,14 +289,19 @@ class _Worker:
 
     def compiled_loop(self) -> int:
         """Run this worker's steps on the compiled engine (on the local-SGD replica
-        when there is one: ``ctx`` was set up on it); returns the steps run. Where the
-        core merges the phases, it holds the phase's read for the whole loop: handed
-        over once before it, taken back once after (for :meth:`finish`'s last merge)."""
+        when there is one: ``ctx`` was set up on it); returns the worker's iterations
+        so far, a restarted worker's predecessors' included: the global step index
+        :meth:`finish`'s last merge counts from, as the merges and ``_python_loop`` do
+        (the steps run in this process alone left a restarted replica's last phase
+        uncounted). Where the core merges the phases, it holds the phase's read for the
+        whole loop: handed over once before it, taken back once after (for
+        :meth:`finish`'s last merge)."""
         in_core = bool(self.core.cfg[_kl.MERGE_CORE])
         if in_core:
             self._sync_phase(True)
         try:
-            return self._chunks()
+            self._chunks()
+            return int(self.clocks.iterations[self.rank])
         finally:
             if in_core:
                 self._sync_phase(False)
@@ -308,7 +313,7 @@ class _Worker:
         core.pacer[3] = time.monotonic_ns()          # a Load pacer's t = 0: the start
         rt[_kl.RT_STRIDE] = 1
         parent = spec.parent_pid
-        chunk, steps = 8, 0
+        chunk = 8
         while True:
             t0 = time.perf_counter_ns()
             code = core.run(chunk)
@@ -316,7 +321,6 @@ class _Worker:
                                                # finish() publishes the exact end
             t1 = time.perf_counter_ns()
             rt[_kl.RT_BUSY] += t1 - t0
-            steps += core.done
             if not self.timing:
                 clocks.beat(rank)
             if parent and os.getppid() != parent:
@@ -343,7 +347,6 @@ class _Worker:
                 from hogkit.engine.delays import wait_ns     # a straggler's long pause: sleep
                 wait_ns(int(core.io[_kl.IO_PAUSE_NS]))
             rt[_kl.RT_BUSY] += time.perf_counter_ns() - t1
-        return steps
 
     # ------------------------------------------------------------------ both
     def publish(self) -> None:
