@@ -1,21 +1,25 @@
-"""The floor a plain compiled loop pays for a rule's per-coordinate state on mf's
-minibatch step (issue 26, item 3).
+"""What a plain compiled loop pays for a rule's per-coordinate state on mf's minibatch
+step (issue 26, item 3).
 
-Issue 26 asks adaptive DC-ASGD and Gap-Aware for >= 0.7x SGD's live samples/s. Those
-rules read and write a state table as large as the factors, and the gap rules keep read
-copies of every row they read. :file:`rules_floor.cpp` writes the same steps as a C++
-programmer would (``K`` a compile-time constant, restrict pointers, ``-O3 -march=native
--ffast-math``) on the data of mf's default preset: plain SGD, SGD moving a state row
-per factor row (adaptive DC-ASGD's step on a fresh read), the same from read copies,
-and hogkit's general shape (copies and gradient rows into buffers, then a pass per
-table). Each variant's ratio to SGD in the same round says what the bytes cost a loop
-with no overhead of its own, on this host: the floor under hogkit's ratios.
+Issue 26 asks adaptive DC-ASGD and Gap-Aware for >= 0.7x SGD's live samples/s, "so a
+live run pays at most the extra bytes each rule must move". Those rules read and write
+a state table as large as the factors, and the gap rules keep read copies of every row
+they read. :file:`rules_floor.cpp` writes the same steps as a C++ programmer would
+(``K`` a compile-time constant, restrict pointers, ``-O3 -march=native -ffast-math``,
+each variant without and with a software prefetch of the rows ahead, its faster
+setting taken per round) on the data of mf's default preset: plain SGD, SGD moving a
+state row per factor row (adaptive DC-ASGD's step on a fresh read), the same from read
+copies, and hogkit's general shape (copies and gradient rows into buffers, then a pass
+per table). What each variant adds to SGD's nanoseconds says what those bytes cost a
+loop with almost no overhead of its own, on this host; its ratio to SGD, what they
+cost that loop in the issue's terms.
 
-Run: ``python -m benchmarks.rules_floor --json FILE`` (needs ``g++``; ~1 minute). The
-JSON keeps every round's ns per rating per thread for 1 and 2 threads (two threads:
-Hogwild! on shared factors, each thread's state its own, as hogkit's workers), the
-medians, and each variant's median per-round ratio to SGD (SGD's ns over the
-variant's: samples/s, as ``hogkit bench rules`` reports).
+Run: ``python -m benchmarks.rules_floor --json FILE`` (needs ``g++``; ~2 minutes).
+The JSON keeps every round's wall nanoseconds per rating of one thread (every thread
+runs the same steps at once) for 1 and 2 threads (two threads: Hogwild! on shared
+factors, each thread's state its own, as hogkit's workers), for each prefetch setting;
+the medians; and each variant's ratio to SGD in every round and their median (SGD's ns
+over the variant's: samples/s, as ``hogkit bench rules`` reports).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import statistics
 import subprocess
 import tempfile
 
-#: threads, rounds (the variants' order rotating each round), steps of 64 ratings per
+#: threads, rounds (the runs' order rotating each round), steps of 64 ratings per
 #: thread and run
 THREADS, ROUNDS, STEPS = (1, 2), 7, 50000
 VARIANTS = ("sgd", "state", "state_copies", "general")
@@ -59,37 +63,53 @@ def _data(folder: str) -> dict:
 
 
 def parse(text: str) -> dict:
-    """The program's output: ``{variant: [ns per rating per thread, each round]}``."""
+    """The program's output: ``{variant: {prefetch distance: [ns, each round]}}``, ns
+    being wall nanoseconds per rating of one thread."""
     out = {}
     for line in text.splitlines():
         name, *vals = line.split()
-        if name in VARIANTS:
-            out[name] = [float(v) for v in vals]
-    missing = set(VARIANTS) - set(out)
-    if missing:
-        raise RuntimeError(f"rules_floor printed no figures for {sorted(missing)}:\n{text}")
+        variant, _, pf = name.partition("/")
+        if variant in VARIANTS and pf.isdigit():
+            out.setdefault(variant, {})[pf] = [float(v) for v in vals]
+    missing = [v for v in VARIANTS if len(out.get(v, {})) != 2]
+    counts = {len(x) for d in out.values() for x in d.values()}
+    if missing or len(counts) != 1:
+        raise RuntimeError(f"rules_floor printed no figures, or rounds of unequal "
+                           f"counts, for {missing or sorted(out)}:\n{text}")
     return out
 
 
 def summarise(rounds: dict) -> dict:
-    """Medians of ns per rating, and each variant's median per-round ratio to SGD."""
-    med = {k: statistics.median(v) for k, v in rounds.items()}
-    over = {k: statistics.median(s / x for s, x in zip(rounds["sgd"], v))
-            for k, v in rounds.items() if k != "sgd"}
-    return {"rounds": rounds, "ns_per_rating": med, "over_sgd": over}
+    """Each variant's faster prefetch setting in each round (``best``), the medians of
+    those and of each setting's own runs, each variant's ratio to SGD in every round
+    (SGD's best over the variant's best: samples/s, as ``hogkit bench rules``
+    reports) and the median of those ratios."""
+    best = {v: [min(xs) for xs in zip(*by.values())] for v, by in rounds.items()}
+    per_round = {v: [s / x for s, x in zip(best["sgd"], best[v])]
+                 for v in best if v != "sgd"}
+    return {"rounds": rounds, "best": best,
+            "ns_per_rating": {v: statistics.median(x) for v, x in best.items()},
+            "by_prefetch": {v: {pf: statistics.median(x) for pf, x in by.items()}
+                            for v, by in rounds.items()},
+            "over_sgd_each_round": per_round,
+            "over_sgd": {v: statistics.median(x) for v, x in per_round.items()}}
 
 
 def format_markdown(hosts) -> str:
     """RESULTS.md's table: ``hosts`` is ``[(label, figures), ...]`` (this scenario's
-    JSON each), a row per host and thread count: each variant's median ns per rating
-    per thread and its median per-round ratio to SGD."""
-    head = ("| host | threads | " + " | ".join(f"`{v}` ns" for v in VARIANTS) + " |\n"
-            + "|---|---|" + "---|" * len(VARIANTS) + "\n")
+    JSON each), a row per host and thread count: each variant's median ns per rating of
+    one thread and its median per-round ratio to SGD, then the range of every
+    variant's ratio over the rounds."""
+    head = ("| host | threads | " + " | ".join(f"`{v}` ns" for v in VARIANTS)
+            + " | ratios' range over the rounds |\n"
+            + "|---|---|" + "---|" * (len(VARIANTS) + 1) + "\n")
     rows = []
     for label, fig in hosts:
         for n, s in fig["threads"].items():
             cells = [f"{s['ns_per_rating']['sgd']:.1f}"] + [
                 f"{s['ns_per_rating'][v]:.1f} ({s['over_sgd'][v]:.2f}x)" for v in VARIANTS[1:]]
+            each = [x for v in VARIANTS[1:] for x in s["over_sgd_each_round"][v]]
+            cells.append(f"{min(each):.2f}-{max(each):.2f}")
             rows.append(f"| {label} | {n} | " + " | ".join(cells) + " |")
     return head + "\n".join(rows)
 
