@@ -241,8 +241,6 @@ def test_a_restarted_compiled_replica_merges_every_step_it_runs():
     steps lost at the kill (0 for the worker never killed). Merges every 1000 steps, so
     the last phase almost surely holds steps when the run ends."""
     import threading
-
-    from hogkit.procfs import children
     killed = []
 
     def killer():
@@ -250,7 +248,7 @@ def test_a_restarted_compiled_replica_merges_every_step_it_runs():
         while time.monotonic() < deadline:
             kids = [pid for pid, cmd in children(os.getpid()) if "spawn_main" in cmd]
             if len(kids) >= 2:
-                time.sleep(1.5)                # both well inside their steps
+                time.sleep(3.0)                # both well inside their steps (warm)
                 os.kill(kids[0], signal.SIGKILL)
                 killed.append(kids[0])
                 return
@@ -261,7 +259,7 @@ def test_a_restarted_compiled_replica_merges_every_step_it_runs():
           replication="worker:1000")
     t = threading.Thread(target=killer, daemon=True)
     t.start()
-    run = train(hot(), workers=2, seconds=5.0, progress=False, eval_every=None,
+    run = train(hot(), workers=2, seconds=10.0, progress=False, eval_every=None,
                 on_failure="restart", max_restarts=1, replication="worker:1000")
     t.join()
     assert killed and len(run.extra["restarts"]) == 1

@@ -306,7 +306,7 @@ class _Worker:
             if in_core:
                 self._sync_phase(False)
 
-    def _chunks(self) -> int:
+    def _chunks(self) -> None:
         """:meth:`compiled_loop`'s chunks of steps, and what each return asks for."""
         spec, rank, clocks, rt = self.spec, self.rank, self.clocks, self.rt
         policy, core = spec.plan.policy, self.core
