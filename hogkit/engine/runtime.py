@@ -75,10 +75,7 @@ def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, bat
     on_failure : ``"stop"`` (the first worker that dies ends the run with
         :class:`WorkerFailed`) or ``"restart"``: a dead worker is replaced by a fresh
         process that goes on from the shared clocks, at most ``max_restarts`` times
-        (each in the events and ``summary["restarts"]``: the rank, how it ended, and
-        its ``iterations`` and ``updates`` at the end, this segment's in a resumed run:
-        on replicas their difference is the steps it had not merged, lost); a hung
-        worker still stops it.
+        (each in the events and ``summary["restarts"]``); a hung worker still stops it.
     resume : the results folder of an earlier run of the same workload, options,
         workers and shards: go on from its checkpoint with the budget that is left
         (``steps``/``seconds`` count the whole run); results go there unless ``out``.

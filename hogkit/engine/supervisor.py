@@ -125,7 +125,10 @@ class Supervisor:
     def _restart(self, r, clocks, step):
         """Replace dead worker ``r`` by a fresh process on the same stores: it passes
         the start barrier at once (nobody is IDLE but itself) and goes on from its
-        clock slot (its iterations so far count against its share of the steps)."""
+        clock slot (its iterations so far count against its share of the steps).
+        Returns the restart's record: the rank, how it ended, the step in flight, and
+        its ``iterations`` and ``updates`` then (this segment's, in a resumed run; on
+        replicas their difference is the steps it ran and had not merged, lost)."""
         old = self.procs[r]
         info = {"rank": r, "exitcode": old.exitcode, "signal": signal_name(old.exitcode),
                 "step": step, "iterations": int(clocks.iterations[r]),
