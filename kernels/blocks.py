@@ -35,8 +35,11 @@ batch.) A worker thus holds at most two blocks, and only across one step.
 from a start holding nothing: with one worker, every claim finds every block free, the
 fewest-passes rule visits every non-empty block once before any block twice, and each
 block is read from its first rating to its last, so every pass holds every rating
-exactly once (tests/test_blocks.py). With several workers the passes of the blocks stay
-within a few of one another, as in FPSG.
+exactly once (tests/test_blocks.py). With several workers, each on a core of its own,
+the passes of the blocks stay within a few of one another, as in FPSG. A worker
+descheduled while it holds a block keeps that block's row- and column-blocks from the
+others meanwhile, so on an oversubscribed machine (more runnable processes than cores)
+those blocks can fall many passes behind the rest.
 
 **Fallback.** When no block can be claimed after :data:`CLAIM_TRIES` scans (every free
 block's row or column is held: more workers than the grid allows, or racing claimers),
