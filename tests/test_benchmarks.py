@@ -1885,3 +1885,6 @@ def test_the_architecture_quotes_session57s_floor_from_its_jsons():
     assert f"at {min(spared):.1f}-{max(spared):.1f} ns a rating with one thread" in arch
     live = sorted(f["r"]["ratios"][f"mf_{k}_over_sgd"] for k in ("dc_adaptive", "gap_aware"))
     assert f"reach {live[0]:.2f}-{live[1]:.2f}x SGD on a 16-core Intel machine" in arch
+    assert "about 0.65x on the 2-vCPU AMD host" in arch       # session 56's best runs
+    assert all(0.6 <= x["best_over_sgd"][k] < 0.7 for x in f["amd_reps"]
+               for k in ("dc_adaptive", "gap_aware"))
