@@ -14,7 +14,7 @@ per table). What each variant adds to SGD's nanoseconds says what those bytes co
 loop with almost no overhead of its own, on this host; its ratio to SGD, what they
 cost that loop in the issue's terms.
 
-Run: ``python -m benchmarks.rules_floor --json FILE`` (needs ``g++``; ~2 minutes).
+Run: ``python -m benchmarks.rules_floor --json FILE`` (needs ``g++``; ~15 s).
 The JSON keeps every round's wall nanoseconds per rating of one thread (every thread
 runs the same steps at once) for 1 and 2 threads (two threads: Hogwild! on shared
 factors, each thread's state its own, as hogkit's workers), for each prefetch setting;
@@ -25,7 +25,6 @@ over the variant's: samples/s, as ``hogkit bench rules`` reports).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -146,9 +145,8 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=STEPS)
     ap.add_argument("--rounds", type=int, default=ROUNDS)
     args = ap.parse_args(argv)
-    out = run(rounds=args.rounds, steps=args.steps)
-    with open(args.json, "w") as f:
-        json.dump(out, f, indent=1)
+    from hogkit.report import write_json
+    write_json(args.json, run(rounds=args.rounds, steps=args.steps))
     print(f"figures: {args.json}")
     return 0
 

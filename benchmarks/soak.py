@@ -27,14 +27,8 @@ import tempfile
 import threading
 import time
 
-from hogkit.procfs import children, rss_kb
+from hogkit.procfs import rss_kb, spawned
 from hogkit.state.store import SHM_DIR as SHM
-
-
-def _workers(ppid):
-    """Live worker processes (spawned children) of ``ppid``."""
-    return [pid for pid, cmd in children(ppid)
-            if "spawn_main" in cmd and "resource_tracker" not in cmd]
 
 
 def _segments():
@@ -75,7 +69,7 @@ def run(quick=False) -> dict:
 
     def sampler():
         while True:
-            ws = _workers(me)
+            ws = spawned(me)
             n, size = _segments()
             samples.append({"t": round(time.monotonic() - t0, 2),
                             "parent_rss_mb": rss_kb(me) / 1024,
@@ -88,7 +82,7 @@ def run(quick=False) -> dict:
 
     def killer():
         while not stop.wait(kill_every):
-            ws = _workers(me)
+            ws = spawned(me)
             if not ws:
                 continue
             victim = rng.choice(ws)

@@ -12,7 +12,7 @@ import os
 import time
 
 __all__ = ["cache_bytes", "children", "cpu_ticks", "parent", "pid_space", "rss_kb",
-           "state", "two_cores"]
+           "spawned", "state", "two_cores"]
 
 
 def _fields(pid):
@@ -63,6 +63,13 @@ def children(ppid):
         if up == ppid and state != "Z":
             out.append((int(pid), cmd))
     return out
+
+
+def spawned(ppid):
+    """The pids of ``ppid``'s live children started by multiprocessing's ``spawn``
+    (hogkit's workers), not its resource tracker."""
+    return [pid for pid, cmd in children(ppid)
+            if "spawn_main" in cmd and "resource_tracker" not in cmd]
 
 
 def parent(pid):

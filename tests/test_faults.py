@@ -16,7 +16,7 @@ import pytest
 from hogkit import WorkerFailed, train
 from hogkit import workloads
 from helpers.faulty import Faulty, poisoned_mf
-from helpers.procs import children
+from hogkit.procfs import spawned
 
 pytestmark = [pytest.mark.process, pytest.mark.faults]
 
@@ -136,8 +136,7 @@ def _start_cli(tmp_path):
     # spawned workers (the resource tracker is a child too).
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        workers = [pid for pid, cmd in children(proc.pid) if "spawn_main" in cmd
-                   and "resource_tracker" not in cmd]
+        workers = spawned(proc.pid)
         segs = [n for n in os.listdir("/dev/shm") if n.startswith(f"hogkit_{proc.pid}_")]
         if len(workers) == 2 and len(segs) == 4:
             time.sleep(0.5)
@@ -246,7 +245,7 @@ def test_a_restarted_compiled_replica_merges_every_step_it_runs():
     def killer():
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            kids = [pid for pid, cmd in children(os.getpid()) if "spawn_main" in cmd]
+            kids = spawned(os.getpid())
             if len(kids) >= 2:
                 time.sleep(3.0)                # both well inside their steps (warm)
                 os.kill(kids[0], signal.SIGKILL)
@@ -330,8 +329,7 @@ def test_a_script_that_does_not_catch_the_interrupt_ends_like_hogkit_run(tmp_pat
     deadline = time.monotonic() + 60
     workers = []
     while time.monotonic() < deadline and proc.poll() is None:
-        workers = [pid for pid, cmd in children(proc.pid) if "spawn_main" in cmd
-                   and "resource_tracker" not in cmd]
+        workers = spawned(proc.pid)
         if len(workers) == 2 and len(_segments_of(proc.pid)) == 4:
             break
         time.sleep(0.1)

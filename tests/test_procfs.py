@@ -1,11 +1,12 @@
 """hogkit.procfs: the pid space the Ray driver's clean-up relies on, against a real
-process, and the doctor's choice of two cores."""
+process, the doctor's choice of two cores, and the spawned children the fault tests
+and the soak kill."""
 
 import os
 import subprocess
 import sys
 
-from hogkit.procfs import _cpu_list, pid_space, two_cores
+from hogkit.procfs import _cpu_list, pid_space, spawned, two_cores
 
 
 def test_a_child_on_this_machine_reports_the_same_pid_space():
@@ -31,3 +32,24 @@ def test_two_cores_picks_cpus_on_different_physical_cores():
             siblings = {got[0]}
         if not usable <= siblings:                  # a core of its own was there
             assert got[1] not in siblings
+
+
+def test_spawned_lists_a_spawn_child_and_not_a_plain_one():
+    import multiprocessing as mp
+    import time
+    ctx = mp.get_context("spawn")
+    child = ctx.Process(target=time.sleep, args=(30,), daemon=True)
+    plain = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    child.start()
+    try:
+        deadline = time.monotonic() + 30
+        while child.pid not in spawned(os.getpid()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        got = spawned(os.getpid())
+        assert child.pid in got and plain.pid not in got
+    finally:
+        child.kill()
+        plain.kill()
+        child.join()
+        plain.wait()
+    assert child.pid not in spawned(os.getpid())
