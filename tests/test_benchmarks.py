@@ -1652,6 +1652,14 @@ def test_session52_peer_check_is_quoted_from_its_json():
     _assert_default_mf_prose(r, text)
 
 
+def test_session57_peer_check_is_quoted_from_its_json():
+    """Session 57's standing mf peer check: its table renders the JSON and the prose's
+    figures are the JSON's."""
+    r, text = _peer_section("peers_session57_default.json",
+                            "### The peers at session 57's end")
+    _assert_default_mf_prose(r, text)
+
+
 def test_session56_peer_check_is_quoted_from_its_json():
     """Session 56's standing mf peer check: its table renders the JSON and the prose's
     figures are the JSON's."""
