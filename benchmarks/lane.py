@@ -1,6 +1,6 @@
 """Scenario ``lane``: the per-sample lane's mf kernel per rating, against the plain loop.
 
-The kernel alone, one thread, no engine around it: ``kernels.mf.mf_lane`` called once
+The kernel alone, one thread, no engine around it: ``kernels.mf``'s lane kernel called once
 on every rating of an ``mf`` preset (seed 0) in stored order, for each rule the lane
 runs (SGD; AdaGrad row-wise, as LIBMF's FPSG, and per coordinate; RMSProp row-wise),
 against ``peers.plain_mf_epoch`` (the plain per-rating SGD loop ``bench peers`` calls
@@ -28,14 +28,17 @@ import numpy as np
 from hogkit import workloads
 from hogkit.procfs import cache_bytes
 from hogkit.benchmarks.peers import plain_mf_epoch
-from hogkit.kernels import rule as _rule
-from hogkit.kernels.mf import mf_lane
+from hogkit.kernels.adaptive import AdaGradCfg, RMSPropCfg
+from hogkit.kernels.mf import mf_lane_adagrad, mf_lane_rmsprop, mf_lane_sgd
+from hogkit.kernels.sgd import SGDCfg
 from hogkit.workloads.mf import PREFETCH_AHEAD
 
 LR = 0.05
-#: the rules of the lane: (name, kind, row-wise)
-RULES = (("sgd", _rule.SGD, False), ("adagrad-rowwise", _rule.ADAGRAD, True),
-         ("adagrad", _rule.ADAGRAD, False), ("rmsprop-rowwise", _rule.RMSPROP, True))
+#: the rules of the lane: (name, lane kernel, its configuration, row-wise)
+RULES = (("sgd", mf_lane_sgd, SGDCfg(LR), False),
+         ("adagrad-rowwise", mf_lane_adagrad, AdaGradCfg(LR, 1e-10, False), True),
+         ("adagrad", mf_lane_adagrad, AdaGradCfg(LR, 1e-10, False), False),
+         ("rmsprop-rowwise", mf_lane_rmsprop, RMSPropCfg(LR, 0.99, 1e-10, False), True))
 ROUNDS = 7
 #: the rules also timed with the prefetch off where the preset turns it on, and on
 #: where it does not
@@ -53,18 +56,16 @@ def _aligned_copy(a):
     return out
 
 
-def _lane_call(arrays, P, Q, kind, rowwise, prefetch):
-    """``f()``: one mf_lane pass over every rating, on fresh copies of P, Q and state,
-    with the prefetch distance ``prefetch``."""
+def _lane_call(arrays, P, Q, lane, cfg, rowwise, prefetch):
+    """``f()``: one pass of the lane kernel ``lane`` under the rule ``cfg`` over every
+    rating, on fresh copies of P, Q and state, with the prefetch distance ``prefetch``."""
     n = len(arrays.r)
     idx = np.arange(n, dtype=np.int64)
     arrays = arrays._replace(prefetch=prefetch)
-    cfg = np.zeros(_rule.NCFG)
-    cfg[_rule.LR], cfg[_rule.EPS], cfg[_rule.ALPHA] = LR, 1e-10, 0.99
     cols = 1 if rowwise else P.shape[1]
 
     def state():
-        if kind == _rule.SGD:
+        if isinstance(cfg, SGDCfg):
             return (P[:0].copy(), Q[:0].copy())
         return (_aligned_copy(np.ones((P.shape[0], cols), P.dtype)),
                 _aligned_copy(np.ones((Q.shape[0], cols), Q.dtype)))
@@ -72,7 +73,7 @@ def _lane_call(arrays, P, Q, kind, rowwise, prefetch):
     def f():
         p, q, s = _aligned_copy(P), _aligned_copy(Q), state()
         t = time.perf_counter()
-        mf_lane(arrays, (p, q), idx, n, kind, cfg, s, True)
+        lane(arrays, (p, q), idx, n, cfg, s, True)
         return time.perf_counter() - t
     return f
 
@@ -92,14 +93,14 @@ def _one(preset, rounds):
         return time.perf_counter() - t
     calls = {"plain": plain}
     ahead = arrays.prefetch
-    for name, kind, rw in RULES:
-        calls[name] = _lane_call(arrays, P, Q, kind, rw, ahead)
+    for name, lane, cfg, rw in RULES:
+        calls[name] = _lane_call(arrays, P, Q, lane, cfg, rw, ahead)
         if name in PREFETCH_AB:                  # what the prefetch does, same run
             if ahead > 0:
-                calls[f"{name}, no prefetch"] = _lane_call(arrays, P, Q, kind, rw, 0)
+                calls[f"{name}, no prefetch"] = _lane_call(arrays, P, Q, lane, cfg, rw, 0)
             else:
                 calls[f"{name}, prefetch {PREFETCH_AHEAD}"] = _lane_call(
-                    arrays, P, Q, kind, rw, PREFETCH_AHEAD)
+                    arrays, P, Q, lane, cfg, rw, PREFETCH_AHEAD)
     for f in calls.values():                      # compile and warm
         f()
     times = {k: [] for k in calls}

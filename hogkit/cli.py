@@ -22,8 +22,8 @@ import textwrap
 import time
 
 from hogkit.errors import InvalidArgument
-from hogkit.parse import (RULES, parse_batch, parse_density, parse_policy, parse_rule,
-                          parse_stragglers)
+from hogkit.parse import (parse_batch, parse_density, parse_policy, parse_rule,
+                          parse_stragglers, rule_names)
 from hogkit.policy import spellings
 from hogkit.state.resume import CHECKPOINT
 from hogkit.state.worker_state import FILE as WORKER_STATE_FILE
@@ -94,7 +94,7 @@ def _add_training_options(p):
                    help="seed of the data, the initial model and the sampling")
     p.add_argument("--policy", default="async",
                    help=f"consistency policy: {spellings()} (default async)")
-    p.add_argument("--rule", default=None, choices=RULES,
+    p.add_argument("--rule", default=None, choices=rule_names(),
                    help="update rule (default: sgd, or the workload's own on the per-sample "
                         "lane where neither --rule nor --lr/--momentum is given: mf's is "
                         "adagrad-rowwise)")

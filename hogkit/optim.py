@@ -10,6 +10,12 @@ rule with hogkit's kernels, in place, to the (shared) parameters::
     opt = hogkit.optim.GapAware(model.parameters(), lr=0.05, momentum=0.9)
     opt = hogkit.optim.Adagrad(model.parameters(), lr=0.1)      # torch.optim's names
     opt = hogkit.optim.RMSprop(model.parameters(), lr=0.01, alpha=0.99)
+    opt = hogkit.optim.Adam(model.parameters(), lr=1e-3, betas=(0.9, 0.999))
+
+Every rule of the rules' registry (``hogkit.rules.base``) is an optimizer here: the
+classes below add torch's argument names where they differ; any other registered rule
+is made on first use, taking its own hyper-parameters as keyword arguments
+(``hogkit.optim.Adam``).
 
 Inside :func:`hogkit.spawn`, ``step()`` is a whole hogkit step after your backward:
 guard (a non-finite gradient is refused, or skipped and counted with
@@ -31,11 +37,13 @@ no profiler runs.
 Sparse gradients (``nn.Embedding(..., sparse=True)``) are applied as sparse rows:
 only the rows in the batch are written (the Hogwild! case).
 
-State: per parameter, the rule's slots as tensors in ``optimizer.state[p]``
-(``"m"`` momentum, ``"v"`` Gap-Aware's second moment, ``"ms"`` DC-ASGD-adaptive's
-mean square, ``"step"`` Gap-Aware's step count, ``"sum"`` AdaGrad's and ``"square_avg"``
-RMSProp's accumulator (torch's names), ``"r"`` a density residual); they are private
-to each worker, like the rule state of ``hogkit.train``.
+State: per parameter, the rule's slots as tensors in ``optimizer.state[p]``, under
+torch's names where the rule gives them (``rule.torch_state``: ``"step"`` the step
+count, ``"sum"`` AdaGrad's and ``"square_avg"`` RMSProp's accumulator, ``"exp_avg"``
+and ``"exp_avg_sq"`` Adam's moments), else its own (``"m"`` momentum, ``"v"``
+Gap-Aware's second moment, ``"ms"`` DC-ASGD-adaptive's mean square, ``"r"`` a density
+residual); they are private to each worker's optimizer, and a rule that counts its
+updates (Adam) counts this worker's.
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ import dataclasses
 import numpy as np
 import torch
 
+from hogkit.rules import base as _base
 from hogkit.rules import core as _rules
 from hogkit.errors import InvalidArgument, InvalidType, NonFiniteGradient
 from hogkit.kernels import step as _ks
@@ -54,11 +63,9 @@ from hogkit.validation import check_choice, grads_finite
 from hogkit.workloads.module import flat_grads
 
 __all__ = ["Optimizer", "SGD", "StalenessAware", "DelayCompensated", "GapAware", "Adagrad",
-           "RMSprop"]
+           "RMSprop", "optimizer_for"]
 
 _FLOATS = (torch.float32, torch.float64)
-#: hogkit's "k" slot is torch's "step" (load_state_dict keeps "step" as it is)
-_TORCH_SLOT = {"k": "step"}
 
 
 class Optimizer(torch.optim.Optimizer):
@@ -71,8 +78,6 @@ class Optimizer(torch.optim.Optimizer):
     :func:`hogkit.spawn`, else a private one)."""
 
     rule_class = None
-    #: hogkit's state slot -> the name in ``self.state[p]`` (torch's, where it has one)
-    torch_slots = _TORCH_SLOT
 
     def __init__(self, params, defaults, *, density=None, nonfinite="raise", worker=None):
         self._rules = {}
@@ -140,7 +145,7 @@ class Optimizer(torch.optim.Optimizer):
         G = lane.grads(self._order) if lane is not None else None
         if G is not None:                      # one compiled call: guard .. record
             r = worker.reader
-            rules = (lane.kinds, lane.cfgs, lane.S1, lane.S2, lane.K)
+            rules = (lane.groups, lane.S1, lane.S2, lane.K, False)   # private state
             finite = _ks.dense_end(lane.params, G, lane.RD, rules, lane.log, lane.slots,
                                    (worker.rank, r.others_read(), r.lag, k, -1)) >= 0
         else:
@@ -168,7 +173,7 @@ class Optimizer(torch.optim.Optimizer):
             if ptrs == self._layout[1] and all(a is b for a, b in
                                                zip(rules, self._rules_now)):
                 return self._pstep
-            layout = tuple((type(r), r.slots) for r in rules)
+            layout = tuple((type(r), r.state) for r in rules)
             if (layout, ptrs) == self._layout:
                 self._pstep.rule.members = [(r, n) for r, (_, n) in
                                             zip(rules, self._pstep.rule.members)]
@@ -200,7 +205,7 @@ class Optimizer(torch.optim.Optimizer):
                                  clocks=self.worker.clocks, params=params,
                                  nonfinite=self.nonfinite)
         self._rules_now = rules
-        self._layout = (tuple((type(r), r.slots) for r in rules),
+        self._layout = (tuple((type(r), r.state) for r in rules),
                         tuple(p.data_ptr() for p in self._order))
         if rule.needs_read and self._read is None:
             self._read = {}
@@ -215,13 +220,16 @@ class Optimizer(torch.optim.Optimizer):
         tensors in ``self.state[p]`` (created, or taken from a loaded state dict)."""
         out = {}
         for rule, names in members:
-            out.update(self._slots(rule.init({n: params[n] for n in names}), params))
+            out.update(self._slots(rule.init({n: params[n] for n in names}), params,
+                                   rule.torch_state))
         return out
 
-    def _slots(self, fresh, params):
+    def _slots(self, fresh, params, torch_names=None):
         """For every ``"<slot>/<name>"`` array of a fresh ``init``: the tensor in
-        ``self.state[p][slot]`` when it exists (loaded or from earlier steps; its
-        values converted to the fresh array's dtype and shape), else the fresh one."""
+        ``self.state[p][slot]`` (named ``torch_names[slot]`` where the rule gives torch's
+        name) when it exists (loaded or from earlier steps; its values converted to the
+        fresh array's dtype and shape), else the fresh one."""
+        torch_names = torch_names or {}
         by_name = {n: p for p, n in self._names.items()}
         out = {}
         for key, arr in fresh.items():
@@ -229,7 +237,7 @@ class Optimizer(torch.optim.Optimizer):
             if slot == "k":                    # a view of the lane's step counts
                 arr = self._K[int(name):int(name) + 1]
             p = by_name[name]
-            tslot = self.torch_slots.get(slot, slot)
+            tslot = torch_names.get(slot, slot)
             st = self.state[p]
             t = st.get(tslot)
             if t is not None:
@@ -326,8 +334,7 @@ class _Lane:
         reader = opt.worker.reader
         if (opt.density is not None or len(dtypes) != 1 or reader.log is None
                 or reader.per_shard
-                or not all(isinstance(getattr(r, "kind", None), (int, np.integer))
-                           for r, _ in rule.members)):
+                or not all(isinstance(r, _base.Rule) for r, _ in rule.members)):
             return None
         return cls(opt, rule, state, params, dtypes.pop())
 
@@ -338,13 +345,13 @@ class _Lane:
         empty = np.empty(0, dtype)
 
         def slot(i, n, which):
-            s = self.rule_of[i].slots[which]
+            s = getattr(self.rule_of[i].state, which)
             return state[f"{s}/{n}"].reshape(-1) if s else empty
 
         self.rule_of = [None] * len(names)
         self.set_rules(rule)
-        self.S1 = tuple(slot(i, n, 0) for i, n in enumerate(names))
-        self.S2 = tuple(slot(i, n, 1) for i, n in enumerate(names))
+        self.S1 = tuple(slot(i, n, "first") for i, n in enumerate(names))
+        self.S2 = tuple(slot(i, n, "second") for i, n in enumerate(names))
         self.K = opt._K
         self.RD = (tuple(opt._read[n].reshape(-1) for n in names)
                    if opt._read is not None else tuple(empty for _ in names))
@@ -352,12 +359,13 @@ class _Lane:
         self.log = opt.worker.reader.log.arrays()
 
     def set_rules(self, groups):
-        """Each parameter's rule kind and hyper-parameters (after a scheduler step)."""
+        """Each param group's rule configuration over its parameters (again after a
+        scheduler step): ``(cfg, first, last + 1)`` a group, for ``dense_end``."""
         for r, names in groups.members:
             for n in names:
                 self.rule_of[int(n)] = r
-        self.kinds = np.array([r.kind for r in self.rule_of], np.int64)
-        self.cfgs = np.stack([r.cfg() for r in self.rule_of])
+        self.groups = tuple((r.kernel_cfg(), lo, lo + len(names))
+                            for (r, names), lo in zip(groups.members, _starts(groups)))
 
     def grads(self, order):
         """The step's gradients, flat, or None when one is missing, sparse or of
@@ -372,14 +380,25 @@ class _Groups:
         self.members = members              # [(rule, [names])]
         self.group_of = {n: i for i, (_, names) in enumerate(members) for n in names}
         self.needs_read = any(r.needs_read for r, _ in members)
+        self.counts_updates = any(r.counts_updates for r, _ in members)
 
-    def apply(self, params, grads, state, *, staleness=0, rank=0):
+    def apply(self, params, grads, state, *, staleness=0, rank=0, t=None):
         parts = [[] for _ in self.members]
         for g in grads:
             parts[self.group_of[g.name]].append(g)
         for (rule, _), part in zip(self.members, parts):
             if part:
-                rule.apply(params, part, state, staleness=staleness, rank=rank)
+                rule.apply(params, part, state, staleness=staleness, rank=rank, t=t)
+
+
+def _starts(groups):
+    """The index of each group's first parameter (parameters are numbered in group
+    order)."""
+    out, n = [], 0
+    for _, names in groups.members:
+        out.append(n)
+        n += len(names)
+    return out
 
 
 class SGD(Optimizer):
@@ -446,7 +465,6 @@ class Adagrad(Optimizer):
     one accumulator per row (LIBMF's FPSG). ``lr_decay`` and ``weight_decay`` only at 0."""
 
     rule_class = _rules.AdaGrad
-    torch_slots = {**_TORCH_SLOT, "s": "sum"}
 
     def __init__(self, params, lr=0.01, lr_decay=0.0, weight_decay=0.0,
                  initial_accumulator_value=0.0, eps=1e-10, *, rowwise=False, **kw):
@@ -463,10 +481,55 @@ class RMSprop(Optimizer):
     ``centered`` only False."""
 
     rule_class = _rules.RMSProp
-    torch_slots = {**_TORCH_SLOT, "s": "square_avg"}
 
     def __init__(self, params, lr=0.01, alpha=0.99, eps=1e-8, weight_decay=0.0,
                  momentum=0.0, centered=False, *, rowwise=False, **kw):
         _refuse("RMSprop", weight_decay=(weight_decay, 0.0), momentum=(momentum, 0.0),
                 centered=(centered, False))
         super().__init__(params, dict(lr=lr, alpha=alpha, eps=eps, rowwise=rowwise), **kw)
+
+
+_MADE = {}
+
+
+def optimizer_for(rule_class):
+    """The optimizer class of a registered rule (``hogkit.rules.base``): the one written
+    here with torch's argument names, else one made from the rule's own
+    hyper-parameters (its dataclass fields and their defaults, as keyword arguments
+    after ``params``), named like the rule; made once, then kept."""
+    for cls in (SGD, StalenessAware, DelayCompensated, GapAware, Adagrad, RMSprop):
+        if cls.rule_class is rule_class:
+            return cls
+    made = _MADE.get(rule_class)
+    if made is None:
+        fields = {f.name: f.default for f in dataclasses.fields(rule_class)}
+
+        def __init__(self, params, *, density=None, nonfinite="raise", worker=None,
+                     **hyper):
+            unknown = sorted(set(hyper) - set(fields))
+            if unknown:
+                raise InvalidArgument(
+                    f"hogkit.optim.{rule_class.__name__}: no argument {unknown[0]!r}; "
+                    f"its hyper-parameters are {', '.join(fields)}")
+            given = {k: hyper.get(k, d) for k, d in fields.items()}
+            missing = [k for k, v in given.items() if v is dataclasses.MISSING]
+            if missing:
+                raise InvalidArgument(f"hogkit.optim.{rule_class.__name__} needs "
+                                      f"{missing[0]}=...")
+            Optimizer.__init__(self, params, given, density=density, nonfinite=nonfinite,
+                               worker=worker)
+
+        made = _MADE[rule_class] = type(rule_class.__name__, (Optimizer,), {
+            "rule_class": rule_class, "__init__": __init__, "__module__": __name__,
+            "__doc__": f"{rule_class.__name__} (:class:`{rule_class.__module__}."
+                       f"{rule_class.__name__}`) as a torch optimizer; its keyword "
+                       f"arguments are the rule's hyper-parameters."})
+    return made
+
+
+def __getattr__(name):
+    """``hogkit.optim.<Rule>`` for every registered rule without a class above."""
+    for cls in _base.classes():
+        if cls.__name__ == name:
+            return optimizer_for(cls)
+    raise AttributeError(f"module 'hogkit.optim' has no attribute {name!r}")

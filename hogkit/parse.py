@@ -9,9 +9,10 @@ function, so ``hogkit run --density topk:0.5``, ``sweep({"density": ["topk:0.5"]
 ===================  ===================================================================
 ``parse_policy``     ``async`` | ``bsp`` | ``ssp:S`` | ``dssp:LO:HI`` |
                      ``local:H[:overlap]`` | ``delay:K`` (the policies' registry)
-``parse_rule``       ``sgd`` | ``staleness-aware`` | ``dc-asgd`` | ``dc-asgd-adaptive`` |
-                     ``gap-aware`` | ``adagrad`` | ``adagrad-rowwise`` | ``rmsprop`` |
-                     ``rmsprop-rowwise`` (with a learning rate and momentum)
+``parse_rule``       ``sgd`` | ``staleness-aware`` | ``dc-asgd[:LAMBDA]`` |
+                     ``dc-asgd-adaptive[:LAMBDA0]`` | ``gap-aware`` | ``adagrad`` |
+                     ``adagrad-rowwise`` | ``rmsprop`` | ``rmsprop-rowwise`` | ``adam``
+                     (the rules' registry), with a learning rate and momentum
 ``parse_density``    a fraction | ``topk:F`` | ``random:F`` | ``every:K``, ``:dropped``
                      appended for no residual
 ``parse_batch``      an int (per worker) | ``fixed[:B]`` |
@@ -36,13 +37,13 @@ from hogkit.engine.delays import Load, Pauses, Slowdown, parse_delays
 from hogkit.errors import InvalidArgument, InvalidType
 from hogkit.p3.propagation import parse_schedule
 from hogkit.policy import from_string
-from hogkit.rules import core as rules
+from hogkit.rules import base as rule_base
 from hogkit.rules.batching import AdaptiveBatch, EpochBalancedBatch, FixedBatch
 from hogkit.rules.density import Density
 from hogkit.validation import check_int
 
 __all__ = ["parse_policy", "parse_rule", "parse_density", "parse_batch", "parse_straggler",
-           "parse_stragglers", "parse_delays", "parse_schedule", "RULES"]
+           "parse_stragglers", "parse_delays", "parse_schedule", "rule_names"]
 
 # --------------------------------------------------------------------------- policy
 
@@ -57,55 +58,24 @@ def parse_policy(text):
 
 # --------------------------------------------------------------------------- rule
 
-#: the update rules by name (``hogkit run --rule``, a sweep's ``rule`` knob)
-RULES = ("sgd", "staleness-aware", "dc-asgd", "dc-asgd-adaptive", "gap-aware", "adagrad",
-         "adagrad-rowwise", "rmsprop", "rmsprop-rowwise")
-_ADAPTIVE = {"adagrad": rules.AdaGrad, "rmsprop": rules.RMSProp}
+def rule_names() -> tuple:
+    """The update rules by name (``hogkit run --rule``, a sweep's ``rule`` knob): every
+    spelling the rules' registry holds (:func:`hogkit.rules.base.names`)."""
+    return rule_base.names()
 
 
 def parse_rule(name, *, lr=None, momentum=0.0, workload=None):
-    """The update rule ``name`` (one of :data:`RULES`) with learning rate ``lr`` (None:
-    ``workload.default_lr``) and ``momentum``; ``adagrad`` / ``rmsprop`` take the
-    defaults of torch's (``-rowwise``: one accumulator per row, as LIBMF's);
-    ``dc-asgd:LAMBDA`` / ``dc-asgd-adaptive:LAMBDA0`` set DC-ASGD's compensation
-    strength (default 0.04 / 2.0, the paper's)."""
+    """The update rule ``name`` (``NAME[:SETTING]``, one of :func:`rule_names`) with
+    learning rate ``lr`` (None: ``workload.default_lr``) and ``momentum``; the rule
+    classes read their own spellings (:func:`hogkit.rules.base.from_string`), e.g.
+    ``adagrad-rowwise`` (one accumulator per row, as LIBMF's) or ``dc-asgd:0.2``
+    (DC-ASGD's compensation strength), so a new rule needs no edit here."""
     if lr is None:
         if workload is None:
             raise InvalidArgument(f"rule {name!r} needs lr=... (or a workload whose "
                                   f"default_lr it takes)")
         lr = workload.default_lr
-    if name == "sgd":
-        return rules.SGD(lr=lr, momentum=momentum)
-    if name == "staleness-aware":
-        return rules.StalenessAware(lr=lr, momentum=momentum)
-    base, _, lam = name.partition(":")
-    if base in ("dc-asgd", "dc-asgd-adaptive"):
-        if momentum:
-            raise InvalidArgument(f"--momentum {momentum} with --rule {name}: DC-ASGD has no "
-                                  f"momentum term; drop --momentum or pick sgd, "
-                                  f"staleness-aware or gap-aware")
-        adaptive = base == "dc-asgd-adaptive"
-        if not lam:
-            return rules.DelayCompensated(lr=lr, adaptive=adaptive)
-        try:
-            value = float(lam)
-        except ValueError:
-            raise InvalidArgument(f"rule {name!r}: {lam!r} is not a number; write "
-                                  f"{base}:LAMBDA, e.g. {base}:0.2 (the "
-                                  f"{'initial ' if adaptive else ''}delay-compensation "
-                                  f"strength)") from None
-        return rules.DelayCompensated(lr=lr, adaptive=adaptive,
-                                      **({"lam0": value} if adaptive else {"lam": value}))
-    if name == "gap-aware":
-        return rules.GapAware(lr=lr, momentum=momentum)
-    base = name[:-len("-rowwise")] if name.endswith("-rowwise") else name
-    if base in _ADAPTIVE and name in RULES:
-        if momentum:
-            raise InvalidArgument(f"--momentum {momentum} with --rule {name}: hogkit's "
-                                  f"{base} has no momentum term; drop --momentum, or pick "
-                                  f"sgd, staleness-aware or gap-aware for momentum")
-        return _ADAPTIVE[base](lr=lr, rowwise=name != base)
-    raise InvalidArgument(f"unknown rule {name!r}; expected one of {', '.join(RULES)}")
+    return rule_base.from_string(name, lr=lr, momentum=momentum)
 
 
 # --------------------------------------------------------------------------- density

@@ -33,7 +33,9 @@ nobody but its caller (``hogkit.rules.core``, ``hogkit.rules.density``, ``hogkit
 - ``probe``: ``line_pingpong``, a cache line passed between two threads (the time a
   hand-over between two cores takes: ``hogkit doctor``);
 - ``_intrinsics``: ``prefetch``, ``sqrt``, ``uint_bits``, ``monotonic_ns``, ``cas``,
-  ``load_acquire``, ``store_release``.
+  ``load_acquire``, ``store_release``;
+- ``_aliases``: a repair of numba's alias analysis (an array unpacked from a tuple
+  argument is the argument's), registered on import, before any kernel compiles.
 
 **Caches.** numba validates a cached function against its own source file only, but
 the step core and the event loop inline kernels from the other modules. So that an edit
@@ -45,6 +47,8 @@ newest kernel source
 
 import glob
 import os
+
+from . import _aliases  # noqa: F401  (registers the repair before anything compiles)
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 

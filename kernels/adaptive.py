@@ -43,13 +43,16 @@ validates shapes, dtypes and row ranges first (numba does no bounds checking). H
 races as in ``sparse.py``: deterministic with one writer. Square roots use the
 ``llvm.sqrt`` intrinsic so the loops vectorise (``_intrinsics.py``).
 
-``FASTMATH`` (the step core's arithmetic flags, ``_intrinsics.py``'s) is re-exported
-from here by ``kernels.rule`` (which imports this module).
+``AdaGradCfg`` and ``RMSPropCfg`` register the two as rules of ``rule.py``'s contract
+(``stale``: the gradient is divided by ``max(tau, 1)`` first).
 """
+
+from typing import NamedTuple
 
 from numba import njit
 
 from ._intrinsics import FASTMATH, prefetch_row, sqrt
+from .rule import register
 from .sparse import prefetched
 
 _AHEAD = 8               # rows prefetched ahead: two tables per entry, as momentum_rows
@@ -162,3 +165,51 @@ def rmsprop_rows(W, S, rows, G, lr, alpha, eps, gscale=1.0, n=-1):
 def rmsprop_flat(w, s, g, lr, alpha, eps, gscale=1.0):
     """RMSProp on a flat buffer; ``s`` as in :func:`adagrad_flat`."""
     _flat(w, s, g, lr, alpha, 1.0 - alpha, eps, gscale)
+
+
+# --- the rules (rule.py's contract) --------------------------------------------------
+
+class AdaGradCfg(NamedTuple):
+    """AdaGrad: ``eps``; ``stale`` divides the gradient by ``max(tau, 1)`` first
+    (``S1`` the accumulator, per coordinate or ``(rows, 1)`` row-wise)."""
+    lr: float
+    eps: float
+    stale: bool
+
+
+class RMSPropCfg(NamedTuple):
+    """RMSProp: decay ``alpha``, ``eps``, ``stale`` as :class:`AdaGradCfg`'s."""
+    lr: float
+    alpha: float
+    eps: float
+    stale: bool
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _gscale(c, tau):
+    """The gradient scale: ``1 / max(tau, 1)`` when ``c.stale``, else 1.0 (exact)."""
+    return 1.0 / max(tau, 1) if c.stale else 1.0
+
+
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
+def adagrad_rows_rule(c, W, S1, S2, K, ki, rows, G, R, n, tau, fresh, t):
+    adagrad_rows(W, S1, rows, G, c.lr, c.eps, _gscale(c, tau), n)
+
+
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
+def adagrad_flat_rule(c, w, s1, s2, K, ki, g, read, tau, t):
+    adagrad_flat(w, s1, g, c.lr, c.eps, _gscale(c, tau))
+
+
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
+def rmsprop_rows_rule(c, W, S1, S2, K, ki, rows, G, R, n, tau, fresh, t):
+    rmsprop_rows(W, S1, rows, G, c.lr, c.alpha, c.eps, _gscale(c, tau), n)
+
+
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
+def rmsprop_flat_rule(c, w, s1, s2, K, ki, g, read, tau, t):
+    rmsprop_flat(w, s1, g, c.lr, c.alpha, c.eps, _gscale(c, tau))
+
+
+register(AdaGradCfg, rows=adagrad_rows_rule, flat=adagrad_flat_rule)
+register(RMSPropCfg, rows=rmsprop_rows_rule, flat=rmsprop_flat_rule)

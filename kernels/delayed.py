@@ -54,6 +54,8 @@ Reassociation may reorder the rules' products; DC-ASGD's fresh read is kept exac
 a select (:func:`_dc_step`).
 """
 
+from typing import NamedTuple
+
 import numpy as np
 from numba import njit
 
@@ -64,6 +66,7 @@ from .gapvec import gaps as _vec_gaps
 from .gapvec import undamped as _vec_undamped
 from ._intrinsics import FASTMATH, prefetch, prefetch_row, sqrt
 from .dense import momentum_flat, sgd_flat
+from .rule import register
 from .sparse import momentum_rows, prefetched, sgd_rows
 
 _AHEAD = 16              # constant DC-ASGD rows prefetch this many batch entries ahead
@@ -439,3 +442,127 @@ def gap_aware_gap_rows(W, M, V, rows, G, D, lr, mu, gamma, lr_max, k, n):
                     gi = G[i, j]
                     V[r, j] = gm * V[r, j] + g1 * (gi * gi)
                     W[r, j] -= a * gi
+
+
+# --- the rules (rule.py's contract) --------------------------------------------------
+
+class StalenessCfg(NamedTuple):
+    """Staleness-aware SGD: ``lr / max(tau, 1)``, with heavy-ball momentum ``mu``
+    (0: none) damping the gradient on its way into the buffer ``S1``."""
+    lr: float
+    mu: float
+
+
+class DCCfg(NamedTuple):
+    """Constant DC-ASGD: compensation strength ``lam``."""
+    lr: float
+    lam: float
+
+
+class DCAdaptiveCfg(NamedTuple):
+    """Adaptive DC-ASGD: ``lam0``, the mean square's rate ``m`` and ``eps`` (``S1``
+    the mean square)."""
+    lr: float
+    lam0: float
+    m: float
+    eps: float
+
+
+class GapAwareCfg(NamedTuple):
+    """Gap-Aware: momentum ``mu`` (0: none), the second moment's decay ``gamma`` and
+    the gap's unit ``lr_max`` (``S1`` the second moment, ``S2`` the momentum buffer,
+    ``K[ki]`` the parameter's step count)."""
+    lr: float
+    mu: float
+    gamma: float
+    lr_max: float
+
+
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
+def staleness_rows_rule(c, W, S1, S2, K, ki, rows, G, R, n, tau, fresh, t):
+    n = _count(rows, n)
+    if c.mu != 0.0:
+        staleness_aware_momentum_rows(W, S1, rows, G, c.lr, c.mu, tau, n)
+    else:
+        staleness_aware_rows(W, rows, G, c.lr, tau, n)
+
+
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
+def staleness_flat_rule(c, w, s1, s2, K, ki, g, read, tau, t):
+    if c.mu != 0.0:
+        staleness_aware_momentum_flat(w, s1, g, c.lr, c.mu, tau)
+    else:
+        staleness_aware_flat(w, g, c.lr, tau)
+
+
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
+def dc_rows_rule(c, W, S1, S2, K, ki, rows, G, R, n, tau, fresh, t):
+    """Constant DC-ASGD on rows: the read copies ``R`` become the gaps in place, then
+    the update pass; on a ``fresh`` step (no gap) SGD's row kernel, ``a·g``."""
+    n = _count(rows, n)
+    if fresh:
+        sgd_rows(W, rows, G, c.lr, n)
+    else:
+        gaps_into(W, rows, R, n)
+        dc_gap_rows(W, rows, G, R, c.lr, c.lam, n)
+
+
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
+def dc_flat_rule(c, w, s1, s2, K, ki, g, read, tau, t):
+    dc_flat(w, g, read, c.lr, c.lam)
+
+
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
+def dc_adaptive_rows_rule(c, W, S1, S2, K, ki, rows, G, R, n, tau, fresh, t):
+    """Adaptive DC-ASGD on rows; a ``fresh`` step takes :func:`undamped_rows` (no gap
+    row written, read or checked)."""
+    n = _count(rows, n)
+    if fresh:
+        undamped_rows(W, S1, rows, G, c.lr, c.m, n)
+    else:
+        gaps_into(W, rows, R, n)
+        dc_adaptive_gap_rows(W, S1, rows, G, R, c.lr, c.lam0, c.m, c.eps, n)
+
+
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
+def dc_adaptive_flat_rule(c, w, s1, s2, K, ki, g, read, tau, t):
+    dc_adaptive_flat(w, s1, g, read, c.lr, c.lam0, c.m, c.eps)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _gaps(W, rows, R, n, fresh):
+    """The read copies ``R[:n]`` become the gaps: zeros when ``fresh`` (nothing else
+    wrote since the read, by the caller's clock), else ``W[rows] - R`` (measured).
+    Only Gap-Aware with momentum zeroes them (its fresh step still takes its update
+    pass); the other rules' fresh steps read no gaps at all."""
+    if fresh:
+        for i in range(n):
+            for j in range(R.shape[1]):
+                R[i, j] = 0
+    else:
+        gaps_into(W, rows, R, n)
+
+
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
+def gap_aware_rows_rule(c, W, S1, S2, K, ki, rows, G, R, n, tau, fresh, t):
+    """Gap-Aware on rows, step ``K[ki] + 1``; a ``fresh`` step without momentum takes
+    :func:`undamped_rows`."""
+    n = _count(rows, n)
+    K[ki] += 1
+    if fresh and c.mu == 0.0:
+        undamped_rows(W, S1, rows, G, c.lr, c.gamma, n)
+    else:
+        _gaps(W, rows, R, n, fresh)
+        gap_aware_gap_rows(W, S2, S1, rows, G, R, c.lr, c.mu, c.gamma, c.lr_max, K[ki], n)
+
+
+@njit(cache=True, nogil=True, fastmath=FASTMATH)
+def gap_aware_flat_rule(c, w, s1, s2, K, ki, g, read, tau, t):
+    K[ki] += 1
+    gap_aware_flat(w, s2, s1, g, read, c.lr, c.mu, c.gamma, c.lr_max, K[ki])
+
+
+register(StalenessCfg, rows=staleness_rows_rule, flat=staleness_flat_rule)
+register(DCCfg, rows=dc_rows_rule, flat=dc_flat_rule)
+register(DCAdaptiveCfg, rows=dc_adaptive_rows_rule, flat=dc_adaptive_flat_rule)
+register(GapAwareCfg, rows=gap_aware_rows_rule, flat=gap_aware_flat_rule)

@@ -7,8 +7,66 @@ who reads it. The clock's own layouts (the slot matrix ``SLOT`` columns, the pol
 encoded row ``P_*`` and a worker's admission state ``A_*``) stay in ``clock.py``: they
 belong to the admission state machine that reads them, and the policy room encodes them.
 
-Plain integers only: nothing here compiles, so importing the layout loads no numba.
+The argument groups the drivers hand the compiled code are named here too
+(:class:`RuleArgs`, :class:`DensityCfg`, :class:`DensityArgs`, :class:`Bufs`): numba
+types a ``NamedTuple`` like a tuple (unpacking one costs nothing), and a reader of a
+driver sees names, not slot numbers. Plain integers and classes only: nothing here
+compiles, so importing the layout loads no numba.
 """
+
+from typing import NamedTuple
+
+import numpy as np
+
+
+class RuleArgs(NamedTuple):
+    """A step's rule as the compiled code takes it (``hogkit.engine.step.encode_rule``):
+    its configuration (``kernels.rule``: the class picks the kernels), per parameter its
+    first and second state arrays (empty where unused), the parameters' step counts;
+    ``clock``: the engine's update clock counts every writer of the parameters, so a
+    step whose gap is 0 is *fresh* (``step.apply_update``); ``shared``: the state is
+    every worker's, so the rule's update count ``t`` counts every worker's updates
+    (else the worker's own)."""
+    cfg: tuple
+    S1: tuple
+    S2: tuple
+    K: np.ndarray
+    clock: bool
+    shared: bool
+
+
+class DensityCfg(NamedTuple):
+    """Update density's settings (``kernels.density``): the filter, the fraction kept,
+    the threshold, keep a residual, apply every k-th step, the random masks' seed."""
+    how: int
+    fraction: float
+    threshold: float
+    residual: bool
+    every: int
+    seed: int
+
+
+class DensityArgs(NamedTuple):
+    """Update density as the compiled code takes it: its settings (scalars only: the
+    step loop unpacks them once), per parameter the residual rows, and the mask
+    buffer."""
+    cfg: DensityCfg
+    D: tuple
+    mask: np.ndarray
+
+
+class Bufs(NamedTuple):
+    """A worker's step buffers (``hogkit.workloads.base.KernelCtx.bufs``): per parameter
+    the gradient rows ``G`` (views of the flat ``GF``), their row indices ``R``, the
+    read copies ``RD``, the rows filled ``cnt``; the sample ids ``idx``; the
+    workload's fused-SGD ``scratch``."""
+    G: tuple
+    R: tuple
+    RD: tuple
+    cnt: np.ndarray
+    idx: np.ndarray
+    GF: tuple
+    scratch: tuple
 
 # --- the live step core (step.run_steps) -------------------------------------------------
 
@@ -61,6 +119,40 @@ NIO = 8
 PACE_NONE, PACE_SLOWDOWN, PACE_PAUSES, PACE_LOAD = 0, 1, 2, 3
 
 # --- the simulator's event loop (sim.run_events) ------------------------------------------
+
+class FusedStep(NamedTuple):
+    """The fused engine's step, for ``sim.run_events`` (None: the Python engine hands
+    each half back): the workload's arrays, the workers' generators (a typed list, or
+    None when the sampler draws nothing) and cursors, the parameters, the per-worker
+    stacks of the step buffers, the rule's configuration, the per-worker stacks of its
+    state ``(S1, S2, K)`` (stacks of one: one state for every worker), density's
+    settings, the per-worker stacks of its residuals and the mask buffer."""
+    wl: tuple
+    rngs: object
+    cursors: np.ndarray
+    params: tuple
+    wbufs: tuple
+    rule: tuple
+    wrule: tuple
+    dens: tuple
+    wdens: tuple
+    mask: np.ndarray
+
+
+class EventLoop(NamedTuple):
+    """The event loop's own state, for ``sim.run_events`` (both engines): the clock
+    slots, the staleness log's arrays, the step times ``(base, pause, speed, amp,
+    period)``, the per-worker state ``ist``/``fst``, the globals ``gi``, the loop's
+    ``cfg`` and the policy ``(encoded row, DSSP grants)``."""
+    slots: np.ndarray
+    log: tuple
+    times: tuple
+    ist: np.ndarray
+    fst: np.ndarray
+    gi: np.ndarray
+    cfg: np.ndarray
+    policy: tuple
+
 
 #: event kinds of ``ist[w, I_KIND]``: ``(time, kind, seq)`` orders events, so a FINISH at
 #: t comes before a START at t (updates that finish at t are visible to reads at t).

@@ -22,7 +22,7 @@ from numba import njit
 from . import step as _step
 from ._intrinsics import cas, sched_yield
 from .mf import _FM, _FM_LANE, sweep_sample
-from .rule import SGD as _SGD
+from .sgd import SGDCfg
 
 
 @njit(cache=True, nogil=True, fastmath=_FM)
@@ -193,14 +193,14 @@ def logreg_sgd(wl, params, idx, nb, lr, G, R, RD, cnt, scratch):
 
 
 @njit(cache=True, nogil=True, fastmath=_FM_LANE)
-def logreg_lane(wl, params, idx, nb, kind, rcfg, S1, skip):
+def logreg_lane(wl, params, idx, nb, c, S1, skip):
     """The per-sample lane of logistic regression (the step core protocol's ``lane``):
     for b < nb in order, sample s = idx[b] updates its features at once, from the
     weights as they are now (Hogwild!, Niu et al. 2011, section 5):
 
         d = sigma(w · x_s) - y_s;   w[f] -= lr·(d·x_sf + reg·w[f])   for f in x_s
 
-    Plain SGD only; ``rcfg[0]`` is the lr of one sample (the core divides a batch-mean
+    Plain SGD only (registered for ``SGDCfg``); ``c.lr`` is the lr of one sample (the core divides a batch-mean
     workload's lr by the batch). A sample whose margin is not finite is left out,
     nothing of it written (with ``skip`` False the call stops there). Returns the
     samples left out.
@@ -209,11 +209,11 @@ def logreg_lane(wl, params, idx, nb, kind, rcfg, S1, skip):
     reads and writes its weights holding the whole model's lock, or its features'
     locks; the arithmetic is the same, so one worker gets the same bits either way."""
     if wl.locks.shape[0] > 0:
-        return _locked_lane(wl, params[0], idx, nb, rcfg[0], skip)
+        return _locked_lane(wl, params[0], idx, nb, c.lr, skip)
     w = params[0]
     indptr, indices, values, y, reg = wl.indptr, wl.indices, wl.values, wl.y, wl.reg
     T = w.dtype.type
-    a = rcfg[0]
+    a = c.lr
     bad = 0
     for b in range(nb):
         s = idx[b]
@@ -289,4 +289,4 @@ def csr_matvec(indptr, indices, values, w, out):
 
 
 _step.register(LogRegArrays, sample_kernel=logreg_sample, gradient_kernel=logreg_gradient,
-               sgd_kernel=logreg_sgd, lane_kernel=logreg_lane, lane_kinds=(_SGD,), cache=True)
+               sgd_kernel=logreg_sgd, lane_kernels={SGDCfg: logreg_lane}, cache=True)

@@ -26,12 +26,9 @@ from ._intrinsics import prefetch, sqrt
 from .blocks import block_sample
 from .rowvec import (fits, grad_fits, grad_rows, rowwise_span, rowwise_span_pf, sgd_span,
                      sgd_span_pf, sgd_span_pf_plain, sgd_span_plain)
-from .rule import ADAGRAD as _ADAGRAD
-from .rule import EPS as _EPS
+from .adaptive import AdaGradCfg, RMSPropCfg
 from .rule import FASTMATH as _FM   # the step core's flags: the same numbers both ways
-from .rule import GAMMA as _GAMMA
-from .rule import RMSPROP as _RMSPROP
-from .rule import SGD as _SGD
+from .sgd import SGDCfg
 
 
 _NO_BLOCKS = np.zeros(0, np.int64)
@@ -315,40 +312,6 @@ def _pred_norms(P, Q, uu, ii):
     return pred, pp, qq
 
 
-@njit(cache=True, nogil=True, fastmath=_FM_LANE, inline="always")
-def mf_lane(wl, params, idx, nb, kind, rcfg, S1, skip):
-    """The per-sample lane of matrix factorisation (the step core protocol's ``lane``):
-    for b < nb in order, rating t = idx[b] updates its two factor rows at once, from
-    their values now (Hogwild!, Niu et al. 2011; LIBMF's inner loop), with
-    ``e = p·q - r``, ``g_p = e·q + reg·p``, ``g_q = e·p + reg·q`` (both from the rows as
-    read):
-
-    - SGD (``kind`` 0): ``p -= lr·g_p``, ``q -= lr·g_q``;
-    - AdaGrad / RMSProp (``kernels.adaptive``, state ``S1 = (S_P, S_Q)``): per
-      coordinate, in the order of operations of ``adaptive.adaptive_row``; or row-wise
-      (a state of one column: LIBMF's per-row step), the mean square of a row's
-      gradient formed from the norms the dot product's pass also sums,
-      ``|g_p|² = e²|q|² + 2·e·reg·(p·q) + reg²|p|²`` (the same value up to rounding,
-      without a pass of its own).
-
-    The guard is per rating and costs one compare: a rating whose error is not finite
-    or exceeds ``LANE_LIMIT / max(lr, 1)`` is left out (nothing of it written, counted
-    in the return value); with ``skip`` False the call stops there. Returns the ratings
-    left out.
-
-    Inlined where it is called, with :func:`_lane_runs`: the step core then calls the
-    span kernels (compiled under their own flags) directly. Each call level it saves
-    passed ~10 arrays (the data, the factors, the state), whose reference counts cost
-    the core ~0.5 ns a rating at 256 ratings a step."""
-    P = params[0]
-    T = P.dtype.type
-    lim = T((LANE_LIMIT32 if P.itemsize == 4 else LANE_LIMIT64) / max(rcfg[0], 1.0))
-    decay = T(1.0) if kind != _RMSPROP else T(rcfg[_GAMMA])
-    fresh = T(1.0) if kind != _RMSPROP else T(1.0) - decay
-    return _lane_runs(wl, P, params[1], S1[0], S1[1], idx, nb, kind, T(rcfg[0]), decay,
-                      fresh, T(rcfg[_EPS]), lim, skip)
-
-
 @njit(cache=True, nogil=True, inline="always")
 def _run_length(idx, b, nb):
     """How many of ``idx[b:nb]`` are consecutive ids from ``idx[b]`` (at least 1): one
@@ -367,22 +330,14 @@ def _run_length(idx, b, nb):
 
 
 @njit(cache=True, nogil=True, fastmath=_FM_LANE, inline="always")
-def _lane_runs(wl, P, Q, SP, SQ, idx, nb, kind, a, decay, fresh, eps, lim, skip):
-    """The batch ``idx[:nb]`` cut into runs of consecutive rating ids (a sweep's batch is
-    one run, or two where it wraps; a block-order batch one per block it reads), each
-    run applied by a span kernel that reads rating ``t0 + b`` by position: no index
-    load, and an unsigned index needs no sign check (together ~10 % of the plain loop's
-    time). With ``wl.prefetch`` > 0 a span also prefetches the rows of the rating that
-    many places ahead in storage, past the run's end while inside the data (the next
-    batch goes on from there). Returns the ratings left out by the guard."""
-    if kind == _SGD:
-        return _sgd_runs(wl, P, Q, idx, nb, a, lim, skip)
-    return _adaptive_runs(wl, P, Q, SP, SQ, idx, nb, a, decay, fresh, eps, lim, skip)
-
-
-@njit(cache=True, nogil=True, fastmath=_FM_LANE, inline="always")
 def _sgd_runs(wl, P, Q, idx, nb, a, lim, skip):
-    """:func:`_lane_runs` for SGD: only SGD's spans are compiled where it is inlined."""
+    """SGD's per-sample lane on the batch ``idx[:nb]``, cut into runs of consecutive
+    rating ids (a sweep's batch is one run, or two where it wraps; a block-order batch
+    one per block it reads), each run applied by a span kernel that reads rating ``t0 +
+    b`` by position: no index load, and an unsigned index needs no sign check. With
+    ``wl.prefetch`` > 0 a span also prefetches the rows of the rating that many places
+    ahead in storage, past the run's end while inside the data (the next batch goes on
+    from there). Returns the ratings left out by the guard."""
     n = wl.r.shape[0]
     T = P.dtype.type
     reg = T(wl.reg)
@@ -422,7 +377,7 @@ def _sgd_runs(wl, P, Q, idx, nb, a, lim, skip):
 
 @njit(cache=True, nogil=True, fastmath=_FM_LANE, inline="always")
 def _adaptive_runs(wl, P, Q, SP, SQ, idx, nb, a, decay, fresh, eps, lim, skip):
-    """:func:`_lane_runs` for AdaGrad and RMSProp (only their spans compiled)."""
+    """:func:`_sgd_runs` for AdaGrad and RMSProp (only their spans compiled)."""
     n = wl.r.shape[0]
     T = P.dtype.type
     reg = T(wl.reg)
@@ -454,25 +409,50 @@ def _adaptive_runs(wl, P, Q, SP, SQ, idx, nb, a, decay, fresh, eps, lim, skip):
 
 
 @njit(cache=True, nogil=True, fastmath=_FM_LANE, inline="always")
-def mf_lane_sgd(wl, params, idx, nb, kind, rcfg, S1, skip):
-    """:func:`mf_lane` for SGD alone (``kind`` 0), registered for that kind: a run on
-    SGD compiles none of the adaptive rules' kernels (a cold start's seconds)."""
+def mf_lane_sgd(wl, params, idx, nb, c, S1, skip):
+    """The per-sample lane of matrix factorisation (the step core protocol's ``lane``)
+    under SGD: for b < nb in order, rating t = idx[b] updates its two factor rows at
+    once, from their values now (Hogwild!, Niu et al. 2011; LIBMF's inner loop), with
+    ``e = p·q - r``, ``g_p = e·q + reg·p``, ``g_q = e·p + reg·q`` (both from the rows as
+    read): ``p -= lr·g_p``, ``q -= lr·g_q``.
+
+    The guard is per rating and costs one compare: a rating whose error is not finite
+    or exceeds ``LANE_LIMIT / max(lr, 1)`` is left out (nothing of it written, counted
+    in the return value); with ``skip`` False the call stops there. Returns the ratings
+    left out. One kernel a rule (registered per configuration class): a run on SGD
+    compiles none of the adaptive rules' spans. Inlined where it is called: the step
+    core then calls the span kernels (compiled under their own flags) directly, and
+    does not pay a call level's reference counts of the data, factors and state."""
     P = params[0]
     T = P.dtype.type
-    lim = T((LANE_LIMIT32 if P.itemsize == 4 else LANE_LIMIT64) / max(rcfg[0], 1.0))
-    return _sgd_runs(wl, P, params[1], idx, nb, T(rcfg[0]), lim, skip)
+    lim = T((LANE_LIMIT32 if P.itemsize == 4 else LANE_LIMIT64) / max(c.lr, 1.0))
+    return _sgd_runs(wl, P, params[1], idx, nb, T(c.lr), lim, skip)
 
 
 @njit(cache=True, nogil=True, fastmath=_FM_LANE, inline="always")
-def mf_lane_adaptive(wl, params, idx, nb, kind, rcfg, S1, skip):
-    """:func:`mf_lane` for AdaGrad and RMSProp alone (none of SGD's spans compiled)."""
+def mf_lane_adagrad(wl, params, idx, nb, c, S1, skip):
+    """:func:`mf_lane_sgd` under AdaGrad (``kernels.adaptive``, state ``S1 = (S_P,
+    S_Q)``): per coordinate, in the order of operations of ``adaptive.adaptive_row``; or
+    row-wise (a state of one column: LIBMF's per-row step), the mean square of a row's
+    gradient formed from the norms the dot product's pass also sums,
+    ``|g_p|² = e²|q|² + 2·e·reg·(p·q) + reg²|p|²`` (the same value up to rounding,
+    without a pass of its own)."""
     P = params[0]
     T = P.dtype.type
-    lim = T((LANE_LIMIT32 if P.itemsize == 4 else LANE_LIMIT64) / max(rcfg[0], 1.0))
-    decay = T(1.0) if kind != _RMSPROP else T(rcfg[_GAMMA])
-    fresh = T(1.0) if kind != _RMSPROP else T(1.0) - decay
-    return _adaptive_runs(wl, P, params[1], S1[0], S1[1], idx, nb, T(rcfg[0]), decay,
-                          fresh, T(rcfg[_EPS]), lim, skip)
+    lim = T((LANE_LIMIT32 if P.itemsize == 4 else LANE_LIMIT64) / max(c.lr, 1.0))
+    return _adaptive_runs(wl, P, params[1], S1[0], S1[1], idx, nb, T(c.lr), T(1.0),
+                          T(1.0), T(c.eps), lim, skip)
+
+
+@njit(cache=True, nogil=True, fastmath=_FM_LANE, inline="always")
+def mf_lane_rmsprop(wl, params, idx, nb, c, S1, skip):
+    """:func:`mf_lane_adagrad` under RMSProp (the accumulator decays by ``alpha``)."""
+    P = params[0]
+    T = P.dtype.type
+    lim = T((LANE_LIMIT32 if P.itemsize == 4 else LANE_LIMIT64) / max(c.lr, 1.0))
+    decay = T(c.alpha)
+    return _adaptive_runs(wl, P, params[1], S1[0], S1[1], idx, nb, T(c.lr), decay,
+                          T(1.0) - decay, T(c.eps), lim, skip)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -563,8 +543,8 @@ def _adaptive_span_pf(P, Q, SP, SQ, u, i, r, t0, m, ahead, pf_end, a, reg, decay
 @njit(cache=True, nogil=True, fastmath=_FM_LANE, inline="always")
 def _adaptive_body(P, Q, SP, SQ, u, i, r, t0, m, ahead, pf_end, a, reg, decay, fresh, eps,
                    lim, skip, prefetching):
-    """Per-rating AdaGrad / RMSProp (see :func:`mf_lane`) on the ratings of a span, as
-    :func:`_sgd_body`; the states' rows are prefetched with the factors'."""
+    """Per-rating AdaGrad / RMSProp (see :func:`mf_lane_adagrad`) on the ratings of a
+    span, as :func:`_sgd_body`; the states' rows are prefetched with the factors'."""
     T = P.dtype.type
     K = P.shape[1]
     rowwise = SP.shape[1] != K
@@ -664,5 +644,5 @@ def mf_predict(U, V, u, i, out):
 
 _step.register(MFArrays, sample_kernel=mf_sample, gradient_kernel=mf_gradient,
                sgd_kernel=mf_sgd, cache=True, checks_finite=True,
-               lane_kernel={_SGD: mf_lane_sgd, _ADAGRAD: mf_lane_adaptive,
-                            _RMSPROP: mf_lane_adaptive})
+               lane_kernels={SGDCfg: mf_lane_sgd, AdaGradCfg: mf_lane_adagrad,
+                             RMSPropCfg: mf_lane_rmsprop})

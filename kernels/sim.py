@@ -1,8 +1,8 @@
 """The simulator's event loop in virtual time, around the step's two halves.
 
 ``hogkit.engine.simulator`` owns the semantics (its module docstring). One loop serves both
-engines: with a compiled workload (``wl`` an arrays NamedTuple) it runs the step core's
-:func:`step.begin` / :func:`step.end` itself (the *fused* engine); with ``wl=None``
+engines: given a compiled workload's step (``layout.FusedStep``) it runs the step core's
+:func:`step.begin` / :func:`step.end` itself (the *fused* engine); given ``None``
 numba prunes those calls and the loop hands each step half back to Python
 (``R_BEGIN`` / ``R_END``), which runs the reference step (the *Python* engine, for any
 workload and for local SGD). Scheduling, admission, DSSP grants, wake-ups, step times
@@ -246,32 +246,45 @@ def _count(gh, lh, stats, ring, ist, gi, w, k, gap, t):
         record_event(gh, lh, stats, ring, w, k, gap, ist[w, I_LAG], vt_ns(t), 1)
 
 
-def _run_events(wl, rngs, cursors, params, wbufs, rule, wrule, dens, wdens, mask, slots,
-                log, times, ist, fst, gi, cfg, policy):
+def rng_of(rngs, w):
+    """Worker ``w``'s generator: ``rngs[w]``, or None when ``rngs`` is None (the
+    sampler draws nothing). An overload when compiled (the branch is decided by the
+    type); this body interpreted."""
+    return None if rngs is None else rngs[w]
+
+
+@overload(rng_of, inline="always")
+def _rng_of_jit(rngs, w):
+    if isinstance(rngs, types.NoneType):
+        return lambda rngs, w: None
+    return lambda rngs, w: rngs[w]
+
+
+def _run_events(step, loop):
     """Run the event loop until it is done or must return to Python; returns a code.
 
-    ``rule`` = ``(kind, rcfg)``, ``pick(wrule, w)`` = worker w's ``(S1, S2, K)`` (stacks
-    of one: every worker's, ``rule_state="shared"``);
-    ``dens`` = ``(how, fraction, threshold, residual, every, seed)``, ``pick(wdens, w)``
-    its residuals; ``pick(wbufs, w)`` its step buffers (:func:`pick`: per-worker stacks,
-    not typed lists); ``rngs[w]`` its generator (None: the sampler draws
-    nothing), ``cursors[w]`` its cursor (all may be None when ``wl`` is None).
-    ``times`` = (base (W, C), pause (W, C), speed, amp, period (W,)): worker w's step k
-    uses slot k % C, valid while ``ist[w, I_STARTED] < ist[w, I_FILLED]``. ``policy`` =
-    ``(pol, grants)``: the encoded row and the DSSP grants (``clock.admit``).
+    ``step``: the fused engine's :class:`~.layout.FusedStep` (None: the Python engine):
+    ``pick(step.wbufs, w)`` is worker w's step buffers (:func:`pick`: per-worker
+    stacks, not typed lists), ``pick(step.wrule, w)`` its rule state ``(S1, S2, K)``
+    (stacks of one: every worker's, ``rule_state="shared"``), ``pick(step.wdens, w)``
+    its residuals, ``rng_of(step.rngs, w)`` its generator, ``step.cursors[w]`` its
+    cursor. ``loop``: the :class:`~.layout.EventLoop`; its ``times`` = (base (W, C),
+    pause (W, C), speed, amp, period (W,)): worker w's step k uses slot k % C, valid
+    while ``ist[w, I_STARTED] < ist[w, I_FILLED]``; its ``policy`` = ``(pol, grants)``:
+    the encoded row and the DSSP grants (``clock.admit``).
 
     Codes (``gi[G_WHO]`` names the worker): R_DONE (no events left), R_EVAL_T (the next
     event is at or past ``cfg[C_EVAL_T]``; not consumed), R_EVAL_U (a finish brought
     the update count to ``cfg[C_EVAL_U]``), R_REFILL (the worker needs its next C step
     times; not consumed), R_NONFINITE (a non-finite gradient and ``cfg[C_SKIP] == 0``;
-    not consumed); with ``wl=None`` also R_BEGIN (compute its step now, set ``ist[w,
+    not consumed); with ``step=None`` also R_BEGIN (compute its step now, set ``ist[w,
     I_BAD]``), R_END (apply it now; count it in ``gi[G_TOTAL]`` and ``ist[w, I_HELD]``)
     and R_RETIRE (DONE by the time budget: merge what is pending). It resumes where it
     returned.
     """
+    slots, log, times, ist, fst, gi, cfg, policy = loop
     base, pause, speed, amp, period = times
     gh, lh, stats, ring = log
-    kind, rcfg = rule
     pol, grants = policy
     C = base.shape[1]
     keep = cfg[C_KEEP] != 0.0
@@ -289,15 +302,15 @@ def _run_events(wl, rngs, cursors, params, wbufs, rule, wrule, dens, wdens, mask
         if ist[w, I_KIND] == START:
             if ist[w, I_PHASE] == 0:
                 code = _admit_start(slots, ist, fst, gi, cfg, pol, grants, w, k, t)
-                if code == R_REFILL or (code == R_RETIRE and wl is None):
+                if code == R_REFILL or (code == R_RETIRE and step is None):
                     return code
                 if code != _GO:
                     continue
-                if wl is None:
+                if step is None:
                     ist[w, I_PHASE] = 1
                     return R_BEGIN
-                others, ok = begin(wl, None if rngs is None else rngs[w], cursors[w],
-                                   params, pick(wbufs, w), slots, w, nb, keep)
+                others, ok = begin(step.wl, rng_of(step.rngs, w), step.cursors[w],
+                                   step.params, pick(step.wbufs, w), slots, w, nb, keep)
                 ist[w, I_OREAD] = others
                 ist[w, I_BAD] = 0 if ok else 1
             ist[w, I_PHASE] = 0
@@ -312,13 +325,16 @@ def _run_events(wl, rngs, cursors, params, wbufs, rule, wrule, dens, wdens, mask
                     return R_NONFINITE
                 ist[w, I_SKIPPED] += 1
                 ist[w, I_BAD] = 0
-            elif wl is None:
+            elif step is None:
                 ist[w, I_PHASE] = 1
                 return R_END
             else:
-                rw = w if wrule[2].shape[0] > 1 else 0      # one stack: shared state
-                gap = end(params, pick(wbufs, w), (kind, rcfg) + pick(wrule, rw),
-                          dens + (pick(wdens, w), mask), slots, (w, ist[w, I_OREAD], k))
+                one = step.wrule[2].shape[0] == 1            # one stack: shared state
+                rw = 0 if one else w
+                gap = end(step.params, pick(step.wbufs, w),
+                          (step.rule,) + pick(step.wrule, rw) + (True, one),
+                          (step.dens, pick(step.wdens, w), step.mask), slots,
+                          (w, ist[w, I_OREAD], k))
                 _count(gh, lh, stats, ring, ist, gi, w, k, gap, t)
         ist[w, I_PHASE] = 0
         _finished(slots, ist, fst, gi, pol, w, k, t)

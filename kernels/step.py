@@ -38,18 +38,17 @@ whose class is registered here with two njit kernels (:func:`register`):
   workload's ``CompiledParts.scratch(batch)`` makes), and returns False having written
   nothing when it cannot guarantee a finite update, so the general path (and its
   guard) runs instead. It skips the gradient's round trip through memory.
-- optionally ``lane(wl, params, idx, nb, kind, rcfg, S1, skip) -> int``: the
-  **per-sample lane** (Hogwild! as Niu et al. and LIBMF run it): the samples
-  ``idx[:nb]`` one after another, each one's update applied at once, computed from the
-  parameters as they are then (not from the step's start values), under the rule
-  ``kind`` with hyper-parameters ``rcfg`` (and its state ``S1``) for the kinds the
-  workload registered (``lane_kinds``). A sample whose update might not be finite is
-  left out, nothing of it written; returns how many were left out (with ``skip``
-  False it stops at the first). It is called, not inlined: it compiles under its own
-  flags (the workload's choice; hogkit's add FMA contraction) and its call is paid
-  once per ``nb`` samples. Registered as ``{kind: kernel}``, each kernel serves its
-  kinds, and the workload's lane loop (:data:`run_lane_steps`, given the kind as a
-  type: :func:`kind_tag`) compiles only the one its rule runs. Without one, the core's
+- optionally ``lane(wl, params, idx, nb, c, S1, skip) -> int``: the **per-sample
+  lane** (Hogwild! as Niu et al. and LIBMF run it): the samples ``idx[:nb]`` one after
+  another, each one's update applied at once, computed from the parameters as they are
+  then (not from the step's start values), under the rule whose configuration is ``c``
+  (``kernels.rule``; its state ``S1``). Registered as ``{configuration class:
+  kernel}``: each kernel serves the rules it is registered for (``lane_rules``), and a
+  loop is compiled with the one its rule's configuration picks. A sample whose update
+  might not be finite is left out, nothing of it written; returns how many were left
+  out (with ``skip`` False it stops at the first). It is called, not inlined: it
+  compiles under its own flags (the workload's choice; hogkit's add FMA contraction)
+  and its call is paid once per ``nb`` samples. For a rule without one, the core's
   generic lane (:func:`lane_any`) runs the workload's ``gradient`` one sample at a time
   through the rule.
 
@@ -72,11 +71,11 @@ compute the same numbers; a kernel called, not inlined, states its flags itself
 ``delayed.py``).
 
 **Arguments in groups.** The drivers hand the core the step's state as a few typed
-groups, tuples built once: ``bufs`` (a context's ``(G, R, RD, cnt, idx, GF,
-scratch)``), ``rule`` (``(kind, rcfg, S1, S2, K)``), ``dens`` (``(how, fraction,
-threshold, residual, every, seed, D, mask)``), ``log`` (``(gap_hist, lag_hist, stats,
-ring)``), and :func:`begin`, :func:`end`, :func:`python_end`, :func:`dense_end` take
-those. Taking a tuple of arrays apart costs reference counting (measured: ~100 ns a
+groups, built once and named in ``layout.py``: ``bufs`` (:class:`~.layout.Bufs`, a
+context's buffers), ``rule`` (:class:`~.layout.RuleArgs`: the rule's configuration,
+its state, the clock flag), ``dens`` (:class:`~.layout.DensityArgs`), ``log``
+(``(gap_hist, lag_hist, stats, ring)``), and :func:`begin`, :func:`end`,
+:func:`python_end`, :func:`dense_end` take those. Taking a tuple of arrays apart costs reference counting (measured: ~100 ns a
 step at batch 1, and the gradient's loops optimised worse), so :func:`run_steps`
 unpacks every group once, before its loop, and runs ``end``'s two pieces
 (:func:`thin`, :func:`apply_update`) on plain arrays and tuples of scalars. The control
@@ -88,9 +87,6 @@ hogkit. Races: the gradient reads and the rule writes shared parameters with no 
 (Hogwild!); clocks and log rows have one writer each.
 """
 
-from typing import NamedTuple
-
-import numpy as np
 from numba import literal_unroll, njit, types
 from numba.extending import overload
 
@@ -107,7 +103,7 @@ from .layout import (BATCH, BLOCKED, CHUNK, COUNT_STEPS, DIVISOR, FUSED, IO_DONE
                      RECORD, RT_COMPUTE, RT_HELD, RT_NONFINITE, RT_PAUSED, RT_SAMPLES,
                      RT_WAIT, SKIP, STEP0, STOPPED, STRIDE, TIMING)
 from .pacer import pace_ns
-from .rule import CLOCK, FASTMATH, LR, apply_flat, apply_rows
+from .rule import FASTMATH, apply_flat, apply_rows
 from .staleness import record_event
 
 # --- the workload protocol -----------------------------------------------------------
@@ -136,26 +132,25 @@ def sgd(wl, params, idx, nb, lr, G, R, RD, cnt, scratch):  # pragma: no cover
     return False if fn is None else fn(wl, params, idx, nb, lr, G, R, RD, cnt, scratch)
 
 
-def lane(wl, params, idx, nb, kind, rcfg, S1, skip):  # pragma: no cover
+def lane(wl, params, idx, nb, c, S1, skip):  # pragma: no cover
     """The workload's per-sample lane kernel (see the docstring)."""
-    k = kind[0] if isinstance(kind, tuple) else kind
-    return _LANES[type(wl)][0][int(k)](wl, params, idx, nb, int(k), rcfg, S1, skip)
+    return _LANES[type(wl)][type(c)](wl, params, idx, nb, c, S1, skip)
 
 
-def lane_any(wl, params, idx, nb, keep, G, R, RD, cnt, GF, kind, rcfg, S1, S2, K,
-             skip):  # pragma: no cover - dispatched by overload
+def lane_any(wl, params, idx, nb, keep, G, R, RD, cnt, GF, c, S1, S2, K, skip,
+             t):  # pragma: no cover - dispatched by overload
     """The generic per-sample lane (see :func:`_lane_any`)."""
-    return _lane_any(wl, params, idx, nb, keep, G, R, RD, cnt, GF, kind, rcfg, S1, S2, K,
-                     skip)
+    return _lane_any(wl, params, idx, nb, keep, G, R, RD, cnt, GF, c, S1, S2, K, skip, t)
 
 
-def _lane_any(wl, params, idx, nb, keep, G, R, RD, cnt, GF, kind, rcfg, S1, S2, K, skip):
+def _lane_any(wl, params, idx, nb, keep, G, R, RD, cnt, GF, c, S1, S2, K, skip, t):
     """The per-sample lane for any workload and rule: sample ``idx[b]``'s gradient
     from the live parameters (the workload's ``gradient`` on one sample), the guard,
-    then the rule at once (``apply_rows`` at staleness 0), for b in order. Returns the
-    samples left out as non-finite (nothing of them is written; without ``skip`` it
-    stops at the first). Compiled as its own function per workload class (an overload
-    that is called, not inlined): the core then inlines the gradient once."""
+    then the rule at once (``apply_rows`` at staleness 0; ``t`` the step's update
+    count), for b in order. Returns the samples left out as non-finite (nothing of them
+    is written; without ``skip`` it stops at the first). Compiled as its own function
+    per workload class (an overload that is called, not inlined): the core then
+    inlines the gradient once."""
     bad = 0
     for b in range(nb):
         if not compute(wl, params, G, R, RD, cnt, idx[b:], GF, 1, keep):
@@ -164,8 +159,8 @@ def _lane_any(wl, params, idx, nb, keep, G, R, RD, cnt, GF, kind, rcfg, S1, S2, 
                 return bad
             continue
         for p in range(len(G)):
-            apply_rows(kind, rcfg, params[p], S1[p], S2[p], K, p, R[p], G[p], RD[p],
-                       cnt[p], 0, False)
+            apply_rows(c, params[p], S1[p], S2[p], K, p, R[p], G[p], RD[p], cnt[p], 0,
+                       False, t)
     return bad
 
 
@@ -173,25 +168,21 @@ def _no_sgd(wl, params, idx, nb, lr, G, R, RD, cnt, scratch):
     return False
 
 
-def _no_lane(wl, params, idx, nb, kind, rcfg, S1, skip):
-    return 0
-
-
 def register(arrays_cls, *, sample_kernel, gradient_kernel, sgd_kernel=None,
-             lane_kernel=None, lane_kinds=(), cache=False, checks_finite=False):
+             lane_kernels=None, cache=False, checks_finite=False):
     """Register the compiled parts of a workload whose arrays are ``arrays_cls`` (a
     NamedTuple class): njit ``sample_kernel`` and ``gradient_kernel`` with the
     signatures of the module docstring. Each is inlined into the step loop (an overload
     per class, ``inline="always"``) and compiled there under the core's arithmetic flags
     :data:`FASTMATH`; compile the kernels themselves with the same flags so that the
-    Python path (which calls them directly) computes the same numbers. An optional
-    ``lane_kernel`` (the per-sample lane, for the rule kinds ``lane_kinds``; or a dict
-    ``{kind: kernel}``, each kernel then compiled only into the loops that run its kind:
-    see :func:`kind_tag`) is called, not inlined. ``cache=True``
-    lets the core cache its code for this type on disk: only for kernels whose source
-    changes only together with hogkit's (hogkit's own workloads). ``checks_finite=True``:
-    ``gradient_kernel`` returns True only when it checked every value it wrote finite
-    (the guard then skips its scan; module docstring)."""
+    Python path (which calls them directly) computes the same numbers. Optional
+    ``lane_kernels``: ``{rule configuration class: kernel}`` (``kernels.rule``), the
+    per-sample lane for those rules, called, not inlined; a loop compiles only the one
+    its rule picks. ``cache=True`` lets the core cache its code for this type on disk:
+    only for kernels whose source changes only together with hogkit's (hogkit's own
+    workloads). ``checks_finite=True``: ``gradient_kernel`` returns True only when it
+    checked every value it wrote finite (the guard then skips its scan; module
+    docstring)."""
     if arrays_cls in _SAMPLERS:
         if (_SAMPLERS[arrays_cls], _GRADIENTS[arrays_cls]) != (sample_kernel,
                                                                 gradient_kernel):
@@ -202,13 +193,9 @@ def register(arrays_cls, *, sample_kernel, gradient_kernel, sgd_kernel=None,
     _GRADIENTS[arrays_cls] = gradient_kernel
     if sgd_kernel is not None:
         _SGDS[arrays_cls] = sgd_kernel
-    if isinstance(lane_kernel, dict):         # one kernel per rule kind
-        per_kind = {int(k): v for k, v in lane_kernel.items()}
-        lane_kinds = tuple(per_kind)
-    else:
-        per_kind = {int(k): lane_kernel for k in lane_kinds}
-    if lane_kernel is not None:
-        _LANES[arrays_cls] = (per_kind, tuple(int(k) for k in lane_kinds))
+    per_rule = dict(lane_kernels or {})
+    if per_rule:
+        _LANES[arrays_cls] = per_rule
     if cache:
         _CACHEABLE.add(arrays_cls)
     if checks_finite:
@@ -216,7 +203,6 @@ def register(arrays_cls, *, sample_kernel, gradient_kernel, sgd_kernel=None,
     s_py = getattr(sample_kernel, "py_func", sample_kernel)
     g_py = getattr(gradient_kernel, "py_func", gradient_kernel)
     f_py = getattr(sgd_kernel, "py_func", sgd_kernel) if sgd_kernel is not None else _no_sgd
-    single = None if isinstance(lane_kernel, dict) else lane_kernel
 
     def sample_typer(wl, rng, cursor, nb, idx):
         return s_py if getattr(wl, "instance_class", None) is arrays_cls else None
@@ -227,19 +213,13 @@ def register(arrays_cls, *, sample_kernel, gradient_kernel, sgd_kernel=None,
     def sgd_typer(wl, params, idx, nb, lr, G, R, RD, cnt, scratch):
         return f_py if getattr(wl, "instance_class", None) is arrays_cls else None
 
-    def lane_typer(wl, params, idx, nb, kind, rcfg, S1, skip):
+    def lane_typer(wl, params, idx, nb, c, S1, skip):
         if getattr(wl, "instance_class", None) is not arrays_cls:
             return None
-        tag = getattr(kind, "instance_class", None)
-        if tag in _TAG_KIND:                  # the kind known when compiling: its kernel
-            kernel = per_kind.get(_TAG_KIND[tag])
-            return _called(kernel, tagged=True) if kernel is not None else _no_lane
-        if single is not None:
-            return _called(single)
-        return None                           # per-kind kernels need a kind tag
+        kernel = per_rule.get(getattr(c, "instance_class", None))
+        return _called(kernel) if kernel is not None else _no_lane
 
-    def lane_any_typer(wl, params, idx, nb, keep, G, R, RD, cnt, GF, kind, rcfg, S1, S2, K,
-                       skip):
+    def lane_any_typer(wl, params, idx, nb, keep, G, R, RD, cnt, GF, c, S1, S2, K, skip, t):
         return _lane_any if getattr(wl, "instance_class", None) is arrays_cls else None
 
     overload(sample, inline="always")(sample_typer)
@@ -249,43 +229,19 @@ def register(arrays_cls, *, sample_kernel, gradient_kernel, sgd_kernel=None,
     overload(lane_any, jit_options={"fastmath": FASTMATH, "nogil": True})(lane_any_typer)
 
 
-def _called(kernel, tagged=False):
+def _no_lane(wl, params, idx, nb, c, S1, skip):
+    return 0
+
+
+def _called(kernel):
     """An overload body that calls the njit ``kernel`` (compiled under its own flags,
     unless the kernel is itself ``inline="always"``), instead of inlining its source
     into the core. The overload is inlined, so the core calls ``kernel`` directly: a
     call level passes every array of the workload, the parameters and the rule state,
-    and their reference counts cost ~1 ns a rating on mf's lane at 256 ratings a
-    step. ``tagged``: the core passes the kind as a :func:`kind_tag`; the kernel gets
-    its number, as always."""
-    if tagged:
-        def call(wl, params, idx, nb, kind, rcfg, S1, skip):
-            return kernel(wl, params, idx, nb, kind[0], rcfg, S1, skip)
-        return call
-
-    def call(wl, params, idx, nb, kind, rcfg, S1, skip):
-        return kernel(wl, params, idx, nb, kind, rcfg, S1, skip)
+    and their reference counts cost the lane per rating."""
+    def call(wl, params, idx, nb, c, S1, skip):
+        return kernel(wl, params, idx, nb, c, S1, skip)
     return call
-
-
-def _kind_tag_class(kind):
-    cls = NamedTuple(f"KindTag{kind}", [("kind", int)])
-    cls.__module__ = __name__
-    globals()[cls.__name__] = cls         # importable by name: numba's cache pickles it
-    return cls
-
-
-#: one NamedTuple class per rule kind (``kernels.rule``'s numbers): numba types a tuple
-#: by its class, so a loop given ``kind_tag(k)`` is compiled for kind ``k`` alone
-_KIND_TAGS = tuple(_kind_tag_class(k) for k in range(16))
-_TAG_KIND = {cls: k for k, cls in enumerate(_KIND_TAGS)}
-
-
-def kind_tag(kind):
-    """Rule kind ``kind`` in a form whose numba *type* names it: a workload's
-    per-sample loop (:data:`run_lane_steps`) given it compiles only the lane kernel
-    registered for that kind (a first run on mf compiled all six of its span kernels,
-    ~2 s of its cold start, for the one it ran). ``kind_tag(k)[0] == k``."""
-    return _KIND_TAGS[int(kind)](int(kind))
 
 
 def registered(arrays_cls):
@@ -296,10 +252,10 @@ def registered(arrays_cls):
     return _SAMPLERS[arrays_cls], _GRADIENTS[arrays_cls], _SGDS.get(arrays_cls)
 
 
-def lane_kinds(arrays_cls) -> tuple:
-    """The rule kinds the per-sample lane kernel registered for ``arrays_cls`` runs
-    (empty: none registered; the generic lane runs every rule)."""
-    return _LANES.get(arrays_cls, (None, ()))[1]
+def lane_rules(arrays_cls) -> tuple:
+    """The rule configuration classes a per-sample lane kernel is registered for with
+    ``arrays_cls`` (empty: none; the generic lane runs every rule)."""
+    return tuple(_LANES.get(arrays_cls, {}))
 
 
 def cacheable(arrays_cls) -> bool:
@@ -365,19 +321,21 @@ def compute(wl, params, G, R, RD, cnt, idx, GF, nb, keep_read):
 @njit(cache=True, nogil=True, inline="always", fastmath=FASTMATH)
 def end(params, bufs, rule, dens, slots, at):
     """Apply one step's update (see the module docstring) from the buffers ``bufs``:
-    ``rule`` = ``(kind, rcfg, S1, S2, K)`` (``kernels.rule.apply_rows``), ``dens`` =
-    ``(how, fraction, threshold, residual, every, seed, D, mask)`` (``kernels.density``),
-    ``at`` = ``(me, others, step)``: the worker, others' updates at its read (< 0: a
-    local-SGD replica step: staleness 0, no update counted) and the step index density
-    uses. Returns the update gap, or -1 when temporal density held the step back
-    (nothing written: not an update). :func:`run_steps` runs the same two pieces,
-    :func:`thin` and :func:`apply_update`, on the groups it unpacked before its loop."""
+    ``rule`` a :class:`~.layout.RuleArgs` (``kernels.rule.apply_rows``), ``dens`` a
+    :class:`~.layout.DensityArgs` (``kernels.density``), ``at`` = ``(me, others,
+    step)``: the worker, others' updates at its read (< 0: a local-SGD replica step:
+    staleness 0, no update counted) and the step index density uses. Returns the update
+    gap, or -1 when temporal density held the step back (nothing written: not an
+    update). :func:`run_steps` runs the same two pieces, :func:`thin` and
+    :func:`apply_update`, on the groups it unpacked before its loop."""
     G, R, RD, cnt = bufs[0], bufs[1], bufs[2], bufs[3]
-    kind, rcfg, S1, S2, K = rule
+    c, S1, S2, K, clock, shared = rule
+    dcfg, D, mask = dens
     me, others, step = at
-    if not thin(G, R, cnt, dens[6], dens[7], dens[:6], step):
+    if not thin(G, R, cnt, D, mask, dcfg, step):
         return -1
-    return apply_update(params, G, R, RD, cnt, kind, rcfg, S1, S2, K, slots, (me, others))
+    return apply_update(params, G, R, RD, cnt, c, S1, S2, K, (clock, shared), slots,
+                        (me, others))
 
 
 @njit(cache=True, nogil=True, inline="always", fastmath=FASTMATH)
@@ -400,22 +358,28 @@ def thin(G, R, cnt, D, mask, dcfg, step):
 
 
 @njit(cache=True, nogil=True, inline="always", fastmath=FASTMATH)
-def apply_update(params, G, R, RD, cnt, kind, rcfg, S1, S2, K, slots, who):
+def apply_update(params, G, R, RD, cnt, c, S1, S2, K, how, slots, who):
     """The update gap, the rule on every parameter (``kernels.rule.apply_rows``: the
     one place a step's rule writes the parameters, on every engine) and the update
     tick. ``who`` = ``(me, others)``: the worker and others' updates at its read (< 0:
-    a local-SGD replica step: gap 0, no tick). Returns the gap. The step is *fresh*
-    (DC-ASGD and Gap-Aware take their gaps as zero without reading the parameters
-    again: ``kernels.rule.apply_rows``) when it is a replica step (its rows are private:
-    nothing else writes them) or, with ``rcfg[CLOCK]`` (an engine whose clock counts
-    every writer), when its gap is 0. Plain arrays and a tuple of scalars: inlined in a
-    loop, it takes no reference per step."""
+    a local-SGD replica step: gap 0, no tick); ``how`` = ``(clock, shared)``
+    (:class:`~.layout.RuleArgs`). Returns the gap. The step is *fresh* (DC-ASGD and
+    Gap-Aware take their gaps as zero without reading the parameters again:
+    ``kernels.rule.apply_rows``) when it is a replica step (its rows are private:
+    nothing else writes them) or, with ``clock`` (an engine whose clock counts every
+    writer), when its gap is 0. The rule's ``t`` is the clocks' update count, this
+    update included, when its state is ``shared`` (every worker's updates move it),
+    else -1 (the rule counts its own steps). Plain arrays and tuples of scalars:
+    inlined in a loop, it takes no reference per step."""
     me, others = who
-    gap = 0 if others < 0 else others_updates(slots, me) - others
-    fresh = others < 0 or (gap == 0 and rcfg[CLOCK] != 0.0)
+    clock, shared = how
+    now = others_updates(slots, me) if others >= 0 else 0
+    gap = 0 if others < 0 else now - others
+    fresh = others < 0 or (gap == 0 and clock)
+    t = now + slots[me, UPD] + 1 if shared and others >= 0 else -1
     for p in range(len(G)):
-        apply_rows(kind, rcfg, params[p], S1[p], S2[p], K, p, R[p], G[p], RD[p], cnt[p],
-                   gap, fresh)
+        apply_rows(c, params[p], S1[p], S2[p], K, p, R[p], G[p], RD[p], cnt[p], gap, fresh,
+                   t)
     if others >= 0:
         slots[me, UPD] += 1
     return gap
@@ -430,14 +394,12 @@ def _tick(slots, me, others):
 
 
 @njit(cache=True, nogil=True, inline="always", fastmath=FASTMATH)
-def _lane(lane_kind, wl, params, idx, nb, keep, G, R, RD, cnt, GF, kind, rcfg, S1, S2, K,
-          skip):
+def _lane(lane_kind, wl, params, idx, nb, keep, G, R, RD, cnt, GF, c, S1, S2, K, skip, t):
     """One step of the generic per-sample lane (:func:`lane_any`); returns the samples
     left out as non-finite. (A workload's own lane, ``LANE_FUSED``, runs in
     :data:`run_lane_steps`; compiled here too, it cost the first run its kernels'
     compile time again.)"""
-    return lane_any(wl, params, idx, nb, keep, G, R, RD, cnt, GF, kind, rcfg, S1, S2, K,
-                    skip)
+    return lane_any(wl, params, idx, nb, keep, G, R, RD, cnt, GF, c, S1, S2, K, skip, t)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -530,9 +492,9 @@ def _run_steps(n, wl, rng, cursor, params, bufs, rule, dens, ctl, log, cfg, io, 
     :func:`merge_local`'s. Tuples are unpacked once, here (no reference a step)."""
     slots, rt, stop, pol, adm, grants = ctl
     G, R, RD, cnt, idx, GF, scratch = bufs
-    kind, rcfg, S1, S2, K = rule
-    D, mask, dcfg = dens[6], dens[7], dens[:6]    # dcfg: scalars only
-    fused, lane_kind, skip, lr = cfg[FUSED] != 0, cfg[LANE], cfg[SKIP] != 0, rcfg[LR]
+    c, S1, S2, K, clock, shared = rule
+    dcfg, D, mask = dens                      # dcfg: scalars only
+    fused, lane_kind, skip, lr = cfg[FUSED] != 0, cfg[LANE], cfg[SKIP] != 0, c.lr
     gh, lh, stats, ring = log
     me, nb, local_h = cfg[ME], cfg[BATCH], cfg[LOCAL_H]
     keep, timing = cfg[KEEP_READ] != 0, cfg[TIMING] != 0
@@ -563,8 +525,8 @@ def _run_steps(n, wl, rng, cursor, params, bufs, rule, dens, ctl, log, cfg, io, 
         others = others_updates(slots, me)
         gap, bad = -1, 0                      # gap >= 0: an update to record
         if lane_kind != 0:                    # per sample: each applied at once
-            bad = _lane(lane_kind, wl, params, idx, nb, keep, G, R, RD, cnt, GF, kind,
-                        rcfg, S1, S2, K, skip)
+            bad = _lane(lane_kind, wl, params, idx, nb, keep, G, R, RD, cnt, GF, c, S1,
+                        S2, K, skip, others + slots[me, UPD] + 1 if shared else -1)
             if local_h == 0 and bad < nb:
                 gap = _tick(slots, me, others)
         elif fused and sgd(wl, params, idx, nb, lr, G, R, RD, cnt, scratch):
@@ -572,8 +534,8 @@ def _run_steps(n, wl, rng, cursor, params, bufs, rule, dens, ctl, log, cfg, io, 
         elif not compute(wl, params, G, R, RD, cnt, idx, GF, nb, keep):
             bad = 1
         elif thin(G, R, cnt, D, mask, dcfg, k + cfg[STEP0]):   # end(), groups unpacked
-            gap = apply_update(params, G, R, RD, cnt, kind, rcfg, S1, S2, K, slots,
-                               (me, -1 if local_h > 0 else others))
+            gap = apply_update(params, G, R, RD, cnt, c, S1, S2, K, (clock, shared),
+                               slots, (me, -1 if local_h > 0 else others))
             gap = gap if local_h == 0 else -1
         else:
             rt[me, RT_HELD] += 1
@@ -613,7 +575,7 @@ def _run_lane_steps(n, wl, rng, cursor, params, bufs, rule, dens, ctl, log, cfg,
     the record counts of ``tests/test_step.py`` and ``tests/test_lane.py``)."""
     slots, rt, stop, pol, adm, grants = ctl
     idx = bufs[4]
-    kind, rcfg, S1 = rule[0], rule[1], rule[2]
+    c, S1 = rule[0], rule[1]
     skip = cfg[SKIP] != 0
     gh, lh, stats, ring = log
     me, nb, local_h = cfg[ME], cfg[BATCH], cfg[LOCAL_H]
@@ -643,7 +605,7 @@ def _run_lane_steps(n, wl, rng, cursor, params, bufs, rule, dens, ctl, log, cfg,
         t0 = monotonic_ns() if pacing else 0
         sample(wl, rng, cursor, nb, idx)
         others = others_updates(slots, me)
-        bad = lane(wl, params, idx, nb, kind, rcfg, S1, skip)
+        bad = lane(wl, params, idx, nb, c, S1, skip)
         gap = _tick(slots, me, others) if local_h == 0 and bad < nb else -1
         if bad > 0:
             if not skip:
@@ -704,17 +666,17 @@ python_begin_uncached = njit(nogil=True, fastmath=FASTMATH)(_python_begin)
 def python_end(params, bufs, rule, log, slots, ev):
     """The Python engine's apply half in one call, for an update that goes to the
     shared parameters whole (no density, no per-shard clocks), from the buffers
-    ``bufs`` (``(G, R, RD, cnt)`` or a context's whole ``bufs()``) under ``rule`` =
-    ``(kind, rcfg, S1, S2, K)``: the gap (others' updates since the read), the rule on
+    ``bufs`` (``(G, R, RD, cnt)`` or a context's whole ``bufs()``) under ``rule`` (a
+    :class:`~.layout.RuleArgs`): the gap (others' updates since the read), the rule on
     every parameter (``kernels.rule.apply_rows``, as :func:`end`), the update tick, the
     event into ``log`` = ``(gap_hist, lag_hist, stats, ring)``. ``ev`` = ``(me, others,
     lag, step, t_ns)``: the worker, others' updates and the clock lag at its read, the
     step and the event's time (< 0: now). ``others < 0``: a local-SGD replica step
     (staleness 0, nothing ticked or recorded). Returns the gap."""
-    kind, rcfg, S1, S2, K = rule
+    c, S1, S2, K, clock, shared = rule
     me, others, lag, step, t_ns = ev
-    gap = apply_update(params, bufs[0], bufs[1], bufs[2], bufs[3], kind, rcfg, S1, S2, K,
-                       slots, (me, others))
+    gap = apply_update(params, bufs[0], bufs[1], bufs[2], bufs[3], c, S1, S2, K,
+                       (clock, shared), slots, (me, others))
     if others >= 0:
         gh, lh, stats, ring = log
         record_event(gh, lh, stats, ring, me, step, gap, lag, t_ns, 1)
@@ -725,19 +687,27 @@ def python_end(params, bufs, rule, log, slots, ev):
 def dense_end(params, G, RD, rules, log, slots, ev):
     """A torch-style optimizer's step (``hogkit.optim``) in one call, for dense
     gradients: the guard (every value finite, else nothing is written and -1 is
-    returned), the gap, parameter ``p``'s rule under ``rules`` = ``(kinds, cfgs, S1,
-    S2, K)``: ``kinds[p]`` with hyper-parameters ``cfgs[p]`` (``kernels.rule.apply_flat``,
-    what ``rule.apply`` runs), the update tick and the event into ``log`` (``ev`` as for
+    returned), the gap, each parameter's rule under ``rules`` = ``(groups, S1, S2, K,
+    shared)`` (``shared``: the state is every worker's, as for
+    :func:`apply_update`'s ``t``): ``groups`` a tuple of ``(cfg, lo, hi)``, one per
+    param group, whose rule
+    configuration ``cfg`` applies to parameters ``lo`` to ``hi - 1``
+    (``kernels.rule.apply_flat``, what ``rule.apply`` runs; the loop is compiled once
+    per group's rule), the update tick and the event into ``log`` (``ev`` as for
     :func:`python_end`). Every array is flat; ``RD[p]`` / ``S1[p]`` / ``S2[p]`` may be
     empty where the rule does not use them. Returns the gap."""
     for p in range(len(G)):
         if not all_finite(G[p]):
             return -1
-    kinds, cfgs, S1, S2, K = rules
+    groups, S1, S2, K, shared = rules
     me, others, lag, step, t_ns = ev
-    gap = others_updates(slots, me) - others
-    for p in range(len(G)):
-        apply_flat(kinds[p], cfgs[p], params[p], S1[p], S2[p], K, p, G[p], RD[p], gap)
+    now = others_updates(slots, me)
+    gap = now - others
+    t = now + slots[me, UPD] + 1 if shared else -1
+    for group in literal_unroll(groups):
+        c, lo, hi = group
+        for p in range(lo, hi):
+            apply_flat(c, params[p], S1[p], S2[p], K, p, G[p], RD[p], gap, t)
     slots[me, UPD] += 1
     gh, lh, stats, ring = log
     record_event(gh, lh, stats, ring, me, step, gap, lag, t_ns, 1)

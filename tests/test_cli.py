@@ -72,7 +72,7 @@ def test_bad_usage_exits_2(argv):
 def test_a_flag_the_rule_cannot_use_is_refused(capsys, tmp_path):
     assert main(["run", "--rule", "dc-asgd", "--momentum", "0.9", "--steps", "10",
                  "--out", str(tmp_path)]) == 2
-    assert "DC-ASGD has no momentum term" in capsys.readouterr().err
+    assert "dc-asgd has no momentum term" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("policy", ["ssp:-1", "nonsense", "dssp:5:1"])

@@ -634,19 +634,18 @@ def test_dc_asgd_fresh_read_is_plain_sgd_even_for_a_gradient_whose_square_overfl
     may form ``lam·gap·(g·g)``: ``0·inf = NaN`` when ``g·g`` overflows, and the
     parameters were lost to NaN (caught here before ``delayed._dc_step``)."""
     from hogkit.kernels import rule as R
-    cfg = np.zeros(R.NCFG)
-    cfg[R.LR], cfg[R.LAM], cfg[R.LAM0], cfg[R.M], cfg[R.EPS] = 1e-30, 0.5, 2.0, 0.95, 1e-7
-    kind = R.DC_ADAPTIVE if adaptive else R.DC
+    from hogkit.kernels.delayed import DCAdaptiveCfg, DCCfg
+    cfg = DCAdaptiveCfg(1e-30, 2.0, 0.95, 1e-7) if adaptive else DCCfg(1e-30, 0.5)
     W = np.linspace(-1, 1, 24).astype(dtype).reshape(3, 8)
     G = np.full((3, 8), big, dtype) * np.array([1, -1, 1], dtype)[:, None]
     want = W - dtype(1e-30) * G
     got, ms = W.copy(), np.ones_like(W)
-    R._apply_rows(kind, cfg, got, ms, got[:0], np.zeros(1, np.int64), 0, np.arange(3), G,
-                  W.copy(), 3, 0, False)
+    R.rows_now(cfg, got, ms, got[:0], np.zeros(1, np.int64), 0, np.arange(3), G,
+               W.copy(), 3, 0, False, -1)
     np.testing.assert_array_equal(got, want)
     flat, msf = W.reshape(-1).copy(), np.ones(24, dtype)
-    R.apply_flat(kind, cfg, flat, msf, flat[:0], np.zeros(1, np.int64), 0, G.reshape(-1),
-                 W.reshape(-1).copy(), 0)
+    R.flat_now(cfg, flat, msf, flat[:0], np.zeros(1, np.int64), 0, G.reshape(-1),
+               W.reshape(-1).copy(), 0, -1)
     np.testing.assert_array_equal(flat, want.reshape(-1))
 
 

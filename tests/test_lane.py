@@ -149,22 +149,20 @@ def test_mf_fused_adaptive_lane_matches_numpy(rule, decay, fresh):
 
 
 def _lane_kernel(wl, p0, data, ids, rule, prefetch):
-    """``kernels.mf.mf_lane`` called straight on the ratings ``ids`` (any ids, in
-    order), with the prefetch distance ``prefetch``; returns P, Q and the state."""
-    from hogkit.kernels import rule as KR
-    from hogkit.kernels.mf import mf_lane
+    """mf's lane kernel for ``rule`` (``kernels.mf``) called straight on the ratings
+    ``ids`` (any ids, in order), with the prefetch distance ``prefetch``; returns P, Q
+    and the state."""
+    from hogkit.kernels.mf import mf_lane_adagrad, mf_lane_sgd
     params = {k: v.copy() for k, v in p0.items()}
     arrays = wl.compiled(params, data).arrays._replace(prefetch=prefetch)
     P, Q = params["P"], params["Q"]
     if isinstance(rule, SGD):
-        kind, state = KR.SGD, (P[:0], Q[:0])
+        lane, state = mf_lane_sgd, (P[:0], Q[:0])
     else:
-        kind, cols = KR.ADAGRAD, 1 if rule.rowwise else P.shape[1]
+        lane, cols = mf_lane_adagrad, 1 if rule.rowwise else P.shape[1]
         state = tuple(np.full((len(W), cols), 1.0, W.dtype) for W in (P, Q))
-    cfg = np.zeros(KR.NCFG)
-    cfg[KR.LR], cfg[KR.EPS] = rule.lr, getattr(rule, "eps", 0.0)
     idx = np.asarray(ids, dtype=np.int64)
-    left_out = mf_lane(arrays, (P, Q), idx, len(idx), kind, cfg, state, True)
+    left_out = lane(arrays, (P, Q), idx, len(idx), rule.cfg(), state, True)
     return P, Q, state, left_out
 
 
@@ -484,22 +482,21 @@ def test_mf_prefetch_follows_the_tables_size_against_the_l2_cache():
         workloads.get("mf", preset="hot", prefetch=-1)
 
 
-def test_the_rule_kind_reaches_the_lane_loop_as_a_type():
-    """``kind_tag``: one numba type per rule kind (so the lane loop compiles only the
-    lane kernel its rule runs), importable by name (numba's cache pickles it), and its
-    number is the kind; mf registers a kernel for each kind it runs."""
+def test_the_rule_reaches_the_lane_loop_as_a_type():
+    """A rule's configuration is a NamedTuple whose numba type names its class (so the
+    lane loop compiles only the lane kernel its rule runs), importable by name
+    (numba's cache pickles it); mf registers a kernel for each rule it runs."""
     import pickle
 
     import numba
 
     from hogkit.kernels import step as ks
-    from hogkit.kernels.mf import MFArrays, mf_lane_adaptive, mf_lane_sgd
-    from hogkit.kernels.rule import ADAGRAD, RMSPROP, SGD
-    tags = [ks.kind_tag(k) for k in (SGD, ADAGRAD, RMSPROP)]
-    assert [t[0] for t in tags] == [SGD, ADAGRAD, RMSPROP]
-    assert len({numba.typeof(t) for t in tags}) == 3
-    assert pickle.loads(pickle.dumps(type(tags[1]))) is type(tags[1])
-    per_kind = ks._LANES[MFArrays][0]
-    assert per_kind == {SGD: mf_lane_sgd, ADAGRAD: mf_lane_adaptive,
-                        RMSPROP: mf_lane_adaptive}
-    assert ks.lane_kinds(MFArrays) == (SGD, ADAGRAD, RMSPROP)
+    from hogkit.kernels.adaptive import AdaGradCfg, RMSPropCfg
+    from hogkit.kernels.mf import MFArrays, mf_lane_adagrad, mf_lane_rmsprop, mf_lane_sgd
+    from hogkit.kernels.sgd import SGDCfg
+    cfgs = [SGD(0.1).cfg(), AdaGrad(0.1).cfg(), RMSProp(0.1).cfg()]
+    assert len({numba.typeof(c) for c in cfgs}) == 3
+    assert pickle.loads(pickle.dumps(type(cfgs[1]))) is type(cfgs[1])
+    assert ks._LANES[MFArrays] == {SGDCfg: mf_lane_sgd, AdaGradCfg: mf_lane_adagrad,
+                                   RMSPropCfg: mf_lane_rmsprop}
+    assert ks.lane_rules(MFArrays) == (SGDCfg, AdaGradCfg, RMSPropCfg)

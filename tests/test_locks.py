@@ -10,7 +10,7 @@ import pytest
 from hogkit import simulate, train, workloads
 from hogkit.errors import InvalidArgument
 from hogkit.kernels import logreg as klr
-from hogkit.kernels.rule import SGD as SGD_KIND
+from hogkit.kernels.sgd import SGDCfg
 
 SMALL = {"n_samples": 2_000, "n_features": 300}
 
@@ -21,9 +21,7 @@ def _lane(lock, nb=500, seed=0):
     parts = wl.compiled(params, data)
     w = params["w"].reshape(-1, 1)
     idx = np.random.default_rng(seed).integers(0, SMALL["n_samples"], nb).astype(np.int64)
-    rcfg = np.zeros(16)
-    rcfg[0] = 0.05
-    bad = klr.logreg_lane(parts.arrays, (w,), idx, nb, SGD_KIND, rcfg, (), False)
+    bad = klr.logreg_lane(parts.arrays, (w,), idx, nb, SGDCfg(0.05), (), False)
     return w.ravel().copy(), parts.arrays.locks, bad
 
 

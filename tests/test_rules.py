@@ -140,7 +140,8 @@ def test_apply_leaves_the_read_copies_as_they_were():
     """The row kernels turn the step core's read buffer into gaps in place
     (``kernels.delayed.gaps_into``); ``rule.apply`` hands them a copy, so a user's
     ``Grad.read`` survives the call, and applying the same stale gradient through
-    ``kernels.rule.apply_rows`` on a buffer gives the same parameters bit for bit."""
+    the rule's row kernel (``kernels.rule``) on a buffer gives the same parameters bit
+    for bit."""
     from hogkit.kernels import rule as kr
     rng = np.random.default_rng(7)
     for rule, d in itertools.product((DelayCompensated(0.1, lam=1.0),
@@ -157,11 +158,10 @@ def test_apply_leaves_the_read_copies_as_they_were():
         np.testing.assert_array_equal(read, kept)
         buf, direct = read.copy(), W.copy()
         s0 = rule.init({"w": direct})
-        n1, n2, _ = rule.slots
-        s1, s2 = (s0[f"{n}/w"] if n else np.empty((0, d)) for n in (n1, n2))
+        s1, s2 = (s0[f"{n}/w"] if n else np.empty((0, d))
+                  for n in (rule.state.first, rule.state.second))
         k = s0.get("k/w", np.zeros(1, np.int64))
-        kr.apply_rows(rule.kind, rule.cfg(), direct, s1, s2, k, 0, rows, g, buf, -1, 2,
-                      False)
+        kr.rows_now(rule.cfg(), direct, s1, s2, k, 0, rows, g, buf, -1, 2, False, -1)
         assert not np.array_equal(buf, kept)           # consumed: now the gaps
         np.testing.assert_array_equal(direct, params["w"])
 

@@ -193,10 +193,9 @@ def test_a_clock_fresh_step_leaves_out_writes_no_update_counted(rule):
 @pytest.mark.parametrize("engine", ["fused", "python"])
 def test_the_simulator_and_the_compiled_step_encode_the_clock_flag(engine, monkeypatch):
     """The wiring: both simulator engines encode their rule clock-fresh (every write is
-    a whole update they count), a CompiledStep asked to carries ``cfg[CLOCK]`` into its
+    a whole update they count), a CompiledStep asked to carries the clock flag into its
     core, and one not asked to does not."""
     import hogkit.engine.step as ES
-    from hogkit.kernels import rule as KR
     seen, real = [], ES.encode_rule
 
     def spy(*a, clock_fresh=False, **kw):
@@ -213,14 +212,13 @@ def test_the_simulator_and_the_compiled_step_encode_the_clock_flag(engine, monke
                             density=None, density_state=None, slots=clocks.slots,
                             rt=views["rt"], stop=clocks.stop, log=log.arrays(),
                             rng=np.random.default_rng(0), clock_fresh=flag)
-        assert core.rule[1][KR.CLOCK] == float(flag)
+        assert core.rule.clock is flag
 
 
 def test_a_replica_step_is_fresh_and_a_counted_read_without_the_clock_is_measured():
     """``kernels.step.apply_update``: a local-SGD replica step (``others < 0``: private
-    rows) takes its gaps as zero even without ``cfg[CLOCK]``, so moved weights get
+    rows) takes its gaps as zero even without the clock flag, so moved weights get
     SGD's step; a shared step at gap 0 without the flag measures the move."""
-    from hogkit.kernels import rule as KR
     from hogkit.kernels.clock import SLOT
     from hogkit.kernels.sparse import sgd_rows
     from hogkit.kernels.step import apply_update
@@ -235,8 +233,8 @@ def test_a_replica_step_is_fresh_and_a_counted_read_without_the_clock_is_measure
         RD = W[rows].copy()                     # the read copies, then the weights move
         W += 0.25
         slots = np.zeros((1, SLOT), np.int64)
-        apply_update((W,), (G,), (rows,), (RD,), np.array([4]), KR.DC, rule.cfg(),
-                     (W[:0],), (W[:0],), np.zeros(1, np.int64), slots, (0, others))
+        apply_update((W,), (G,), (rows,), (RD,), np.array([4]), rule.cfg(), (W[:0],),
+                     (W[:0],), np.zeros(1, np.int64), (False, False), slots, (0, others))
         return W
     want = W0 + 0.25
     sgd_rows(want, rows, G, rule.lr, 4)
@@ -247,10 +245,10 @@ def test_a_replica_step_is_fresh_and_a_counted_read_without_the_clock_is_measure
 def test_only_a_clock_that_counts_every_writer_makes_steps_fresh():
     """A cluster node's agent writes the other nodes' rows without ticking (its gate
     row), so its workers measure their gaps; the simulator and one machine's workers do
-    not need to. The rule's own ``cfg()`` never carries the flag (``rule.apply`` is
-    given reads the engine's clock knows nothing of)."""
+    not need to. The flag is the engine's, not the rule's: its configuration is the
+    same either way (``rule.apply`` is given reads the engine's clock knows nothing
+    of)."""
     from hogkit.engine.step import encode_rule
-    from hogkit.kernels import rule as KR
     local = control_specs(2)["clk_slots"][0]
     node = control_specs(2, gate=1)["clk_slots"][0]
     assert clock_counts_all(np.zeros(local), 2)
@@ -258,11 +256,10 @@ def test_only_a_clock_that_counts_every_writer_makes_steps_fresh():
     rule = RULES["gap-aware"]
     params = {"w": np.zeros(4, np.float32)}
     rows = (params["w"].reshape(-1, 1),)
-    on = encode_rule(rule, rule.init(params), ["w"], rows, clock_fresh=True)[1]
-    off = encode_rule(rule, rule.init(params), ["w"], rows)[1]
-    assert on[KR.CLOCK] == 1.0 and off[KR.CLOCK] == 0.0 == rule.cfg()[KR.CLOCK]
-    assert not on.flags.writeable          # the type the parent compiled the core for
-    np.testing.assert_array_equal(np.delete(on, KR.CLOCK), np.delete(rule.cfg(), KR.CLOCK))
+    on = encode_rule(rule, rule.init(params), ["w"], rows, clock_fresh=True)
+    off = encode_rule(rule, rule.init(params), ["w"], rows)
+    assert on.clock is True and off.clock is False
+    assert on.cfg == off.cfg == rule.cfg()
 
 
 @pytest.mark.parametrize("wl", [MF, LOGREG, MLP], ids=["mf", "logreg", "mlp"])

@@ -139,7 +139,7 @@ def simulate(workload="mf", *, workers=2, policy=None, rule=None, density=None, 
              delays=None, stragglers=None, steps=None, seconds=None, seed=0,
              nonfinite="raise", eval_every="auto", evals=20, engine="auto", out=None,
              workload_options=None, keep_params=True, shards=1, lr=None,
-             replication="shared", rule_state="worker") -> Run:
+             replication="shared", rule_state=None) -> Run:
     """Simulate a Hogwild! run of ``workers`` virtual workers; returns a :class:`Run`.
 
     Arguments as :func:`hogkit.train`, with the same defaults (``workload``,
@@ -157,10 +157,10 @@ def simulate(workload="mf", *, workers=2, policy=None, rule=None, density=None, 
         evenly spaced in applied updates (in time when only ``seconds`` is given);
         None: only at the start and the end.
     engine : ``"auto"`` | ``"fused"`` | ``"python"`` (see the module docstring).
-    rule_state : ``"worker"`` (each worker's rule state is its own, as live) or
-        ``"shared"``: one state for all workers, a parameter server's (e.g. one
-        momentum buffer, and Gap-Aware's second moment and step counts, as Barkai et
-        al. keep them on the server); simulated only.
+    rule_state : ``"worker"`` (each worker's rule state is its own) or ``"shared"``:
+        one state for all workers, a parameter server's (e.g. one momentum buffer, and
+        Gap-Aware's second moment and step counts, as Barkai et al. keep them on the
+        server); None: as a live run keeps it (the rule's ``shared_state``).
 
     What the simulator cannot model (adaptive batches, per-shard staleness, a policy
     of your own, overlapped local-SGD merges) is refused by
@@ -180,6 +180,8 @@ def simulate(workload="mf", *, workers=2, policy=None, rule=None, density=None, 
                      lane="batch", replication=replication)
     plan.simulable()
     check_choice("engine", engine, ("auto", "fused", "python"))
+    if rule_state is None:
+        rule_state = "shared" if plan.rule.shared_state else "worker"
     check_choice("rule_state", rule_state, ("worker", "shared"))
     times = step_times(delays, plan.stragglers)
     times.arrays(plan.workers)          # checks straggler ranks against W
@@ -193,8 +195,8 @@ def simulate(workload="mf", *, workers=2, policy=None, rule=None, density=None, 
     config = plan.config(stragglers={}, delays=times.config(), environment=_environment())
     if chosen is not None:
         config["replication"] = chosen
-    if rule_state == "shared":
-        config["rule_state"] = "shared"
+    if rule_state != ("shared" if plan.rule.shared_state else "worker"):
+        config["rule_state"] = rule_state
     initial_loss = float(wl.loss(params, data))
     W = plan.workers
     quotas = plan.quotas() if plan.steps is not None else [1 << 62] * W
@@ -386,20 +388,28 @@ def _run_fused(S):
         c.grow(S.batch)
     names, params = ctxs[0].names, ctxs[0].params
     caps = [int(g.shape[0]) for g in ctxs[0].G]
-    rules = [encode_rule(S.rule, S.rule.init(S.params), names, params, clock_fresh=True)
+    rules = [encode_rule(S.rule, S.rule.init(S.params), names, params, clock_fresh=True,
+                         shared=S.shared_state)
              for _ in range(1 if S.shared_state else W)]
     dens = [encode_density(S.density, S.density.init(S.params) if S.density else None,
                            names, params, caps) for _ in range(W)]
     cursors = np.stack([c.cursor for c in ctxs])
     rngs = (K.typed_list([np.random.default_rng([S.seed, r]) for r in range(W)])
             if ctxs[0].parts.uses_rng else None)
-    wrule = _stack([r[2:] for r in rules])    # one worker's when shared: all use it
-    args = (ctxs[0].parts.arrays, rngs, cursors, params, _stack_bufs(ctxs),
-            rules[0][:2], wrule, dens[0][:6], _stack([d[6] for d in dens]),
-            dens[0][7], st["slots"], _log_arrays(S), st["times"], st["ist"], st["fst"],
-            st["gi"], st["cfg"], st["policy"])
-    run = K.run_events if cacheable(type(args[0])) else K.run_events_uncached
-    return _drive(S, st, run, args, overlap=True)
+    step = L.FusedStep(
+        wl=ctxs[0].parts.arrays, rngs=rngs, cursors=cursors, params=params,
+        wbufs=_stack_bufs(ctxs), rule=rules[0].cfg,
+        wrule=_stack([(r.S1, r.S2, r.K) for r in rules]),  # one when shared: all use it
+        dens=dens[0].cfg, wdens=_stack([d.D for d in dens]), mask=dens[0].mask)
+    run = K.run_events if cacheable(type(step.wl)) else K.run_events_uncached
+    return _drive(S, st, run, (step, _event_loop(S, st)), overlap=True)
+
+
+def _event_loop(S, st):
+    """The event loop's :class:`~hogkit.kernels.layout.EventLoop` (both engines)."""
+    return L.EventLoop(slots=st["slots"], log=_log_arrays(S), times=st["times"],
+                       ist=st["ist"], fst=st["fst"], gi=st["gi"], cfg=st["cfg"],
+                       policy=st["policy"])
 
 
 def _stack(trees):
@@ -445,7 +455,8 @@ def _run_python(S):
                                 density_state=(S.density.init(replicas[r])
                                                if S.density is not None else None),
                                 reader=readers[r], clocks=clocks, params=replicas[r],
-                                nonfinite=S.nonfinite, clock_fresh=True))
+                                nonfinite=S.nonfinite, clock_fresh=True,
+                                shared_state=S.shared_state))
     for rd in readers:
         rd.read()
     rngs = [np.random.default_rng([S.seed, r]) for r in range(W)]
@@ -487,9 +498,6 @@ def _run_python(S):
         if local and k + 1 >= S.quotas[w] and pending_local(w):
             merge_local(w, k + 1, t, k + 1)
 
-    args = (None, None, None, None, None, (0, np.zeros(1)), None,
-            (0, 1.0, 0.0, False, 1, 0), None, None, slots, _log_arrays(S), st["times"],
-            ist, fst, gi, st["cfg"], st["policy"])
-    return _drive(S, st, K.run_events, args, on_step)
+    return _drive(S, st, K.run_events, (None, _event_loop(S, st)), on_step)
 
 

@@ -35,8 +35,8 @@ from hogkit.kernels import clock as _kc
 from hogkit.kernels import guard as _kg
 from hogkit.kernels import density as _kd
 from hogkit.kernels import layout as _kl
-from hogkit.kernels import rule as _kr
 from hogkit.kernels import step as _ks
+from hogkit.rules.base import Rule
 from hogkit.validation import check_array, check_choice
 from hogkit.workloads.base import as_rows
 
@@ -65,8 +65,8 @@ def compiled_support(workload, *, rule, density, batch, shards=1, policy=None,
         return f"batch={batch!r} (adaptive batch sizes run on the Python path)"
     if shards != 1:
         return f"shards={shards} (per-shard staleness runs on the Python path)"
-    if not isinstance(getattr(rule, "kind", None), (int, np.integer)):
-        return f"rule {rule!r} is not one of hogkit's kernel rules"
+    if not isinstance(rule, Rule):
+        return f"rule {rule!r} is not a hogkit rule (hogkit.rules.base.Rule)"
     if density is not None and not hasattr(density, "code"):
         return f"density {density!r} is not a hogkit.Density"
     if policy is not None and not callable(getattr(policy, "encode", None)):
@@ -93,9 +93,7 @@ def lane_support(workload, *, rule, density, batch, shards=1, engine="compiled")
         return f"batch={batch!r} (adaptive batch sizes run on the batch lane)"
     if shards != 1:
         return f"shards={shards} (per-shard staleness is measured per step)"
-    cfg = rule.cfg() if callable(getattr(rule, "cfg", None)) else None
-    if (int(getattr(rule, "kind", -1)) == _kr.STALENESS_AWARE
-            or (cfg is not None and cfg[_kr.STALE] != 0.0)):
+    if getattr(rule, "gap_scaled", False):
         return (f"rule {type(rule).__name__} scales each update by its gap, which the "
                 f"per-sample lane does not measure per sample")
     return None
@@ -142,20 +140,22 @@ def _empty_rows(p):
     return np.empty((0, p.shape[1]), p.dtype)
 
 
-def encode_rule(rule, state, names, params2d, *, clock_fresh=False):
-    """``(kind, cfg, S1, S2, K)`` for the core from a rule and its ``init`` state:
-    per parameter (in ``names`` order) its 2-D state views, empty where unused; ``K``
-    the Gap-Aware step counts (a fresh array: the core keeps its own). The state is
-    checked here, once: the kernels do no checking. A row-wise rule
-    (``rule.rowwise``: AdaGrad, RMSProp) keeps ``(rows, 1)`` in its first slot.
+def encode_rule(rule, state, names, params2d, *, clock_fresh=False, shared=False):
+    """The core's :class:`~hogkit.kernels.layout.RuleArgs` from a rule and its ``init``
+    state: its kernels' configuration, per parameter (in ``names`` order) its 2-D
+    state views, empty where unused; ``K`` the step counts (a fresh array: the core
+    keeps its own). The state is checked here, once: the kernels do no checking. A
+    per-row first state (``rule.state.per_row``: row-wise AdaGrad, RMSProp) is
+    ``(rows, 1)``.
 
     ``clock_fresh``: every writer of the parameters ticks the update clock the core
     reads (the simulator; one machine's workers, not a cluster node, whose agent
     writes the other nodes' rows untold), so a step whose gap is 0 is fresh and
-    DC-ASGD and Gap-Aware need not measure their gaps (``cfg[CLOCK]``,
-    ``kernels.step.apply_update``)."""
-    s1n, s2n, has_k = rule.slots
-    rowwise = bool(getattr(rule, "rowwise", False))
+    DC-ASGD and Gap-Aware need not measure their gaps (``kernels.step.apply_update``).
+    ``shared``: the state is every worker's (the rule's update count ``t`` then counts
+    every worker's updates, else the worker's own)."""
+    spec = rule.state
+    s1n, s2n, has_k = spec.first, spec.second, spec.counts
 
     def slot(name, n, p, one_column=False):
         key = f"{name}/{n}"
@@ -172,7 +172,7 @@ def encode_rule(rule, state, names, params2d, *, clock_fresh=False):
                                   f"with rule.init(params) for the same parameters")
         return a2
 
-    S1 = tuple(slot(s1n, n, p, rowwise) if s1n else _empty_rows(p)
+    S1 = tuple(slot(s1n, n, p, spec.per_row) if s1n else _empty_rows(p)
                for n, p in zip(names, params2d))
     S2 = tuple(slot(s2n, n, p) if s2n else _empty_rows(p) for n, p in zip(names, params2d))
     K = np.zeros(len(names), np.int64)
@@ -180,26 +180,23 @@ def encode_rule(rule, state, names, params2d, *, clock_fresh=False):
         for i, n in enumerate(names):
             k = state.get(f"k/{n}") if isinstance(state, Mapping) else None
             K[i] = int(check_array(f"state['k/{n}']", k, dtype=np.int64, shape=(1,))[0])
-    cfg = rule.cfg()
-    if clock_fresh:
-        cfg = cfg.copy()
-        cfg[_kr.CLOCK] = 1.0
-        cfg.flags.writeable = False      # the type numba compiled: read-only, as rule.cfg()
-    return (int(rule.kind), cfg, S1, S2, K)
+    return _kl.RuleArgs(rule.kernel_cfg(), S1, S2, K, bool(clock_fresh), bool(shared))
 
 
 def encode_density(density, state, names, params2d, capacity_rows):
-    """``(how, fraction, threshold, residual, every, seed, D, mask)`` for the core;
-    ``density=None`` sends everything. ``mask`` has room for the largest gradient."""
+    """The core's :class:`~hogkit.kernels.layout.DensityArgs`; ``density=None`` sends
+    everything. ``mask`` has room for the largest gradient."""
     mask = np.empty(max([r * p.shape[1] for r, p in zip(capacity_rows, params2d)] + [1]),
                     np.bool_)
     if density is None:
-        return (_kd.NONE, 1.0, 0.0, False, 1, 0,
-                tuple(_empty_rows(p) for p in params2d), mask)
+        return _kl.DensityArgs(_kl.DensityCfg(_kd.NONE, 1.0, 0.0, False, 1, 0),
+                               tuple(_empty_rows(p) for p in params2d), mask)
     D = tuple(as_rows(state[f"r/{n}"]) if density.residual else _empty_rows(p)
               for n, p in zip(names, params2d))
-    return (int(density.code), float(density.fraction), float(density.threshold or 0.0),
-            bool(density.residual), int(density.every), int(density.seed), D, mask)
+    cfg = _kl.DensityCfg(int(density.code), float(density.fraction),
+                         float(density.threshold or 0.0), bool(density.residual),
+                         int(density.every), int(density.seed))
+    return _kl.DensityArgs(cfg, D, mask)
 
 
 def encode_pacer(model, seed, rank):
@@ -238,18 +235,15 @@ class CompiledStep:
                  slots, rt, stop, log, rng, policy=None, grants=None, quota=-1,
                  nonfinite="raise", record=True, stride=1, pacer=None, params2d=None,
                  step0=0, lane="batch", lane_lr_scale=1.0, local_h=None, merge=None,
-                 clock_fresh=False):
+                 clock_fresh=False, shared_state=False):
         self.ctx = ctx
         ctx.grow(batch) if batch > ctx.capacity else None
         self.params = tuple(params2d) if params2d is not None else ctx.params
         caps = [int(g.shape[0]) for g in ctx.G]
-        self.rule = encode_rule(rule, rule_state, ctx.names, self.params,
-                                clock_fresh=clock_fresh)
         if lane == "sample" and lane_lr_scale != 1.0:   # a batch-mean workload's lr
-            rcfg = self.rule[1].copy()
-            rcfg[_kr.LR] *= lane_lr_scale
-            rcfg[_kr.LR_MAX] *= lane_lr_scale
-            self.rule = (self.rule[0], rcfg) + self.rule[2:]
+            rule = rule.scaled(lane_lr_scale)
+        self.rule = encode_rule(rule, rule_state, ctx.names, self.params,
+                                clock_fresh=clock_fresh, shared=shared_state)
         self.dens = encode_density(density, density_state, ctx.names, self.params, caps)
         if grants is None:
             grants = np.zeros(_kc.GRANT_BINS, np.int64)
@@ -275,9 +269,8 @@ class CompiledStep:
         cfg[_kl.RECORD] = int(record)
         cfg[_kl.STEP0] = step0
         # the fused SGD kernel, where the workload has one and the step is plain SGD
-        cfg[_kl.FUSED] = int(ctx.sgd is not None and int(rule.kind) == _kr.SGD
-                             and rule.cfg()[_kr.MU] == 0.0
-                             and self.dens[0] == _kd.NONE and self.dens[4] == 1
+        cfg[_kl.FUSED] = int(ctx.sgd is not None and rule.plain_sgd
+                             and self.dens.cfg.how == _kd.NONE and self.dens.cfg.every == 1
                              and local_h == 0)
         if lane == "sample":
             cfg[_kl.FUSED] = 0
@@ -288,11 +281,8 @@ class CompiledStep:
             ctx.use_fused_scratch()
         self.io = np.zeros(_kl.NIO, np.int64)
         self.local = _merge_views(self.params, merge, cfg)
-        from hogkit.kernels.step import cacheable
-        cached = cacheable(type(ctx.parts.arrays))
-        if cfg[_kl.LANE] == _kl.LANE_FUSED:  # the workload's own lane: its own loop,
-            # compiled for this rule kind alone (its kind as a type: kernels.step.kind_tag)
-            self.rule = (_ks.kind_tag(self.rule[0]),) + self.rule[1:]
+        cached = _ks.cacheable(type(ctx.parts.arrays))
+        if cfg[_kl.LANE] == _kl.LANE_FUSED:  # the workload's own lane: its own loop
             self._run = _ks.run_lane_steps if cached else _ks.run_lane_steps_uncached
         else:
             self._run = _ks.run_steps if cached else _ks.run_steps_uncached
@@ -343,13 +333,9 @@ def _merge_views(params, merge, cfg):
 
 
 def _fused_lane(ctx, rule):
-    """True when the workload's own per-sample kernel runs this rule (its registered
-    kinds; plain SGD there means no momentum)."""
-    kinds = _ks.lane_kinds(type(ctx.parts.arrays))
-    kind = int(rule.kind)
-    if kind not in kinds:
-        return False
-    return kind != _kr.SGD or rule.cfg()[_kr.MU] == 0.0
+    """True when the workload registered a per-sample kernel for this rule's
+    configuration (``kernels.step.register``'s ``lane_kernels``)."""
+    return type(rule.kernel_cfg()) in _ks.lane_rules(type(ctx.parts.arrays))
 
 
 # --- the Python engine ----------------------------------------------------------------
@@ -380,7 +366,7 @@ class PythonStep:
 
     def __init__(self, workload, ctx, *, rank, rule, rule_state, density, density_state,
                  reader, clocks, params, nonfinite="raise", shard_of=None, step0=0,
-                 clock_fresh=False):
+                 clock_fresh=False, shared_state=False):
         self.workload, self.ctx, self.rank = workload, ctx, rank
         self.step0 = step0          # density's step index goes on across resumed segments
         self.rule, self.rule_state = rule, rule_state
@@ -390,8 +376,9 @@ class PythonStep:
         self.nonfinite = nonfinite
         self.keep_read = bool(getattr(rule, "needs_read", False))
         self.shard_of = shard_of
+        self.shared_state = shared_state
         self._lane = _lane(workload, ctx, rule, rule_state, reader, params, self.keep_read,
-                           clock_fresh)
+                           clock_fresh, shared_state)
 
     def compute(self, rng, batch, *, read=True):
         """Read the clock vector (unless ``read=False``: a local-SGD phase reads at
@@ -440,21 +427,31 @@ class PythonStep:
                 return -1
         if local:
             self.rule.apply(self.params, grads, self.rule_state, staleness=0,
-                            rank=self.rank)
+                            rank=self.rank, t=self._count(local))
             return 0
         touched = self.shard_of(grads) if self.shard_of is not None else None
         gap = self.reader.gap(touched) if touched is not None else self.reader.gap()
         self.rule.apply(self.params, grads, self.rule_state, staleness=gap,
-                        rank=self.rank)
+                        rank=self.rank, t=self._count(local))
         self.clocks.tick_update(self.rank, touched)
         self.reader.commit(step, gap, t_ns=t_ns)
         return gap
+
+    def _count(self, local):
+        """The rule's update count ``t`` (``kernels.step.apply_update``'s): for a state
+        every worker shares, the clocks' total, this update included; else None (the
+        rule counts its own steps)."""
+        if local or not self.shared_state or not getattr(self.rule, "counts_updates",
+                                                         False):
+            return None
+        return int(self.clocks.slots[:, _kc.UPD].sum()) + 1
 
 
 class _Lane:
     """The lean lane's encodings, checked once (see :class:`PythonStep`)."""
 
-    def __init__(self, ctx, rule, rule_state, reader, params, clock_fresh=False):
+    def __init__(self, ctx, rule, rule_state, reader, params, clock_fresh=False,
+                 shared=False):
         params2d = tuple(as_rows(params[n]) for n in ctx.names)
         for name, p, q in zip(ctx.names, params2d, ctx.params):
             if not np.shares_memory(p, q):
@@ -462,10 +459,10 @@ class _Lane:
                                       f"params[{name!r}]; set it up on the same ones")
         self.params = params2d
         self.rule = encode_rule(rule, rule_state, ctx.names, params2d,
-                                clock_fresh=clock_fresh)
-        self.K = self.rule[4]
-        # Gap-Aware's step counts live in the state (rule.apply counts there too)
-        self.k_state = ([rule_state[f"k/{n}"] for n in ctx.names] if rule.slots[2]
+                                clock_fresh=clock_fresh, shared=shared)
+        self.K = self.rule.K
+        # the step counts live in the state (rule.apply counts there too)
+        self.k_state = ([rule_state[f"k/{n}"] for n in ctx.names] if rule.state.counts
                         else None)
         self.slots = reader.clocks.slots
         self.log = reader.log.arrays()
@@ -498,7 +495,7 @@ class _TorchLane:
     not all dense, contiguous tensors of the parameters' dtype (a sparse embedding
     gradient, a parameter the loss did not use) takes the general path."""
 
-    def __init__(self, ctx, rule, rule_state, reader, params, keep_read):
+    def __init__(self, ctx, rule, rule_state, reader, params, keep_read, shared=False):
         import torch
 
         from hogkit.workloads.module import flat_grads
@@ -513,12 +510,13 @@ class _TorchLane:
         self.torch_dtype = torch.float32 if dtype == np.float32 else torch.float64
         self.names, self.keep_read = names, keep_read
         self.params = tuple(a.reshape(-1) for a in arrays)
-        kind, cfg, S1, S2, K = encode_rule(rule, rule_state, names,
-                                           tuple(as_rows(a) for a in arrays))
-        self.rules = (np.full(len(names), kind, np.int64), np.stack([cfg] * len(names)),
-                      tuple(a.reshape(-1) for a in S1), tuple(a.reshape(-1) for a in S2), K)
-        self.K = K
-        self.k_state = ([rule_state[f"k/{n}"] for n in names] if rule.slots[2] else None)
+        enc = encode_rule(rule, rule_state, names, tuple(as_rows(a) for a in arrays),
+                          shared=shared)
+        self.rules = (((enc.cfg, 0, len(names)),), tuple(a.reshape(-1) for a in enc.S1),
+                      tuple(a.reshape(-1) for a in enc.S2), enc.K, enc.shared)
+        self.K = enc.K
+        self.k_state = ([rule_state[f"k/{n}"] for n in names] if rule.state.counts
+                        else None)
         empty = np.empty(0, dtype)
         self.RD = (tuple(ctx.snap[n].reshape(-1) for n in names) if keep_read
                    else tuple(empty for _ in names))
@@ -527,11 +525,11 @@ class _TorchLane:
         self.G, self.ps = None, None
 
     @classmethod
-    def build(cls, ctx, rule, rule_state, reader, params, keep_read):
+    def build(cls, ctx, rule, rule_state, reader, params, keep_read, shared=False):
         dtypes = {params[n].dtype for n in ctx.names}
         if len(dtypes) != 1 or dtypes.pop() not in (np.float32, np.float64):
             return None
-        return cls(ctx, rule, rule_state, reader, params, keep_read)
+        return cls(ctx, rule, rule_state, reader, params, keep_read, shared)
 
     def take(self, ps):
         """Hold the gradients of ``ps`` flat; False when one is missing, sparse, not
@@ -566,18 +564,17 @@ class _TorchLane:
 
 
 def _lane(workload, ctx, rule, rule_state, reader, params, keep_read=False,
-          clock_fresh=False):
+          clock_fresh=False, shared=False):
     """The lean lane for this combination, or None (see :class:`PythonStep`)."""
     from hogkit.workloads.base import KernelCtx
-    if (reader.log is None or reader.per_shard
-            or not isinstance(getattr(rule, "kind", None), (int, np.integer))):
+    if reader.log is None or reader.per_shard or not isinstance(rule, Rule):
         return None
     from hogkit.workloads.module import ModuleWorkload, _Ctx
     if ctx.__class__ is _Ctx and isinstance(workload, ModuleWorkload):
-        return _TorchLane.build(ctx, rule, rule_state, reader, params, keep_read)
+        return _TorchLane.build(ctx, rule, rule_state, reader, params, keep_read, shared)
     if ctx.__class__ is not KernelCtx or type(workload).compiled is _base_compiled():
         return None
-    return _Lane(ctx, rule, rule_state, reader, params, clock_fresh)
+    return _Lane(ctx, rule, rule_state, reader, params, clock_fresh, shared)
 
 
 def _finite(grads):

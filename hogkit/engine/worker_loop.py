@@ -169,7 +169,8 @@ class _Worker:
                 density_state=self.density_state, reader=self.reader, clocks=self.clocks,
                 params=self.params, nonfinite=spec.plan.nonfinite,
                 shard_of=self._shards_of if self.shards > 1 else None, step0=spec.step0,
-                clock_fresh=clock_counts_all(self.clocks.slots, spec.plan.workers))
+                clock_fresh=clock_counts_all(self.clocks.slots, spec.plan.workers),
+                shared_state=rule.shared_state)
 
     # ------------------------------------------------------------------ Python engine
     def _batch(self, k: int):
@@ -257,9 +258,10 @@ class _Worker:
             pacer=encode_pacer(spec.delay, spec.plan.worker_seed, rank), step0=spec.step0,
             lane=spec.plan.lane, lane_lr_scale=lane_lr_scale(spec.plan),
             local_h=self.lp.h if self.lp is not None else 0, merge=self._core_merge(),
-            clock_fresh=clock_counts_all(clocks.slots, spec.plan.workers))
-        if spec.plan.rule.slots[2]:
-            self.counts = (self.ctx.names, self.core.rule[4], self.rule_state)
+            clock_fresh=clock_counts_all(clocks.slots, spec.plan.workers),
+            shared_state=spec.plan.rule.shared_state)
+        if spec.plan.rule.state.counts:
+            self.counts = (self.ctx.names, self.core.rule.K, self.rule_state)
         self.core.run(0)
 
     def _core_merge(self):

@@ -8,7 +8,9 @@ worker:
 
 - ``<rank>/rule/<key>`` and ``<rank>/density/<key>``: the arrays of ``rule.init`` and
   ``density.init``; the worker *binds* its state dicts to these views, so every update
-  writes them in place (no copy, nothing to publish);
+  writes them in place (no copy, nothing to publish). A rule that keeps one state for
+  every worker (``rule.shared_state``: Adam) has one block, ``shared/rule/<key>``,
+  which every worker binds;
 - ``<rank>/rng``: the worker's PCG64 state (``RNG_WORDS`` uint64-as-int64 words, word 0
   a "published" flag) and ``<rank>/cursor``: its sampler cursor; the worker *publishes*
   these, and the compiled core's own Gap-Aware step counts (into the rule state's
@@ -45,11 +47,14 @@ _MASK = (1 << 64) - 1
 def initial(rule, density, params, workers) -> dict:
     """The store's arrays for ``workers`` workers, as a fresh run starts them (each
     ``init`` is called once: every worker's block starts from the same arrays, which
-    the store copies in)."""
+    the store copies in; a shared rule state is one block)."""
+    shared = bool(getattr(rule, "shared_state", False))
     parts = {"rule": rule.init(params),
              "density": density.init(params) if density is not None else {}}
     rng, cursor = np.zeros(RNG_WORDS, np.int64), np.zeros(1, np.int64)
     out = {}
+    if shared:
+        out.update({f"{SHARED}/rule/{key}": a for key, a in parts.pop("rule").items()})
     for r in range(workers):
         for part, state in parts.items():
             for key, a in state.items():
@@ -58,11 +63,20 @@ def initial(rule, density, params, workers) -> dict:
     return out
 
 
+#: the owner of a state block every worker binds
+SHARED = "shared"
+
+
 def bind(views, rank, part) -> dict:
     """Worker ``rank``'s ``part`` (``"rule"`` or ``"density"``) state: the store's views
-    under their ``init`` keys, written in place by every update."""
-    prefix = f"{rank}/{part}/"
-    return {k[len(prefix):]: v for k, v in views.items() if k.startswith(prefix)}
+    under their ``init`` keys, written in place by every update (the shared block, when
+    the store has one for ``part``)."""
+    for owner in (SHARED, rank):
+        prefix = f"{owner}/{part}/"
+        got = {k[len(prefix):]: v for k, v in views.items() if k.startswith(prefix)}
+        if got:
+            return got
+    return {}
 
 
 def _words(rng) -> list:

@@ -53,6 +53,7 @@ from typing import Mapping, NamedTuple
 import numpy as np
 
 from hogkit.errors import InvalidArgument, InvalidType
+from hogkit.kernels.layout import Bufs
 from hogkit.rules.grads import Grad
 from hogkit.validation import check_array, check_choice, check_int
 
@@ -364,8 +365,8 @@ class KernelCtx:
             self.scratch = self.parts.scratch(self.capacity)
 
     def bufs(self):
-        """The buffer tuple the step core takes: ``(G, R, RD, cnt, idx, GF, scratch)``."""
-        return (self.G, self.R, self.RD, self.cnt, self.idx, self.GF, self.scratch)
+        """The buffers the step core takes (:class:`~hogkit.kernels.layout.Bufs`)."""
+        return Bufs(self.G, self.R, self.RD, self.cnt, self.idx, self.GF, self.scratch)
 
     def begin(self, rng, batch, keep_read, slots=_NO_SLOTS, rank=-1):
         """Sample ``batch`` ids and compute their gradient into the buffers, in one
