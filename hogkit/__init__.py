@@ -36,6 +36,7 @@ _EXPORTS = {
     "SGD": "hogkit.rules.core", "StalenessAware": "hogkit.rules.core",
     "DelayCompensated": "hogkit.rules.core", "GapAware": "hogkit.rules.core",
     "AdaGrad": "hogkit.rules.core", "RMSProp": "hogkit.rules.core",
+    "Adam": "hogkit.rules.adam",
     "chain": "hogkit.rules.compose",
     "Density": "hogkit.rules.density",
     "train": "hogkit.engine.runtime", "Run": "hogkit.engine.run",
