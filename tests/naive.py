@@ -201,6 +201,24 @@ def changed_rows(cur, base):
     return rows, d[rows], new
 
 
+def adam_flat(w, m, v, g, lr, b1, b2, eps, t):
+    """torch.optim.Adam's step ``t`` (1-based) on a flat buffer."""
+    w, m, v, g = f64(w, m, v, g)
+    m = m + (1 - b1) * (g - m)
+    v = b2 * v + (1 - b2) * g * g
+    w = w - (lr / (1 - b1 ** t)) * (m / (np.sqrt(v) / np.sqrt(1 - b2 ** t) + eps))
+    return w, m, v
+
+
+def adam_rows(W, M, V, rows, G, lr, b1, b2, eps, t):
+    """Lazy Adam (torch.optim.SparseAdam's) on rows, one occurrence after the other, the
+    bias correction of step ``t`` for every row."""
+    W, M, V, G = f64(W, M, V, G)
+    for i, r in enumerate(rows):
+        W[r], M[r], V[r] = adam_flat(W[r], M[r], V[r], G[i], lr, b1, b2, eps, t)
+    return W, M, V
+
+
 # --- rules: the same equations on float64 copies, one Grad at a time ----------------
 
 def apply_rule(rule, params, grads, state, *, staleness=0):
@@ -257,6 +275,15 @@ def apply_rule(rule, params, grads, state, *, staleness=0):
             V[...] = v
             if rule.momentum:
                 M[...] = m
+        elif kind == "Adam":
+            k = state[f"k/{grad.name}"]
+            k[0] += 1
+            M, V = slot("m"), slot("v")
+            b1, b2 = rule.betas
+            f = adam_flat if dense else adam_rows
+            args = (P, M, V, G) if dense else (P, M, V, rows, G)
+            w, m, v = f(*args, rule.lr, b1, b2, rule.eps, int(k[0]))
+            M[...], V[...] = m, v
         else:  # pragma: no cover - a new rule needs a reference here
             raise NotImplementedError(kind)
         P[...] = w

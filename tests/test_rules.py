@@ -15,6 +15,7 @@ from hypothesis import given, strategies as st
 import naive
 from hogkit.errors import InvalidArgument, InvalidType
 from hogkit.rules.grads import Grad
+from hogkit.rules.adam import Adam
 from hogkit.rules.core import SGD, DelayCompensated, GapAware, StalenessAware
 from hogkit.validation import grads_finite
 
@@ -27,9 +28,11 @@ RULES = {
     "dc-adaptive": lambda: DelayCompensated(0.1, adaptive=True),
     "ga": lambda: GapAware(0.1),
     "ga-momentum": lambda: GapAware(0.1, momentum=0.9),
+    "adam": lambda: Adam(0.05, betas=(0.8, 0.99)),
 }
 SLOTS = {"sgd": set(), "sgd-momentum": {"m"}, "sa": set(), "sa-momentum": {"m"},
-         "dc": set(), "dc-adaptive": {"ms"}, "ga": {"v", "k"}, "ga-momentum": {"v", "k", "m"}}
+         "dc": set(), "dc-adaptive": {"ms"}, "ga": {"v", "k"}, "ga-momentum": {"v", "k", "m"},
+         "adam": {"m", "v", "k"}}
 
 
 def make_params(dtype, seed=0):

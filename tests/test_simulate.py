@@ -18,6 +18,7 @@ from hogkit.engine.delays import (Constant, Load, LogNormal, Pauses, Slowdown, S
                            parse_delays)
 from hogkit.errors import InvalidArgument, InvalidType, NonFiniteGradient
 from hogkit.policy import BSP, DSSP, SSP, Async, LocalSGD
+from hogkit.rules.adam import Adam
 from hogkit.rules.core import SGD, DelayCompensated, GapAware, StalenessAware
 from hogkit.rules.density import Density
 from hogkit.calibrate import agreement, compare_gaps, fit_delays
@@ -244,7 +245,7 @@ def _sequential(wl, rule, *, workers, rounds, batch, seed):
 
 RULES = [SGD(0.05), SGD(0.02, momentum=0.9), StalenessAware(0.05),
          DelayCompensated(0.05), DelayCompensated(0.05, adaptive=True),
-         GapAware(0.05, momentum=0.5)]
+         GapAware(0.05, momentum=0.5), Adam(0.01)]
 
 
 @pytest.mark.parametrize("rule", RULES, ids=repr)

@@ -15,6 +15,7 @@ from hogkit.rules.density import Density
 from hogkit.kernels import layout as KL
 from hogkit.policy import DSSP, SSP, Async
 from hogkit.state.reader import Reader, StalenessLog
+from hogkit.rules.adam import Adam
 from hogkit.rules.core import SGD, AdaGrad, DelayCompensated, GapAware, RMSProp, StalenessAware
 from hogkit.engine.simulator import simulate, strip_wall
 from hogkit.engine.step import CompiledStep, PythonStep, compiled_support, encode_pacer
@@ -31,6 +32,7 @@ RULES = {
     "gap-aware": GapAware(0.05), "ga-momentum": GapAware(0.02, momentum=0.9),
     "adagrad": AdaGrad(0.05), "adagrad-rowwise": AdaGrad(0.05, rowwise=True),
     "rmsprop-rowwise-stale": RMSProp(0.01, rowwise=True, scale_by_staleness=True),
+    "adam": Adam(0.01),
 }
 DENSITIES = {
     "none": None, "topk-residual": Density(0.3), "random-drop": Density(0.5, how="random",
