@@ -26,8 +26,9 @@ def main():
     for w in map(int, workers):
         rates = []
         for _ in range(3):
-            r = train(workload, workers=w, seconds=3, rule=SGD(float(lr)), eval_every=None,
-                      progress=False, keep_params=False)
+            r = train(workload, workers=w,
+                      outputs=hogkit.Outputs(eval_every=None, progress=False, keep_params=False),
+                      seconds=3, rule=SGD(float(lr)))
             rates.append(round(r.extra["samples"] / r.wall_s / 1e6, 2))
         print(w, rates, r.extra["engine"], flush=True)
 

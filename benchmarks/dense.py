@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import hogkit
 
 #: name -> (workload options, train options)
 VARIANTS = {
@@ -56,8 +57,9 @@ def _one(wl, workers, seconds, opts):
     opts = dict(opts)
     if "policy" in opts:
         opts["policy"] = parse_policy(opts["policy"])
-    run = train(wl, workers=workers, seconds=seconds, eval_every=None, progress=False,
-                keep_params=False, **opts)
+    run = train(wl, workers=workers,
+                outputs=hogkit.Outputs(eval_every=None, progress=False, keep_params=False),
+                seconds=seconds, **opts)
     return {"samples_per_s": run.extra["samples"] / run.wall_s,
             "updates_per_s": run.updates_per_s, "final_loss": run.final_loss}
 
@@ -97,8 +99,9 @@ def time_to_target(quick=False, runs=None, seconds=None) -> dict:
             for seed in seeds:
                 kw = {"policy": parse_policy(policy)} if policy else {}
                 kw.update({k: v for k, v in knobs.items() if k != "policy"})
-                r = train(wl, workers=workers, seconds=seconds, rule=SGD(lr), seed=seed,
-                          eval_every=0.1, progress=False, keep_params=False, **kw)
+                r = train(wl, workers=workers,
+                          outputs=hogkit.Outputs(eval_every=0.1, progress=False, keep_params=False),
+                          seconds=seconds, rule=SGD(lr), seed=seed, **kw)
                 hit = [c["t"] for c in r.loss_curve if c["loss"] <= TARGET_LOSS]
                 times.append(min(hit) if hit else float("inf"))
                 finals.append(r.final_loss)
@@ -139,9 +142,11 @@ def replication(quick=False, names=None) -> dict:
         cases = REPLICATION_CASES[seed % 4:] + REPLICATION_CASES[:seed % 4]
         for label, wl, opts in names:
             for w, rep in cases:
-                run = train(wl, workers=w, seconds=seconds, seed=seed, replication=rep,
-                            workload_options=opts, eval_every=None, progress=False,
-                            keep_params=False)
+                run = train(hogkit.workload(wl, **opts), workers=w,
+                            engine=hogkit.Engine(replication=rep),
+                            outputs=hogkit.Outputs(eval_every=None, progress=False,
+                                                   keep_params=False),
+                            seconds=seconds, seed=seed)
                 raw[(label, w, rep)].append({
                     "samples_per_s": run.extra["samples"] / run.wall_s,
                     "samples": run.extra["samples"], "final_loss": run.final_loss,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sys
 
-#: the step sizes compared: the old default and the new (mf's ``default_lane_batch``)
+#: the step sizes compared: the old default and the new (mf's ``default_sample_batch``)
 BATCHES = (256, 4096)
 REPEATS = 2
 

@@ -61,6 +61,8 @@ import time
 
 import numpy as np
 
+import hogkit
+
 SIZES = {"small": 64, "medium": 512}
 LR = 0.05
 BATCH = 32
@@ -230,7 +232,6 @@ def compare(wl, params, data, nprocs, steps, rounds, lr=LR, batch=BATCH, seed=SE
     loss and hogkit's run figures."""
     import torch.multiprocessing as tmp
 
-    import hogkit
     order = plan(rounds)
     folder = tempfile.mkdtemp(prefix="hogkit_bench_own_loop_")
     tmodel = _model(wl, params)
@@ -244,10 +245,11 @@ def compare(wl, params, data, nprocs, steps, rounds, lr=LR, batch=BATCH, seed=SE
     try:
         for p in procs:
             p.start()
-        run = hogkit.spawn(_hogkit_worker, hmodel, nprocs=nprocs, threads=1,
+        run = hogkit.spawn(_hogkit_worker, hmodel,
+                           nprocs=hogkit.Workers(nprocs, wait_timeout=WAIT_TIMEOUT),
                            args=(data["X"], data["y"], lr, steps, batch, seed, order,
-                                 folder),
-                           progress=False, eval_every=None, wait_timeout=WAIT_TIMEOUT)
+                                 folder), threads=1,
+                           outputs=hogkit.Outputs(progress=False, eval_every=None))
         for p in procs:
             p.join(timeout=WAIT_TIMEOUT)
         if any(p.exitcode != 0 for p in procs):

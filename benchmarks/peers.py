@@ -45,7 +45,6 @@ contenders.
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import glob
 import importlib.util
 import math
@@ -60,7 +59,9 @@ import time
 import numpy as np
 from numba import njit
 
+import hogkit
 from hogkit import workloads
+from hogkit.workloads.mf import MatrixFactorization
 
 #: learning-rate grids, per contender family (each picks its best by time to target)
 #: (mf: the step of one rating; LIBMF's eta is the base of its adaptive step; logreg:
@@ -86,6 +87,10 @@ MLP_TARGET = 0.05
 #: the machine's drift (the plain loop ranged 83-114 M ratings/s across invocations of
 #: one day) falls on both sides of each round's ratio
 MF_RATE_SECONDS, MF_RATE_ROUNDS = 3.0, 6
+#: mf's SGD contenders in the sweep: ratings a step on the per-sample lane (the
+#: defaults' step) and the batch lane's minibatch (the compiled step core's best for
+#: SGD: a larger minibatch's summed gradient needs a smaller lr)
+MF_SAMPLE_BATCH, MF_MINIBATCH = 4096, 64
 MLP_EPOCHS = (2, 4, 8, 12, 16, 24, 32, 48)
 EPOCHS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24)
 #: a hogkit lr's curve stops after a run longer than this many times LIBMF's best time
@@ -360,9 +365,10 @@ def _mf_rates(wl, params, data, c, seconds, rounds):
             if name == "plain":
                 got["plain"] = _plain_rate(params, data, plain_lr, seconds)
             else:
-                run = train(wl, workers=1, seconds=seconds, rule=SGD(h["lr"]),
-                            lane="sample", batch=h["batch"], engine="compiled",
-                            eval_every=None, progress=False, keep_params=False)
+                run = train(wl, workers=1, engine=hogkit.Engine("compiled", lane="sample"),
+                            outputs=hogkit.Outputs(eval_every=None, progress=False,
+                                                   keep_params=False),
+                            seconds=seconds, rule=SGD(h["lr"]), batch=h["batch"])
                 got["hogkit"] = run.extra["samples"] / run.wall_s
         got["ratio"] = got["hogkit"] / got["plain"]
         out.append(got)
@@ -395,18 +401,21 @@ def _mf_libmf(lib, wl, data, target, threads, max_epochs, quick=False):
 
 
 def _hogkit(wl, target, workers, engine, lrs, max_epochs, n_samples, rate_seconds,
-            grid=EPOCHS, lane="batch", batch=None, rule=None, cap=None):
+            grid=EPOCHS, lane="auto", batch=None, rule=None, cap=None):
     """hogkit ``train`` at each lr of ``lrs`` (``rule(lr)``: the update rule, SGD when
     None), then its throughput at the best (``rate_seconds`` None, in --quick: the best
     curve's last run's); an lr's curve stops after a run longer than ``cap`` seconds
-    (None: no cap)."""
+    (None: no cap). ``lane="auto"`` and ``batch=None`` leave them to the workload's
+    defaults, as a user's ``train(wl)`` does."""
     from hogkit.errors import WorkerFailed
     from hogkit.rules.core import SGD
     from hogkit.engine.runtime import train
     rule = rule or SGD
-    batch = batch or (lane == "sample" and wl.default_lane_batch) or wl.default_batch
-    knobs = dict(engine=engine, eval_every=None, progress=False, keep_params=False,
-                 batch=batch, lane=lane)
+    knobs = dict(engine=hogkit.Engine(engine, lane=lane),
+                 outputs=hogkit.Outputs(eval_every=None, progress=False, keep_params=False))
+    if batch is not None:
+        knobs["batch"] = batch
+    batch = batch or wl.defaults().batch
     runs = []
     for lr in lrs:
         curve, diverged = [], False
@@ -457,7 +466,7 @@ def _hogkit(wl, target, workers, engine, lrs, max_epochs, n_samples, rate_second
 
 
 def _mf(preset, quick):
-    wl = workloads.get("mf", preset=preset)
+    wl = workloads.get("mf", preset=preset, order="sweep")   # the stored, shuffled order
     params, data = wl.build(0)
     target = TARGETS[preset]
     max_epochs = QUICK_EPOCHS if quick else 16
@@ -479,22 +488,24 @@ def _mf(preset, quick):
             and x["time_to_target"]]
     cap = CAP_OVER_LIBMF * min(hits) if hits and not quick else None
     out["cap_s"] = cap
-    # hogkit's defaults: what train("mf") / hogkit run take on the per-sample lane
-    defaults = workloads.get("mf", preset=preset, **wl.default_lane_options)
-    lane_rule = defaults.default_lane_rule()
+    # hogkit's defaults, reached as a Python user builds the workload (the same as
+    # train("mf") and hogkit run take: one set of defaults), the rule's lr tuned
+    defaults = MatrixFactorization(preset)
+    default_rule = defaults.defaults().rule
     for workers in (1, 2):
         c[f"hogkit_default_{workers}"] = _hogkit(
-            defaults, target, workers, "compiled", _lrs(LR["hogkit_mf_default"], quick),
-            max_epochs, n, rate_s, lane="sample",
-            rule=lambda lr: dataclasses.replace(lane_rule, lr=lr), cap=cap)
+            defaults, target, workers, "auto", _lrs(LR["hogkit_mf_default"], quick),
+            max_epochs, n, rate_s, rule=default_rule.with_lr, cap=cap)
         c[f"hogkit_sample_{workers}"] = _hogkit(wl, target, workers, "compiled",
                                                 _lrs(LR["hogkit_mf"], quick), max_epochs,
-                                                n, rate_s, lane="sample", cap=cap)
+                                                n, rate_s, lane="sample",
+                                                batch=MF_SAMPLE_BATCH, cap=cap)
         c[f"hogkit_compiled_{workers}"] = _hogkit(wl, target, workers, "compiled",
                                                   _lrs(LR["hogkit_mf"], quick), max_epochs,
-                                                  n, rate_s, cap=cap)
+                                                  n, rate_s, lane="batch",
+                                                  batch=MF_MINIBATCH, cap=cap)
     c["hogkit_python_1"] = _hogkit(wl, target, 1, "python", LR["hogkit_mf"][:1],
-                                   min(max_epochs, 4), n, rate_s)
+                                   min(max_epochs, 4), n, rate_s, batch=MF_MINIBATCH)
     out["rates"] = _mf_rates(wl, params, data, c, 0.5 if quick else MF_RATE_SECONDS,
                              1 if quick else MF_RATE_ROUNDS)
     return out
@@ -652,9 +663,10 @@ def _mlp_rates(wl, params, data, processes, steps, rounds, lr=MLP_RATE_LR):
         got = {"order": list(names[r % 3:] + names[:r % 3])}
         for name in got["order"]:
             if name == "hogkit":
-                run = train(wl, workers=processes, steps=steps, rule=SGD(lr),
-                            engine="python", eval_every=None, progress=False,
-                            keep_params=False, batch=batch)
+                run = train(wl, workers=processes, engine="python",
+                            outputs=hogkit.Outputs(eval_every=None, progress=False,
+                                                   keep_params=False),
+                            steps=steps, rule=SGD(lr), batch=batch)
                 got[name] = {"steps_per_s": run.updates / run.wall_s,
                              "loss": run.final_loss}
             else:

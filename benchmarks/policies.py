@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import statistics
 
+import hogkit
 from hogkit.rules.batching import AdaptiveBatch, FixedBatch
 from hogkit.engine.delays import Slowdown
 from hogkit.policy import BSP, DSSP, SSP, Async
@@ -31,9 +32,9 @@ POLICIES = (("bsp", BSP()), ("ssp1", SSP(1)), ("ssp3", SSP(3)), ("ssp10", SSP(10
 def _policies(seconds, rounds):
     rows = {}
     for name, policy in POLICIES:
-        runs = [train("mf", workers=2, seconds=seconds, policy=policy,
-                      stragglers={1: Slowdown(3.0)}, eval_every=None, progress=False,
-                      keep_params=False) for _ in range(rounds)]
+        runs = [train("mf", workers=hogkit.Workers(2, stragglers={1: Slowdown(3.0)}),
+                      outputs=hogkit.Outputs(eval_every=None, progress=False, keep_params=False),
+                      seconds=seconds, policy=policy) for _ in range(rounds)]
         ups = statistics.median(r.updates_per_s for r in runs)
         run = sorted(runs, key=lambda r: r.updates_per_s)[len(runs) // 2]
         s = run.summary()
@@ -54,9 +55,9 @@ def _batching(steps, b, rounds):
     for name, batch in (("fixed", FixedBatch(2 * b)), ("adaptive", AdaptiveBatch(2 * b))):
         times, losses, shares = [], [], []
         for _ in range(rounds):
-            run = train("mlp", workers=2, steps=steps, policy=BSP(), batch=batch,
-                        stragglers={1: Slowdown(2.5)}, eval_every=None, progress=False,
-                        keep_params=False)
+            run = train("mlp", workers=hogkit.Workers(2, stragglers={1: Slowdown(2.5)}),
+                        outputs=hogkit.Outputs(eval_every=None, progress=False, keep_params=False),
+                        steps=steps, policy=BSP(), batch=batch)
             times.append(run.wall_s / (steps // 2))
             losses.append(run.final_loss)
             shares.append(run.summary()["samples"])

@@ -21,6 +21,7 @@ import time
 
 import numpy as np
 
+import hogkit
 from hogkit import BSP, SSP, Async, cluster, workloads
 from hogkit.cluster.model import (exchange_messages, network_from_round_trips,
                                   predict_updates_per_s)
@@ -116,12 +117,14 @@ def run(quick=False, rounds=None, seconds=None, workload="mf", only=None) -> dic
     try:
         base = []
         for r in range(rounds):
-            one = train(workload, workers=2, policy=Async(), seconds=seconds, seed=r,
-                        eval_every=None, progress=False, keep_params=False)
+            one = train(workload, workers=2,
+                        outputs=hogkit.Outputs(eval_every=None, progress=False, keep_params=False),
+                        policy=Async(), seconds=seconds, seed=r)
             base.append(one)
         base_rate = statistics.median(b.updates_per_s for b in base)
-        one = [train(workload, workers=1, policy=Async(), seconds=seconds, seed=r,
-                     eval_every=None, progress=False, keep_params=False).updates_per_s
+        one = [train(workload, workers=1,
+                     outputs=hogkit.Outputs(eval_every=None, progress=False, keep_params=False),
+                     policy=Async(), seconds=seconds, seed=r).updates_per_s
                for r in range(rounds)]
         step_s = 1.0 / statistics.median(one)
         params0, _ = wl.build(0)
@@ -143,14 +146,18 @@ def run(quick=False, rounds=None, seconds=None, workload="mf", only=None) -> dic
             extra = more[0] if more else {}
             rows = []
             for r in range(rounds):
-                c = cluster.train(workload, nodes=2, workers=1, policy=policy,
-                                  seconds=seconds, seed=r, sync_every=sync, backlog=backlog,
-                                  push_fraction=frac, eval_every=None, keep_params=False,
-                                  **extra)
+                c = cluster.train(workload, workers=1, policy=policy, seconds=seconds,
+                                  seed=r, outputs=hogkit.Outputs(eval_every=None,
+                                                                 keep_params=False),
+                                  cluster=cluster.Cluster(2, sync_every=sync,
+                                                          backlog=backlog,
+                                                          push_fraction=frac, **extra))
                 s = c.summary()
                 # the single-node run with the same policy and the same updates
-                ref = train(workload, workers=2, policy=policy, steps=c.updates, seed=r,
-                            eval_every=None, progress=False, keep_params=False).final_loss
+                ref = train(workload, workers=2,
+                            outputs=hogkit.Outputs(eval_every=None, progress=False,
+                                                   keep_params=False),
+                            policy=policy, steps=c.updates, seed=r).final_loss
                 rows.append({"updates_per_s": c.updates_per_s, "updates": c.updates,
                              "final_loss": c.final_loss, "baseline_loss_same_updates": ref,
                              "loss_ratio": c.final_loss / ref,

@@ -37,6 +37,7 @@ rule's ratio to SGD within one placement.
 from __future__ import annotations
 
 import statistics
+import hogkit
 
 #: seconds per rule and round, rounds, workers
 SECONDS, ROUNDS, WORKERS = 2.0, 3, 2
@@ -78,8 +79,9 @@ def _live_rounds(wl, rules, rounds, seconds, workers, figure, handover=False):
         got = {"order": order}
         for rule in order:
             before = line_handover_ns() if handover else None
-            run = train(wl, workers=workers, seconds=seconds, rule=rules[rule],
-                        lane="batch", eval_every=None, progress=False, keep_params=False)
+            run = train(wl, workers=workers, engine=hogkit.Engine(lane="batch"),
+                        outputs=hogkit.Outputs(eval_every=None, progress=False, keep_params=False),
+                        seconds=seconds, rule=rules[rule])
             got[rule] = figure(run)
             if handover:
                 got[rule]["handover_ns"] = [before, line_handover_ns()]

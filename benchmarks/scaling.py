@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import statistics
 
+import hogkit
 from hogkit import workloads
 from hogkit.engine.runtime import train
 
@@ -31,8 +32,9 @@ MODELS = ("large", "hot")
 
 
 def _measure(workload, workers, seconds, batch):
-    run = train(workload, workers=workers, seconds=seconds, batch=batch, eval_every=None,
-                progress=False, keep_params=False)
+    run = train(workload, workers=workers,
+                outputs=hogkit.Outputs(eval_every=None, progress=False, keep_params=False),
+                seconds=seconds, batch=batch)
     return run.updates_per_s, run
 
 

@@ -44,6 +44,7 @@ import sys
 import tempfile
 import time
 
+import hogkit
 from hogkit import workloads
 from hogkit.engine.simulator import simulate
 
@@ -53,8 +54,9 @@ BATCHES = (64, 16, 4)
 def _rate(wl, batch, steps, engine, rounds):
     rates = []
     for r in range(rounds):
-        run = simulate(wl, workers=64, steps=steps, batch=batch, seed=r, engine=engine,
-                       delays="lognormal:1e-3:0.5", evals=1, keep_params=False)
+        run = simulate(wl, workers=hogkit.Workers(64, delays="lognormal:1e-3:0.5"),
+                       engine=engine, outputs=hogkit.Outputs(evals=1, keep_params=False),
+                       steps=steps, batch=batch, seed=r)
         rates.append(run.extra["engine_updates_per_s"])
     return statistics.median(rates), rates, run
 
@@ -63,16 +65,20 @@ def _ssp(steps, rounds):
     from hogkit.policy import SSP
     out = {}
     for label, every in (("evals", "auto"), ("no_evals", None)):
-        simulate("logreg", workers=64, policy=SSP(3), batch=16, steps=steps // 10,
-                 eval_every=every, keep_params=False)
-        rates = [simulate("logreg", workers=64, policy=SSP(3), batch=16, steps=steps,
-                          eval_every=every, keep_params=False).extra["engine_updates_per_s"]
+        simulate("logreg", workers=64,
+                 outputs=hogkit.Outputs(eval_every=every, keep_params=False), policy=SSP(3),
+                 batch=16, steps=steps // 10)
+        rates = [simulate("logreg", workers=64,
+                          outputs=hogkit.Outputs(eval_every=every, keep_params=False),
+                          policy=SSP(3), batch=16, steps=steps).extra["engine_updates_per_s"]
                  for _ in range(rounds)]
         out[label] = {"updates_per_s": statistics.median(rates), "all": rates}
-    simulate("logreg", workers=512, policy=SSP(3), batch=16, steps=steps // 10,
-             eval_every=None, keep_params=False)
-    rates = [simulate("logreg", workers=512, policy=SSP(3), batch=16, steps=steps,
-                      eval_every=None, keep_params=False).extra["engine_updates_per_s"]
+    simulate("logreg", workers=512,
+             outputs=hogkit.Outputs(eval_every=None, keep_params=False), policy=SSP(3),
+             batch=16, steps=steps // 10)
+    rates = [simulate("logreg", workers=512,
+                      outputs=hogkit.Outputs(eval_every=None, keep_params=False),
+                      policy=SSP(3), batch=16, steps=steps).extra["engine_updates_per_s"]
              for _ in range(rounds)]
     out["w512_no_evals"] = {"updates_per_s": statistics.median(rates), "all": rates}
     return {"workers": 64, "policy": "ssp:3", "batch": 16, "steps": steps, **out}
@@ -92,8 +98,9 @@ def _queue(steps, rounds, counts=QUEUE_WORKERS):
             for r in range(rounds):
                 for how in (("scan", "tree") if r % 2 == 0 else ("tree", "scan")):
                     layout.QUEUE_MIN_WORKERS = W + 1 if how == "scan" else W
-                    run = simulate("logreg", workers=W, policy=SSP(3), batch=16, steps=steps,
-                                   keep_params=False)
+                    run = simulate("logreg", workers=W,
+                                   outputs=hogkit.Outputs(keep_params=False), policy=SSP(3),
+                                   batch=16, steps=steps)
                     rates[how].append(run.extra["engine_updates_per_s"])
             out[str(W)] = {"scan": statistics.median(rates["scan"]),
                            "tree": statistics.median(rates["tree"]),
@@ -129,13 +136,14 @@ def _cli(steps, rounds):
 def run(quick=False, rounds=None, batches=BATCHES) -> dict:
     rounds = rounds or (1 if quick else 3)
     wl = workloads.get("logreg")
-    simulate(wl, workers=64, steps=640, batch=4, evals=1)          # load/compile kernels
+    simulate(wl, workers=64, outputs=hogkit.Outputs(evals=1), steps=640,
+             batch=4)                                            # load/compile kernels
     fused_steps = 100_000 if quick else 500_000
     python_steps = 5_000 if quick else 20_000
     result = {"scenario": "simulate", "rounds": rounds, "workers": 64,
               "workload": wl.config(), "by_batch": {}, "ratios": {}}
     for b in batches:
-        f, f_all, frun = _rate(wl, b, fused_steps, "fused", rounds)
+        f, f_all, frun = _rate(wl, b, fused_steps, "compiled", rounds)
         p, p_all, _ = _rate(wl, b, python_steps, "python", rounds)
         result["by_batch"][str(b)] = {
             "fused_updates_per_s": f, "fused_all": f_all, "fused_steps": fused_steps,

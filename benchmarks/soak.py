@@ -27,6 +27,7 @@ import tempfile
 import threading
 import time
 
+import hogkit
 from hogkit.procfs import rss_kb, spawned
 from hogkit.state.store import SHM_DIR as SHM
 
@@ -105,10 +106,12 @@ def run(quick=False) -> dict:
             entry = {"segment": i, "policy": pname, "rule": rname, "t": round(started, 2),
                      "combo": i % len(combos)}
             try:
-                r = train("mf", workers=workers, seconds=segment, policy=policy, rule=rule,
-                          on_failure="restart", max_restarts=20, progress=False,
-                          out=os.path.join(d, f"run{i}"), checkpoint_every=segment / 3,
-                          eval_every=None)
+                r = train("mf",
+                          workers=hogkit.Workers(workers, on_failure="restart", max_restarts=20),
+                          outputs=hogkit.Outputs(os.path.join(d, f"run{i}"), progress=False,
+                                                 checkpoint_every=segment / 3,
+                                                 eval_every=None),
+                          seconds=segment, policy=policy, rule=rule)
                 entry.update(ok=True, updates=r.updates, final_loss=r.final_loss,
                              initial_loss=r.initial_loss,
                              restarts=len(r.extra.get("restarts", [])))

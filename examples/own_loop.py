@@ -57,8 +57,9 @@ def main(argv=None):
 
     model = nn.Sequential(nn.Linear(16, 64), nn.Tanh(), nn.Linear(64, 1))
     policy = {"async": hogkit.Async(), "ssp": hogkit.SSP(2), "bsp": hogkit.BSP()}[args.policy]
-    run = hogkit.spawn(loop, model, nprocs=args.nprocs, args=(args.steps, args.rule),
-                       policy=policy, eval_fn=full_loss, progress=False)
+    run = hogkit.spawn(loop, model, nprocs=args.nprocs,
+                       outputs=hogkit.Outputs(progress=False), args=(args.steps, args.rule),
+                       policy=policy, eval_fn=full_loss)
     gap = run.staleness["update_gap"]
     print(f"{args.nprocs} processes, {run.updates} updates in {run.wall_s:.2f} s, "
           f"loss {run.initial_loss:.4f} -> {run.final_loss:.4f}; update gap mean "

@@ -66,8 +66,9 @@ def main(argv=None):
         Classifier(), cross_entropy, data={"x": x[:5000], "y": y[:5000]},
         eval_data={"x": x[5000:], "y": y[5000:]}, metrics_fn=accuracy, lr=0.05, batch=32)
     policy = hogkit.SSP(2) if args.policy == "ssp" else hogkit.Async()
-    run = hogkit.train(workload, workers=args.workers, steps=args.steps, policy=policy,
-                       progress=False)
+    run = hogkit.train(workload, workers=args.workers,
+                       outputs=hogkit.Outputs(progress=False), steps=args.steps,
+                       policy=policy)
     m = run.summary()["metrics"]
     print(f"{workload.name}: {run.workers} workers, {run.updates} updates, "
           f"loss {run.initial_loss:.4f} -> {run.final_loss:.4f}, "

@@ -137,14 +137,15 @@ def main(argv=None):
     ap.add_argument("--workers", type=int, default=2)
     args = ap.parse_args(argv)
     wl = SparseRidge()
-    run = hogkit.train(wl, workers=args.workers, steps=args.steps, progress=False,
-                       eval_every=None, keep_params=False)
+    run = hogkit.train(wl, workers=args.workers,
+                       outputs=hogkit.Outputs(progress=False, eval_every=None, keep_params=False),
+                       steps=args.steps)
     s = run.summary()
     print(f"engine: {s['engine']}; loss {run.initial_loss:.4f} -> {run.final_loss:.4f} "
           f"in {run.wall_s:.2f} s; update gap mean "
           f"{run.staleness['update_gap']['mean']:.2f}")
-    sim = hogkit.simulate(wl, workers=32, steps=args.steps, seed=0,
-                          rule=hogkit.GapAware(wl.default_lr), keep_params=False)
+    sim = hogkit.simulate(wl, workers=32, outputs=hogkit.Outputs(keep_params=False),
+                          steps=args.steps, seed=0, rule=hogkit.GapAware(wl.default_lr))
     print(f"simulated, 32 workers, Gap-Aware ({sim.extra['engine']} engine): loss "
           f"{sim.final_loss:.4f}, update gap mean {sim.staleness['update_gap']['mean']:.1f}")
 

@@ -117,12 +117,28 @@ def edges(rows, best, group):
             for g, lrs in tried.items() if g in best}
 
 
+#: what the experiments pin per workload, so a cell keeps its meaning when the
+#: workload's defaults move: their mf cells run plain SGD over the ratings in their
+#: shuffled order (the papers' Hogwild! setting), not mf's defaults (row-wise AdaGrad
+#: in the block order)
+PINNED = {"mf": {"rule": "sgd", "o.order": "sweep"}}
+
+
+def pinned(wl, *, rule=True) -> dict:
+    """``wl``'s pinned knobs (:data:`PINNED`) as a sweep grid's one-value lists; without
+    ``rule`` where the experiment names the rule itself."""
+    return {k: [v] for k, v in PINNED.get(wl, {}).items() if rule or k != "rule"}
+
+
 def workload_spec(config, wl, **defaults):
     """An experiment's ``config["workloads"][wl]``, a list of lrs or a dict, as a dict:
-    ``lrs``, ``steps`` (default the config's), ``options`` and ``defaults``."""
+    ``lrs``, ``steps`` (default the config's), ``options`` (the pinned ones of
+    :data:`PINNED` first) and ``defaults``."""
     x = config["workloads"][wl]
     x = {"lrs": x} if isinstance(x, list) else dict(x)
-    return {"steps": config["steps"], "options": {}, **defaults, **x}
+    pins = {k[2:]: v for k, v in PINNED.get(wl, {}).items() if k.startswith("o.")}
+    x["options"] = {**pins, **x.get("options", {})}
+    return {"steps": config["steps"], **defaults, **x}
 
 
 def at_tuned(rows, best, group):

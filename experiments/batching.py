@@ -44,6 +44,7 @@ import os
 
 import _common
 from _common import pm
+import hogkit
 
 METHODS = {                     # name -> (policy, batch spec with {B})
     "fixed (even split)": ("bsp", "fixed:{B}"),
@@ -105,8 +106,9 @@ def step_times(config) -> dict:
     for wl, batches in config["step_batches"].items():
         out[wl] = {}
         for b in batches:
-            r = train(wl, workers=1, steps=1500, batch=b, engine="python", progress=False,
-                      keep_params=False, eval_every=None)
+            r = train(wl, workers=1, engine="python",
+                      outputs=hogkit.Outputs(progress=False, keep_params=False, eval_every=None),
+                      steps=1500, batch=b)
             out[wl][str(b)] = round(r.summary()["wall_s"] / 1500 * 1e6, 1)
     return out
 

@@ -65,9 +65,9 @@ def run(config: dict, out_dir=None) -> dict:
             base["straggler"] = spec["straggler"]
         for wl, lrs in spec["workloads"].items():
             for pol in spec["policies"]:
-                got = tune({"workload": [wl], "policy": [pol], "lr": lrs,
-                            "seed": config["seeds"]}, base=base, out=path, mode="sim",
-                           extend=config["extend"], progress=True)
+                got = tune({"workload": [wl], **_common.pinned(wl), "policy": [pol],
+                            "lr": lrs, "seed": config["seeds"]}, base=base, out=path,
+                           mode="sim", extend=config["extend"], progress=True)
                 groups += [{**g, "part": part,
                             "tried": [[lr, m] for lr, m in g["tried"].items()]}
                            for g in got]

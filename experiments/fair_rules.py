@@ -113,13 +113,14 @@ def _frozen(config, path) -> list:
         if not sp["config"].get("momentum"):
             continue
         lrs = sp["lrs"]
-        g, = tune({"workload": [wl], "rule": ["gap-aware"], "momentum": [mu], "lr": lrs,
-                   "seed": config["seeds"]}, base={**base, "workers": 1}, out=path,
+        pins = _common.pinned(wl, rule=False)
+        g, = tune({"workload": [wl], **pins, "rule": ["gap-aware"], "momentum": [mu],
+                   "lr": lrs, "seed": config["seeds"]}, base={**base, "workers": 1}, out=path,
                   mode="sim", extend=config["extend"], progress=True)
         item = {"workload": wl, "lr": g["lr"], "bracketed": g["bracketed"],
                 "bound": g.get("bound"), "w1": [g["mean"], g["std"], g["diverged"]]}
         for state in ("worker", "shared"):
-            rows = sweep({"workload": [wl], "rule": ["gap-aware"], "momentum": [mu],
+            rows = sweep({"workload": [wl], **pins, "rule": ["gap-aware"], "momentum": [mu],
                           "lr": [g["lr"]], "seed": config["seeds"],
                           **({"rule_state": [state]} if state == "shared" else {})},
                          base={**base, "workers": config["workers"]}, out=path,

@@ -74,8 +74,8 @@ def run(config: dict, out_dir=None) -> dict:
     live_path = os.path.join(out_dir, "cells.jsonl")
     groups = []
     for wl, lrs in config["workloads"].items():
-        groups += tune({"workload": [wl], "density": densities(config), "lr": lrs,
-                        "seed": config["seeds"]},
+        groups += tune({"workload": [wl], **_common.pinned(wl, rule=False),
+                        "density": densities(config), "lr": lrs, "seed": config["seeds"]},
                        base={"workers": config["workers"], "seconds": config["seconds"],
                              "rule": "sgd"},
                        out=live_path, mode="live", extend=config["extend"],
@@ -90,7 +90,8 @@ def run(config: dict, out_dir=None) -> dict:
                 and r["final_loss"] is not None]
         if runs:                        # the same samples, in the simulator's steps
             steps = statistics.median(r["samples"] for r in runs)
-            twins.append({"workload": [wl], "density": [g["cell"]["density"]],
+            twins.append({"workload": [wl], **_common.pinned(wl, rule=False),
+                          "density": [g["cell"]["density"]],
                           "lr": [g["lr"]],
                           "steps": [int(steps) // workloads.get(wl).default_batch],
                           "seed": config["seeds"]})

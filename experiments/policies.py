@@ -69,8 +69,8 @@ QUICK = {**CONFIG, "seconds": 0.3, "seeds": [0, 1], "lrs": {"mf": [0.1]},
 
 def grid(config):
     """``[(scenario, sweep part)]``: one part per (scenario, workload)."""
-    return [(name, {"workload": [wl], "delays": [sc["delays"]], "policy": sc["policies"],
-                    "lr": lrs, "seed": config["seeds"]})
+    return [(name, {"workload": [wl], **_common.pinned(wl), "delays": [sc["delays"]],
+                    "policy": sc["policies"], "lr": lrs, "seed": config["seeds"]})
             for name, sc in config["scenarios"].items()
             for wl, lrs in config["lrs"].items()]
 

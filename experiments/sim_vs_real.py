@@ -20,6 +20,7 @@ import os
 import tempfile
 
 import _common
+import hogkit
 
 CONFIG = {"workload": "mf", "seconds": 4.0, "repeats": 3, "seed": 0,
           "cases": {"even": {}, "straggler 1:3": {"1": 3.0}}}
@@ -27,7 +28,6 @@ QUICK = {**CONFIG, "seconds": 1.0, "repeats": 1}
 
 
 def run(config: dict, out_dir=None) -> dict:
-    import hogkit
     from hogkit.engine.delays import Slowdown
     from hogkit.report import environment
     from hogkit.calibrate import agreement
@@ -37,10 +37,11 @@ def run(config: dict, out_dir=None) -> dict:
         reps = []
         for k in range(config["repeats"]):
             with tempfile.TemporaryDirectory() as tmp:
-                real = hogkit.train(config["workload"], workers=2, seconds=config["seconds"],
-                                    seed=config["seed"] + k, stragglers=stragglers,
-                                    eval_every=None, progress=False, out=tmp,
-                                    keep_params=False)
+                real = hogkit.train(config["workload"],
+                                    workers=hogkit.Workers(2, stragglers=stragglers),
+                                    outputs=hogkit.Outputs(tmp, eval_every=None, progress=False,
+                                                           keep_params=False),
+                                    seconds=config["seconds"], seed=config["seed"] + k)
                 cmp = agreement(real, config["workload"], seed=config["seed"] + k,
                                 events=os.path.join(tmp, "events.jsonl"))
             reps.append({"tv": cmp["tv"], "mean_sim": cmp["mean_a"], "mean_real": cmp["mean_b"],

@@ -40,6 +40,8 @@ _EXPORTS = {
     "chain": "hogkit.rules.compose",
     "Density": "hogkit.rules.density",
     "train": "hogkit.engine.runtime", "Run": "hogkit.engine.run",
+    "Workers": "hogkit.engine.settings", "Engine": "hogkit.engine.settings",
+    "Outputs": "hogkit.engine.settings", "workload": "hogkit.workloads",
     # your own model and loop
     "Workload": "hogkit.workloads.base", "TorchWorkload": "hogkit.workloads.module",
     "spawn": "hogkit.spawning", "Worker": "hogkit.spawning", "Stopped": "hogkit.errors",

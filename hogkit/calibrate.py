@@ -12,8 +12,9 @@ import math
 import numpy as np
 
 from hogkit.engine.delays import StepTimes
-from hogkit.errors import InvalidArgument
 from hogkit.engine.run import Run
+from hogkit.engine.settings import Outputs, Workers
+from hogkit.errors import InvalidArgument
 from hogkit.validation import check_float
 
 __all__ = ["fit_delays", "compare_gaps", "agreement"]
@@ -102,8 +103,9 @@ def agreement(real, workload, *, policy=None, rule=None, batch=None, sigma=0.0,
     times = fit_delays(real, sigma=sigma, events=events)
     steps = sum(int(pw["iterations"]) for pw in real.per_worker)
     from hogkit.engine.simulator import simulate
-    sim = simulate(workload, workers=real.workers, policy=policy, rule=rule, batch=batch,
-                   delays=times, steps=steps, seed=seed, engine=engine, keep_params=False)
+    sim = simulate(workload, workers=Workers(real.workers, delays=times), policy=policy,
+                   rule=rule, batch=batch, steps=steps, seed=seed, engine=engine,
+                   outputs=Outputs(keep_params=False))
     out = compare_gaps(sim, real)
     out["delays"] = times.config()
     out["simulated"] = sim.summary()

@@ -20,8 +20,13 @@ import re
 import sys
 import textwrap
 import time
+import warnings
 
-from hogkit.errors import InvalidArgument
+from hogkit import workloads
+from hogkit.engine.plan import make_plan
+from hogkit.engine.runtime import train
+from hogkit.engine.settings import Engine, Outputs, Workers
+from hogkit.errors import EngineNotice, InvalidArgument
 from hogkit.parse import (parse_batch, parse_density, parse_policy, parse_rule,
                           parse_stragglers, rule_names)
 from hogkit.policy import spellings
@@ -95,11 +100,11 @@ def _add_training_options(p):
     p.add_argument("--policy", default="async",
                    help=f"consistency policy: {spellings()} (default async)")
     p.add_argument("--rule", default=None, choices=rule_names(),
-                   help="update rule (default: sgd, or the workload's own on the per-sample "
-                        "lane where neither --rule nor --lr/--momentum is given: mf's is "
-                        "adagrad-rowwise)")
+                   help="update rule (default: the workload's own: mf's is adagrad-rowwise, "
+                        "logreg's sgd)")
     p.add_argument("--lr", type=_positive_float, default=None,
-                   help="learning rate (default: the workload's)")
+                   help="learning rate of the rule (default: the workload's; with no "
+                        "--rule, the workload's rule at this lr)")
     p.add_argument("--momentum", type=float, default=0.0,
                    help="momentum of sgd, staleness-aware or gap-aware")
     p.add_argument("--density", default=None, metavar="DENSITY",
@@ -264,8 +269,10 @@ def _add_sim(sub):
         help="virtual compute time per step: constant:S | lognormal:MEDIAN:SIGMA, plus "
              "straggler:RANK:FACTOR, pauses:PROB:SECONDS, load:AMPLITUDE:PERIOD, joined "
              "by commas (default constant:1e-3); --seconds is then virtual time")
-    sim.add_argument("--engine", default="auto", choices=("auto", "fused", "python"),
-                     help="event loop: the fused numba kernel where supported (auto)")
+    sim.add_argument("--engine", default="auto",
+                     choices=("auto", "compiled", "fused", "python"),
+                     help="event loop: the compiled step core in it where supported "
+                          "(auto), compiled (fused, its old name: the same), python")
 
 
 def _add_bench(sub):
@@ -434,6 +441,7 @@ def print_summary(summary, out=None):
     print(f"  rule         {_fmt_rule(cfg.get('rule'))}"
           + (f", order {order}" if (order := (cfg.get("workload_config") or {}).get("order"))
              else ""), file=out)
+    _print_chosen(cfg.get("chosen") or {}, out)
     print(f"  updates      {summary['updates']}  ({summary['updates_per_s']:.0f}/s over "
           f"{summary['wall_s']:.2f} s)", file=out)
     print(f"  loss         {summary['initial_loss']:.5g} -> {summary['final_loss']:.5g}",
@@ -461,60 +469,50 @@ def print_summary(summary, out=None):
         print(f"  metrics      {shown}", file=out)
 
 
-def _knobs(args):
-    """The workload and the settings ``run`` and ``sim`` share, from parsed options
-    (each string form read by its one parser in :mod:`hogkit.parse`)."""
-    from hogkit import workloads
+def _print_chosen(chosen, out):
+    """What the workload's defaults chose for the run, and why (``config["chosen"]``):
+    the knobs taken, then each note on what differs from them."""
+    taken = [k for k in ("rule", "batch", "steps") if chosen.get(k) == "default"]
+    lines = []
+    if taken:
+        lines.append(f"{', '.join(taken)} by default"
+                     + (f" ({chosen['why']})" if chosen.get("why") else ""))
+    lines += [f"{k} {v}" for k, v in chosen.items() if k in ("lane", "workload")]
+    for i, line in enumerate(lines):
+        print(f"  {'defaults' if i == 0 else '':<13}{line}", file=out)
 
+
+def _knobs(args):
+    """The workload and the knobs ``run`` and ``sim`` share, from parsed options (each
+    string form read by its one parser in :mod:`hogkit.parse`); what a flag leaves out
+    is the workload's default, as for a Python caller."""
     wl = workloads.get(args.workload, **_workload_options(args))
-    steps, seconds = args.steps, args.seconds
-    if steps is None and seconds is None:
-        steps = _default_steps(wl, args)
     batch = (None if args.batch is None else
              parse_batch(args.batch, per_worker=wl.default_batch, workers=args.workers))
-    return wl, {"workers": args.workers, "policy": parse_policy(args.policy),
-                "rule": _rule(args, wl),
+    return wl, {"policy": parse_policy(args.policy),
+                "rule": parse_rule(args.rule, lr=args.lr, momentum=args.momentum,
+                                   workload=wl),
                 "density": None if args.density is None else parse_density(args.density),
-                "stragglers": parse_stragglers(args.straggler),
-                "steps": steps, "seconds": seconds, "seed": args.seed,
-                "nonfinite": args.nonfinite, "batch": batch, "shards": args.shards,
-                "replication": args.replication}
+                "steps": args.steps, "seconds": args.seconds, "seed": args.seed,
+                "batch": batch}
 
 
-def _rule(args, wl):
-    """``--rule`` with ``--lr``/``--momentum``; None (the run's default for its lane)
-    where none of them is given."""
-    if args.rule is None and args.lr is None and not args.momentum:
-        return None
-    return parse_rule(args.rule or "sgd", lr=args.lr, momentum=args.momentum, workload=wl)
+def _workers(args, **more):
+    """``--workers`` and ``--straggler`` as :class:`~hogkit.engine.settings.Workers`."""
+    return Workers(args.workers, stragglers=parse_stragglers(args.straggler) or None, **more)
 
 
-def _default_steps(wl, args):
-    """The workload's ``default_steps``, counted in its ``default_batch``: when the
-    per-sample lane will take a larger ``default_lane_batch`` (``--lane`` sample or
-    auto, the workload's default lane, no ``--batch``; ``sim`` runs whole batch steps),
-    as many steps as keep the samples the same."""
-    steps = wl.default_steps
-    n = getattr(wl, "n_ratings", None) or getattr(wl, "n_samples", None)
-    if getattr(wl, "data", None) is not None and n:      # a data file: passes over it
-        steps = max(args.workers, -(-DATA_PASSES * n // wl.default_batch))
-    lane = getattr(args, "lane", "batch")
-    if getattr(args, "backend", "local") == "ray":      # a cluster runs whole steps
-        lane = "batch"
-    if lane == "auto":
-        lane = getattr(wl, "default_lane", "batch")
-    big = getattr(wl, "default_lane_batch", None)
-    if lane == "sample" and args.batch is None and big:
-        steps = max(args.workers, steps * wl.default_batch // big)
-    return steps
+def _engine(args, **more):
+    """``--engine`` (``fused``, the simulator's old word, is ``compiled``), ``--nonfinite``,
+    ``--replication``, ``--shards`` as :class:`~hogkit.engine.settings.Engine`."""
+    kind = "compiled" if args.engine == "fused" else args.engine
+    return Engine(kind, nonfinite=args.nonfinite, replication=args.replication,
+                  shards=args.shards, **more)
 
 
 COMMAND_FILE = "command.json"
 #: where a --data run's trained parameters go in its results folder (Workload.export)
 PARAMS_DIR = "params"
-#: passes over a data file that a run without --steps/--seconds makes (LIBMF's default
-#: iterations)
-DATA_PASSES = 20
 
 
 def _workload_options(args) -> dict:
@@ -614,18 +612,20 @@ def _check_out_free(out, overwrite):
 def _local_run(args, wl, out, knobs):
     """``hogkit.train`` for ``hogkit run``, its options checked now (exit 2 before
     anything is said or written)."""
-    from hogkit.engine.plan import make_plan
-    from hogkit.engine.runtime import train
     if args.nodes != 1 or args.address is not None or args.schedule is not None:
         raise InvalidArgument("--nodes/--address/--schedule are for a cluster run: add "
                               "--backend ray")
-    make_plan(wl, out=out, **knobs)
-    return functools.partial(       # by name: the workload's lane defaults apply
-        train, args.workload, workload_options=_workload_options(args), out=out,
-        progress=_progress(args), keep_params=args.data is not None,
-        engine=args.engine, events=args.events,
-        checkpoint_every=args.checkpoint_every or "auto", resume=args.resume,
-        on_failure=args.on_failure, max_restarts=args.max_restarts, lane=args.lane, **knobs)
+    kw = dict(knobs, workers=_workers(args, on_failure=args.on_failure,
+                                      max_restarts=args.max_restarts),
+              engine=_engine(args, lane=args.lane),
+              outputs=Outputs(out, events=args.events,
+                              checkpoint_every=args.checkpoint_every or "auto",
+                              resume=args.resume, progress=_progress(args),
+                              keep_params=args.data is not None))
+    with warnings.catch_warnings():         # the run says which engine runs it
+        warnings.simplefilter("ignore", EngineNotice)
+        make_plan(wl, **kw)
+    return functools.partial(train, wl, **kw)
 
 
 def _progress(args):
@@ -639,8 +639,9 @@ def _progress(args):
 def _cluster_run(args, wl, out, knobs):
     """``hogkit.cluster.train`` for ``hogkit run --backend ray``; what a cluster run
     cannot do yet is refused now."""
-    from hogkit.cluster import train
-    if knobs.pop("replication") != "shared":
+    from hogkit.cluster import Cluster
+    from hogkit.cluster import train as cluster_train
+    if args.replication != "shared":
         raise InvalidArgument("--replication is for a run on one machine (a cluster node's "
                               "workers write its shared copy); drop it with --backend ray")
     for flag, given in (("--resume", args.resume is not None),
@@ -650,11 +651,13 @@ def _cluster_run(args, wl, out, knobs):
             raise InvalidArgument(f"{flag} is not supported with --backend ray (a cluster "
                                   f"run stops at the first failure and writes no "
                                   f"checkpoints yet); drop it, or run on one machine")
+    cluster = Cluster(args.nodes, address=args.address, servers=args.servers,
+                      sync_every=args.sync_every, push_fraction=args.push_fraction,
+                      backlog=args.backlog, schedule=args.schedule)
     return functools.partial(
-        train, wl, nodes=args.nodes, address=args.address, servers=args.servers,
-        sync_every=args.sync_every, push_fraction=args.push_fraction,
-        backlog=args.backlog, schedule=args.schedule, out=out, keep_params=False,
-        engine=args.engine, events=args.events, **knobs)
+        cluster_train, wl, workers=_workers(args), engine=_engine(args),
+        outputs=Outputs(out, events=args.events, keep_params=False), cluster=cluster,
+        **knobs)
 
 
 def _cmd_sim(args):
@@ -662,8 +665,8 @@ def _cmd_sim(args):
 
     wl, knobs = _knobs(args)
     out = args.out or _default_out()
-    run = simulate(wl, delays=args.delays, engine=args.engine, out=out, keep_params=False,
-                   **knobs)
+    run = simulate(wl, workers=_workers(args, delays=args.delays), engine=_engine(args),
+                   outputs=Outputs(out, keep_params=False), **knobs)
     s = run.summary()
     print(f"hogkit sim: {wl.name}, {run.workers} virtual workers, {run.updates} updates in "
           f"{s['virtual_time_s']:.4g} virtual s ({s['wall_s']:.2f} s wall, "

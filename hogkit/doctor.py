@@ -25,6 +25,8 @@ import threading
 import time
 from typing import Optional
 
+from hogkit import workloads
+from hogkit.engine.settings import Outputs
 from hogkit.errors import InvalidArgument
 from hogkit.engine.preflight import (FATAL, OK, SHM_DIR, WARN, Finding, files_needed,
                                      open_files, platform, preflight, processes,
@@ -211,8 +213,8 @@ def smoke(seconds: float = 1.0) -> Finding:
 
     from hogkit.engine.runtime import train
     try:
-        run = train("mf", workers=2, seconds=seconds, progress=False, eval_every=None,
-                    workload_options={"preset": "hot"})
+        run = train(workloads.get("mf", preset="hot"), workers=2, seconds=seconds,
+                    outputs=Outputs(progress=False, eval_every=None))
     except Exception as e:  # noqa: BLE001 - the finding is the report
         return Finding("smoke run", FATAL, f"2 workers, {seconds:g} s: "
                        f"{type(e).__name__}: {str(e).splitlines()[0]}")

@@ -25,6 +25,8 @@ the offending value, the constraint and the fix.
 
 from __future__ import annotations
 
+import sys
+
 
 class HogkitError(Exception):
     """Base class of every error hogkit raises on purpose."""
@@ -116,8 +118,9 @@ class DamagedFile(UserWarning):
 
 
 class RunNotice(UserWarning):
-    """A run ended, but not as well as its counts suggest (e.g. it skipped a large
-    share of its updates for non-finite gradients); the message says what to do."""
+    """A run may not go, or did not go, as well as its settings or counts suggest (a
+    block grid too small for its workers; a large share of its updates skipped for
+    non-finite gradients); the message says what to do."""
 
 
 class EngineNotice(UserWarning):
@@ -245,3 +248,13 @@ def exit_on_interrupt() -> None:
 
     hook.hogkit_interrupt_hook = True
     sys.excepthook = hook
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` for a warning raised by the caller of this function that
+    names the first frame outside hogkit (the user's line, whichever front door led
+    there)."""
+    frame, level = sys._getframe(2), 2
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("hogkit"):
+        frame, level = frame.f_back, level + 1
+    return level

@@ -33,6 +33,8 @@ Every error names the value, what it must be, and the forms that are accepted.
 
 from __future__ import annotations
 
+import dataclasses
+
 from hogkit.engine.delays import Load, Pauses, Slowdown, parse_delays
 from hogkit.errors import InvalidArgument, InvalidType
 from hogkit.p3.propagation import parse_schedule
@@ -69,13 +71,38 @@ def parse_rule(name, *, lr=None, momentum=0.0, workload=None):
     learning rate ``lr`` (None: ``workload.default_lr``) and ``momentum``; the rule
     classes read their own spellings (:func:`hogkit.rules.base.from_string`), e.g.
     ``adagrad-rowwise`` (one accumulator per row, as LIBMF's) or ``dc-asgd:0.2``
-    (DC-ASGD's compensation strength), so a new rule needs no edit here."""
+    (DC-ASGD's compensation strength), so a new rule needs no edit here.
+
+    ``name=None`` is the workload's default rule (``hogkit run --lr 0.1`` with no
+    ``--rule``), at ``lr`` when one is given; None when neither is (the run then takes
+    its defaults)."""
+    if name is None:
+        return _default_rule(lr, momentum, workload)
     if lr is None:
         if workload is None:
             raise InvalidArgument(f"rule {name!r} needs lr=... (or a workload whose "
                                   f"default_lr it takes)")
         lr = workload.default_lr
     return rule_base.from_string(name, lr=lr, momentum=momentum)
+
+
+def _default_rule(lr, momentum, workload):
+    """The workload's default rule at ``lr`` (None: as it is, or None when ``momentum``
+    is not given either)."""
+    if lr is None and not momentum:
+        return None
+    if workload is None:
+        raise InvalidArgument("lr or momentum without a rule name needs the workload whose "
+                              "default rule they set; name a rule (e.g. --rule sgd)")
+    d = workload.defaults()
+    rule = d.rule if d.rule is not None else rule_base.from_string("sgd", lr=d.lr)
+    if momentum:
+        if not rule_base.has_momentum(type(rule)):
+            raise InvalidArgument(f"--momentum {momentum} without --rule: "
+                                  f"{workload.name}'s default rule {rule!r} has no "
+                                  f"momentum term; name a rule that has one (--rule sgd)")
+        rule = dataclasses.replace(rule, momentum=momentum)
+    return rule if lr is None else rule.with_lr(lr)
 
 
 # --------------------------------------------------------------------------- density

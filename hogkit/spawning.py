@@ -42,12 +42,16 @@ from typing import Any, Optional
 
 import numpy as np
 
-from hogkit.state.clocks import DONE, RUNNING, Clocks
+from hogkit.engine.live import LiveRun
+from hogkit.engine.mainguard import check_main_guard, check_spawnable
+from hogkit.engine.plan import _check_knob, check_out, config_of
+from hogkit.engine.settings import Outputs, Workers
 from hogkit.errors import InvalidArgument, InvalidType, Stopped
 from hogkit.kernels import layout as _kl
+from hogkit.policy import Async
+from hogkit.state.clocks import DONE, RUNNING, Clocks
 from hogkit.state.reader import Reader, StalenessLog
-from hogkit.engine.live import LiveRun
-from hogkit.validation import check_choice, check_float, check_int
+from hogkit.validation import check_float, check_int
 
 __all__ = ["spawn", "Worker", "current_worker"]
 
@@ -135,7 +139,6 @@ class SpawnPlan:
     stragglers: dict = field(default_factory=dict)
 
     def config(self, **extra) -> dict:
-        from hogkit.engine.plan import config_of
         return {"workload": f"spawn:{self.fn_name}", "model": self.model_name,
                 "workers": self.workers, "policy": config_of(self.policy),
                 "rule": "the workers' hogkit.optim optimizers", "density": None,
@@ -203,9 +206,8 @@ def _run(spec: SpawnSpec) -> None:
             s.close()
 
 
-def spawn(fn, model, *, nprocs=2, args=(), policy=None, seconds=None, eval_fn=None,
-          eval_every="auto", out=None, progress=None, seed=0, threads=1,
-          wait_timeout=60.0, grace=2.0, keep_params=True, events="sampled"):
+def spawn(fn, model, *, nprocs=2, args=(), policy=None, seconds=None, seed=0, threads=1,
+          eval_fn=None, outputs=None):
     """Run ``fn(worker, model, *args)`` in ``nprocs`` processes that share ``model``'s
     parameters; returns a :class:`~hogkit.engine.run.Run` (see the module docstring).
 
@@ -216,34 +218,40 @@ def spawn(fn, model, *, nprocs=2, args=(), policy=None, seconds=None, eval_fn=No
         policy. A top-level function (it is pickled).
     model : the ``torch.nn.Module`` to train (CPU, float32/float64 parameters). Its
         parameters are shared for the run; afterwards it holds the trained weights.
-    nprocs : worker processes. ``args``: more arguments for ``fn`` (pickled).
+    nprocs : worker processes, or :class:`~hogkit.engine.settings.Workers`
+        (``wait_timeout``: seconds a policy wait, the start barrier or a silent worker
+        may take before the run fails; ``grace``: seconds between the shutdown's stop
+        flag, SIGTERM and SIGKILL). ``args``: more arguments for ``fn`` (pickled).
     policy : ``Async()`` (default), ``BSP()``, ``SSP(s)``, ``DSSP(lo, hi)``; the wait
         happens at the end of each optimizer step, before the next forward.
     seconds : wall-time budget; the workers' next ``step()`` raises
         :class:`~hogkit.errors.Stopped` once it is spent (None: until every ``fn``
         returns).
+    threads : torch threads per worker.
     eval_fn : optional ``eval_fn(model) -> float``, the loss on the live shared
-        parameters, evaluated in the parent every ``eval_every`` seconds ("auto":
-        0.5 s; None: start and end only) for the loss curve.
-    out : folder for ``summary.json``, ``events.jsonl``, ``loss.csv``, plots and
-        ``checkpoint.npz`` (None writes nothing); ``events``: what ``events.jsonl``
-        keeps of the updates ("sampled", "all", "none", as in :func:`hogkit.train`).
-        ``progress``: a tqdm bar over ``seconds`` (None: only on a terminal).
-    threads : torch threads per worker. ``wait_timeout``: seconds a policy wait, the
-        start barrier or a silent worker may take before the run fails. ``grace``:
-        seconds between the shutdown's stop flag, SIGTERM and SIGKILL.
+        parameters, evaluated in the parent every ``outputs.eval_every`` seconds
+        ("auto": 0.5 s; None: start and end only) for the loss curve.
+    outputs : a results folder, or :class:`~hogkit.engine.settings.Outputs` (as for
+        :func:`hogkit.train`: ``events``, ``eval_every``, ``progress``,
+        ``keep_params``; no checkpoints: the loop's state is the user's).
 
     Raises InvalidArgument / InvalidType (before anything is spawned), WorkerFailed,
     Interrupted; in every case the workers are stopped and no segment is left.
     """
-    from hogkit.engine.mainguard import check_main_guard
-    from hogkit.engine.plan import EVENTS, _check_knob, check_out
-    from hogkit.policy import Async
     check_main_guard("hogkit.spawn()")
     if not callable(fn):
         raise InvalidType(f"fn={fn!r} must be a function fn(worker, model, *args)")
     template = _template(model)
-    nprocs = check_int("nprocs", nprocs, min_value=1, max_value=4096)
+    if not isinstance(nprocs, Workers):
+        nprocs = check_int("nprocs", nprocs, min_value=1, max_value=4096)
+    wk, outs = Workers.of(nprocs), Outputs.of(outputs)
+    wk.refuse("stragglers", "delays", "on_failure", "max_restarts",
+              where="spawn() (the loop is yours: hogkit does not pace or restart it)")
+    if outs.resume is not None or outs.checkpoint_every not in ("auto", None):
+        raise InvalidArgument("spawn() writes no checkpoints and cannot resume (the loop "
+                              "and its optimizer state are yours); drop Outputs(resume=..., "
+                              "checkpoint_every=...)")
+    nprocs = check_int("nprocs", wk.n, min_value=1, max_value=4096)
     if not isinstance(args, tuple):
         raise InvalidType(f"args={args!r} must be a tuple of extra arguments for fn")
     policy = Async() if policy is None else policy
@@ -258,26 +266,18 @@ def spawn(fn, model, *, nprocs=2, args=(), policy=None, seconds=None, eval_fn=No
     if eval_fn is not None and not callable(eval_fn):
         raise InvalidType(f"eval_fn={eval_fn!r} must be a function eval_fn(model) -> "
                           f"float, or None")
-    if eval_every is not None and eval_every != "auto":
-        eval_every = check_float("eval_every", eval_every, min_value=0.0,
-                                 exclude_min=True)
     threads = check_int("threads", threads, min_value=1, max_value=1024)
-    wait_timeout = check_float("wait_timeout", wait_timeout, min_value=0.0,
-                               exclude_min=True)
-    grace = check_float("grace", grace, min_value=0.0)
     seed = check_int("seed", seed, min_value=0)
-    check_choice("events", events, EVENTS)
-    from hogkit.engine.mainguard import check_spawnable
     for what, obj in (("fn", fn), ("args", args), ("policy", policy)):
         check_spawnable(what, obj)
     plan = SpawnPlan(workers=nprocs, policy=policy, seconds=seconds,
-                     eval_every=eval_every, out=check_out(out),
-                     seed=seed, keep_params=bool(keep_params), threads=threads,
-                     events=events,
+                     eval_every=outs.eval_every, out=check_out(outs.folder),
+                     seed=seed, keep_params=outs.keep_params, threads=threads,
+                     events=outs.events,
                      fn_name=getattr(fn, "__qualname__", repr(fn)),
                      model_name=type(model).__qualname__)
-    return _SpawnRun(plan, fn, args, model, template, eval_fn, wait_timeout=wait_timeout,
-                     grace=grace).run(progress)
+    return _SpawnRun(plan, fn, args, model, template, eval_fn, wait_timeout=wk.wait_timeout,
+                     grace=wk.grace).run(outs.progress)
 
 
 def _template(model):

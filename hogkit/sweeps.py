@@ -50,17 +50,18 @@ import itertools
 import json
 import math
 import os
+import warnings
 from typing import Iterable, Mapping
 
 from hogkit import workloads
 from hogkit.engine.mainguard import check_main_guard
 from hogkit.engine.plan import make_plan
-from hogkit.engine.runtime import ENGINES, train
+from hogkit.engine.runtime import train
+from hogkit.engine.settings import Engine, Outputs, Workers
 from hogkit.engine.simulator import simulate
-from hogkit.errors import InvalidArgument, InvalidType, NonFiniteGradient, WorkerFailed
-from hogkit.parse import (parse_batch, parse_delays, parse_density, parse_policy, parse_rule,
-                          parse_stragglers)
-from hogkit.validation import check_choice
+from hogkit.errors import (EngineNotice, InvalidArgument, InvalidType, NonFiniteGradient,
+                           WorkerFailed)
+from hogkit.parse import parse_batch, parse_density, parse_policy, parse_rule
 
 __all__ = ["sweep", "tune", "cells", "load", "aggregate", "mean_std", "plot", "KNOBS"]
 
@@ -121,7 +122,9 @@ def cell_key(cell) -> str:
 
 
 def _kwargs(cell, mode_default):
-    """``(mode, fn kwargs)`` for one cell; raises on anything wrong with it."""
+    """``(mode, fn kwargs)`` for one cell; raises on anything wrong with it. The flat
+    knobs go into the front doors' groups (``Workers``, ``Engine``, ``Outputs``), and
+    what the cell leaves out comes from the workload's defaults, as for any run."""
     cell = dict(cell)
     unknown = [k for k in cell if k not in KNOBS and not k.startswith("o.")]
     if unknown:
@@ -135,12 +138,10 @@ def _kwargs(cell, mode_default):
             raise InvalidArgument(f"knob {k!r} is for simulated cells only (mode='sim')")
     options = {k[2:]: cell.pop(k) for k in list(cell) if k.startswith("o.")}
     wl = workloads.get(cell.pop("workload", "mf"), **options)
-    kw = {"workload": wl, "keep_params": False}
-    if mode == "live":
-        kw["progress"] = False
+    kw = {"workload": wl}
     lr, momentum = cell.pop("lr", None), cell.pop("momentum", 0.0)
-    rule = cell.pop("rule", "sgd")
-    if isinstance(rule, str):
+    rule = cell.pop("rule", None)
+    if rule is None or isinstance(rule, str):
         kw["rule"] = parse_rule(rule, lr=lr, momentum=momentum, workload=wl)
     else:
         if lr is not None or momentum:
@@ -153,26 +154,26 @@ def _kwargs(cell, mode_default):
     if "density" in cell:
         d = cell.pop("density")
         kw["density"] = parse_density(d) if isinstance(d, (str, int, float)) else d
+    workers = cell.pop("workers", 2)
     if "batch" in cell:
         b = cell.pop("batch")
-        kw["batch"] = (parse_batch(b, per_worker=wl.default_batch,
-                                   workers=cell.get("workers", 2))
+        kw["batch"] = (parse_batch(b, per_worker=wl.default_batch, workers=workers)
                        if isinstance(b, str) else b)
-    if "straggler" in cell:
-        kw["stragglers"] = parse_stragglers(cell.pop("straggler"))
-    kw.update(cell)            # workers, steps, seconds, seed, delays, shards, ...
-    if "steps" not in kw and "seconds" not in kw:
-        kw["steps"] = wl.default_steps
-    # every knob checked now, as the run will check it (nothing is built)
-    plan_kw = {k: v for k, v in kw.items()
-               if k not in ("delays", "progress", "engine", "rule_state")}
-    if "engine" in kw:
-        check_choice("engine", kw["engine"],
-                     ("auto", "fused", "python") if mode == "sim" else ENGINES)
-    make_plan(**plan_kw, max_workers=1 << 20 if mode == "sim" else 4096,
-              spawn=mode == "live")
-    if mode == "sim" and isinstance(kw.get("delays"), str):
-        parse_delays(kw["delays"])
+    kw["workers"] = Workers(workers, stragglers=cell.pop("straggler", None),
+                            delays=cell.pop("delays", None))
+    engine = {k: cell.pop(k) for k in ("engine", "replication", "shards", "nonfinite",
+                                       "rule_state") if k in cell}
+    if "engine" in engine:
+        engine["kind"] = engine.pop("engine")
+    kw["engine"] = Engine(**engine)
+    kw["outputs"] = Outputs(keep_params=False, eval_every=cell.pop("eval_every", "auto"),
+                            progress=False if mode == "live" else None)
+    kw.update(cell)            # steps, seconds, seed
+    # every knob checked now, as the run will check it (nothing is built; the run says
+    # which engine runs it)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", EngineNotice)
+        make_plan(**kw, mode="sim" if mode == "sim" else "live")
     return mode, kw
 
 

@@ -23,6 +23,7 @@ from hogkit.rules.compose import (adagrad, chain, delay_compensation, gap_aware,
 from hogkit.rules.core import AdaGrad, RMSProp
 from hogkit.rules.density import Density
 from hogkit.rules.grads import Grad
+import hogkit
 
 TOL = {np.float32: 2e-5, np.float64: 1e-12}
 
@@ -332,8 +333,9 @@ def test_both_simulator_engines_run_the_rule_identically(rule):
     from hogkit.policy import SSP
     wl = workloads.get("mf", preset="hot")
     kw = dict(workers=4, steps=300, batch=8, rule=rule, policy=SSP(2), seed=3)
-    fused, python = simulate(wl, engine="fused", **kw), simulate(wl, engine="python", **kw)
-    assert fused.extra["engine"] == "fused" and python.extra["engine"] == "python"
+    fused, python = simulate(wl, engine="compiled", **kw), simulate(wl, engine="python",
+                                                                    **kw)
+    assert fused.extra["engine"] == "compiled" and python.extra["engine"] == "python"
     assert fused.checksum() == python.checksum()
     a, b = strip_wall(fused.summary()), strip_wall(python.summary())
     a.pop("engine"), b.pop("engine")
@@ -343,8 +345,9 @@ def test_both_simulator_engines_run_the_rule_identically(rule):
 @pytest.mark.process
 def test_a_live_rowwise_adagrad_run_lowers_the_loss(tmp_path):
     from hogkit import train
-    run = train("mf", workers=2, steps=3000, rule=AdaGrad(0.1, rowwise=True), seed=1,
-                workload_options={"preset": "hot"}, out=tmp_path, progress=False)
+    run = train(hogkit.workload("mf", preset="hot"), workers=2,
+                outputs=hogkit.Outputs(tmp_path, progress=False), steps=3000,
+                rule=AdaGrad(0.1, rowwise=True), seed=1)
     assert run.updates == 3000
     assert run.final_loss < 0.7 * run.initial_loss
     assert all(np.isfinite(v).all() for v in run.params.values())

@@ -163,7 +163,7 @@ def test_lane_tables_in_results_are_rendered_from_the_committed_figures():
 def test_mf_lane_defaults_are_the_benchmarks_fastest():
     """What ``train("mf")`` takes on the per-sample lane is what ``bench peers`` measured
     fastest to the target (benchmarks/peers_defaults.json, both presets, 2 workers as
-    ``hogkit run``): the defaults' row ran at ``default_lane_lr`` and reached the target
+    ``hogkit run``): the defaults' row ran at ``default_rule_lr`` and reached the target
     well before hogkit's SGD rows on either lane (LIBMF is not held here: RESULTS.md
     says where it is ahead)."""
     import json
@@ -178,7 +178,7 @@ def test_mf_lane_defaults_are_the_benchmarks_fastest():
     for preset, m in r["mf"].items():
         c = m["contenders"]
         mine = c["hogkit_default_2"]
-        assert mine["lr"] == MF.default_lane_lr, preset
+        assert mine["lr"] == MF.default_rule_lr, preset
         assert "AdaGrad row-wise" in mine["label"] and "block order" in mine["label"]
         t = mine["time_to_target"]
         assert t is not None, preset
@@ -786,7 +786,7 @@ def test_lane_step_size_section_comes_from_its_json():
     gains = [med[4096, k] - med[256, k] for k in range(r["repeats"])]
     assert min(gains) > 0
     assert f"in both repeats (by {min(gains):.2f}–{max(gains):.2f})" in section
-    assert MF.default_lane_batch == 4096 == max(r["batches"])
+    assert MF.default_sample_batch == 4096 == max(r["batches"])
 
 
 def test_session46_default_peer_run_is_quoted_from_its_json():

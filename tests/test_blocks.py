@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from helpers import block_procs
+import hogkit
 from hogkit import workloads
 from hogkit.errors import InvalidArgument, InvalidType
 from hogkit.kernels import blocks as kb
@@ -142,7 +143,7 @@ def test_cas_is_atomic_across_processes():
 
 
 def test_block_build_keeps_the_sweeps_ratings_and_parameters():
-    sweep = workloads.get("mf", preset="hot")
+    sweep = workloads.get("mf", preset="hot", order="sweep")
     blocked = workloads.get("mf", preset="hot", order="blocks", blocks=5)
     p0, d0 = sweep.build(3)
     p1, d1 = blocked.build(3)
@@ -159,19 +160,39 @@ def test_block_build_keeps_the_sweeps_ratings_and_parameters():
 
 
 @pytest.mark.parametrize("engine", ["compiled", "python"])
-def test_warm_and_dropped_contexts_leave_no_block_held(engine):
+def test_warm_leaves_the_scheduler_alone_and_a_dropped_context_frees_its_block(engine):
+    """The warm-up claims on a copy of the scheduler (the workers write it:
+    ``writes_data``), so a run's claims and passes count its own steps only; a worker's
+    context that goes away frees the blocks it held."""
     from hogkit.engine.worker_loop import warm
     from hogkit.rules.core import SGD
     wl = workloads.get("mf", preset="hot", order="blocks")
+    assert wl.writes_data == ("blk_sched",)
     params, data = wl.build(0)
+    before = data["blk_sched"].copy()
     warm(wl, SGD(0.05), None, params, data, 0, 64, engine)
-    assert data["blk_sched"][kb.CLAIMS] > 0
-    assert not _held_words(data["blk_sched"]).any()
+    assert np.array_equal(data["blk_sched"], before)
     ctx = wl.setup(params, data, rank=1)
     ctx.gradient(None, 64, False)
-    assert _held_words(data["blk_sched"]).any()
+    assert _held_words(data["blk_sched"]).any() and data["blk_sched"][kb.CLAIMS] > 0
     del ctx
     assert not _held_words(data["blk_sched"]).any()
+
+
+def test_the_grid_grows_with_the_workers_unless_given():
+    """Left out, the grid is at least 2 x workers + 1 (a worker holds up to two blocks
+    across a step; with 8 workers on the 8 x 8 grid the simulated run circled on a few
+    blocks and ended above its initial loss); given, it is kept, with a notice."""
+    from hogkit.engine.plan import make_plan
+    from hogkit.errors import RunNotice
+    assert make_plan("mf", workers=2).workload.blocks == 8
+    plan = make_plan("mf", workers=8)
+    assert plan.workload.blocks == 17 and plan.chosen["workload"].startswith("blocks=17")
+    assert workloads.get("mf").blocks == 8                # the caller's object is kept
+    assert make_plan("mf", workers=200).workload.blocks == 90          # blocks.MAX_GRID
+    assert make_plan(hogkit.workload("mf", preset="hot"), workers=200).workload.blocks == 90
+    with pytest.warns(RunNotice, match="use blocks>=7"):
+        assert make_plan(hogkit.workload("mf", blocks=4), workers=3).workload.blocks == 4
 
 
 def test_a_resumed_cursor_whose_block_is_not_held_claims_anew():
@@ -190,8 +211,9 @@ def test_a_resumed_cursor_whose_block_is_not_held_claims_anew():
 @pytest.mark.parametrize("lane", ["batch", "sample"])
 def test_train_with_the_block_order_lowers_the_loss(lane):
     from hogkit import train
-    run = train("mf", workers=2, steps=4000, seed=1, progress=False, eval_every=None,
-                lane=lane, workload_options=dict(preset="hot", order="blocks", blocks=4))
+    run = train(hogkit.workload("mf", preset="hot", order="blocks", blocks=5), workers=2,
+                engine=hogkit.Engine(lane=lane),
+                outputs=hogkit.Outputs(progress=False, eval_every=None), steps=4000, seed=1)
     s = run.summary()
     assert s["final_loss"] < 0.5 * s["initial_loss"]
     m = s["metrics"]
@@ -205,8 +227,8 @@ def test_train_with_the_block_order_lowers_the_loss(lane):
 
 def test_simulate_with_the_block_order():
     from hogkit import simulate
-    run = simulate("mf", workers=3, steps=3000, seed=0,
-                   workload_options=dict(preset="hot", order="blocks", blocks=4))
+    run = simulate(hogkit.workload("mf", preset="hot", order="blocks", blocks=7),
+                   workers=3, steps=3000, seed=0)
     s = run.summary()
     assert s["final_loss"] < s["initial_loss"] and s["metrics"]["block_claims"] > 0
 
@@ -225,7 +247,7 @@ def test_cli_options_reach_the_block_order():
      InvalidArgument, "blocks=3 must be <= 2"),
     (dict(order="blocks", blocks=91), InvalidArgument, "blocks=91 must be <= 90"),
     (dict(order="blocks", blocks=2.5), InvalidType, "blocks=2.5 must be an int"),
-    (dict(blocks=8), InvalidArgument, "needs order='blocks'"),
+    (dict(order="sweep", blocks=8), InvalidArgument, "needs order='blocks'"),
     (dict(order="blocks", n_rows=1, rank=1, k_true=1, n_ratings=1),
      InvalidArgument, "at least 2 rows and 2 columns"),
 ])
@@ -239,7 +261,7 @@ def test_data_that_is_not_the_block_layout_is_refused():
     wl = workloads.get("mf", preset="hot", order="blocks", blocks=4)
     params, data = wl.build(0)
     with pytest.raises(InvalidArgument, match="lacks"):
-        wl.setup(params, workloads.get("mf", preset="hot").build(0)[1])
+        wl.setup(params, workloads.get("mf", preset="hot", order="sweep").build(0)[1])
     bad = dict(data, u=data["u"][::-1].copy(), i=data["i"][::-1].copy())
     with pytest.raises(InvalidArgument, match="outside its block"):
         wl.setup(params, bad)

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+import hogkit
 from hogkit.cli import main
 
 pytestmark = pytest.mark.process
@@ -31,13 +32,13 @@ def test_run_writes_results(tmp_path, capsys):
 
 @pytest.mark.parametrize("extra,rule,order", [
     ([], "AdaGrad lr 0.2 (initial_accumulator_value 1, rowwise)", "blocks"),
-    (["--lr", "0.1"], "SGD lr 0.1", "blocks"),
+    (["--lr", "0.1"], "AdaGrad lr 0.1 (initial_accumulator_value 1, rowwise)", "blocks"),
     (["--rule", "sgd", "-o", "order=sweep"], "SGD lr 0.05", None),
 ])
 def test_run_takes_the_lane_defaults_and_says_which(tmp_path, capsys, extra, rule, order):
-    """``hogkit run`` passes mf by name: on the per-sample lane it takes row-wise AdaGrad
-    and the block order unless told otherwise (--lr alone means SGD), and the summary's
-    rule line says what ran."""
+    """``hogkit run`` takes mf's defaults: row-wise AdaGrad, the block order and the
+    per-sample lane unless told otherwise (--lr alone sets the default rule's lr), and
+    the summary's rule line says what ran, its defaults line what was taken and why."""
     out = tmp_path / "r"
     assert main(["run", "--steps", "200", "--no-progress", "-o", "preset=hot", "--out",
                  str(out), *extra]) == 0
@@ -46,6 +47,8 @@ def test_run_takes_the_lane_defaults_and_says_which(tmp_path, capsys, extra, rul
     assert cfg["workload_config"].get("order") == order
     printed = capsys.readouterr().out
     assert f"rule         {rule}" + (f", order {order}" if order else "") + "\n" in printed
+    taken = "rule, batch" if not extra else "batch"
+    assert f"defaults     {taken} by default (LIBMF's row-wise AdaGrad" in printed
 
 
 def test_run_takes_the_engine_asked_for(tmp_path):
@@ -311,9 +314,9 @@ def test_a_second_run_into_a_folder_being_written_is_refused(tmp_path):
     out.mkdir()
     with out_lock(str(out)):
         with pytest.raises(InvalidArgument, match=rf"another run \(pid {os.getpid()}\)"):
-            train("logreg", steps=100, out=str(out), progress=False)
+            train("logreg", steps=100, outputs=hogkit.Outputs(str(out), progress=False))
     assert not (out / "events.jsonl").exists()
-    train("logreg", steps=100, out=str(out), progress=False)     # released: runs
+    train("logreg", steps=100, outputs=hogkit.Outputs(str(out), progress=False))  # released
 
 
 def test_bench_help_describes_every_scenario(capsys):

@@ -281,33 +281,44 @@ def test_a_sliced_exchange_publishes_the_clock_once_every_part_is_in():
 
 def test_cluster_arguments_are_checked_before_ray_starts():
     import hogkit.cluster
-    bad = [dict(nodes=0), dict(servers=0), dict(sync_every=0), dict(push_fraction=1.5),
-           dict(address="nowhere"), dict(backlog=4, policy=BSP()),
-           dict(stragglers={4: hogkit.Slowdown(2.0)}), dict(steps=1),
-           dict(schedule="p4"), dict(schedule="p3:0"), dict(schedule=3),
-           dict(workers=0), dict(call_timeout=0), dict(start_timeout=-1),
-           dict(wait_timeout=0), dict(grace=-1)]
+    from hogkit.cluster import Cluster
+    bad = [dict(cluster=dict(nodes=0)), dict(cluster=dict(servers=0)),
+           dict(cluster=dict(sync_every=0)), dict(cluster=dict(push_fraction=1.5)),
+           dict(cluster=dict(address="nowhere")),
+           dict(cluster=dict(backlog=4), policy=BSP()),
+           dict(workers=dict(stragglers={4: hogkit.Slowdown(2.0)})), dict(steps=1),
+           dict(cluster=dict(schedule="p4")), dict(cluster=dict(schedule="p3:0")),
+           dict(cluster=dict(schedule=3)), dict(workers=dict(n=0)),
+           dict(cluster=dict(call_timeout=0)), dict(cluster=dict(start_timeout=-1)),
+           dict(workers=dict(wait_timeout=0)), dict(workers=dict(grace=-1))]
     for kw in bad:
-        args = dict(nodes=2, workers=1, steps=100, policy=Async())
-        args.update(kw)
         with pytest.raises((InvalidArgument, hogkit.InvalidType)):
+            args = dict(steps=100, policy=Async(), workers=hogkit.Workers(1),
+                        cluster=Cluster(2))
+            args.update({k: v for k, v in kw.items() if not isinstance(v, dict)})
+            if "cluster" in kw:
+                args["cluster"] = Cluster(**{"nodes": 2, **kw["cluster"]})
+            if "workers" in kw:
+                args["workers"] = hogkit.Workers(**{"n": 1, **kw["workers"]})
             hogkit.cluster.train("mf", **args)
 
 
 def test_a_local_run_takes_no_cluster_option_and_a_cluster_run_no_local_one():
     """``hogkit.train`` holds what every local run needs; the cluster's options are
-    :func:`hogkit.cluster.train`'s, and what a cluster run cannot do yet is not in its
-    signature (each a TypeError naming the keyword)."""
+    :func:`hogkit.cluster.train`'s (a TypeError naming the keyword), and what a cluster
+    run cannot do yet is refused by name before Ray starts."""
     import hogkit.cluster
-    for kw in (dict(backend="ray"), dict(nodes=2), dict(address="auto"), dict(servers=2),
-               dict(sync_every=4), dict(push_fraction=0.5), dict(backlog=8),
-               dict(schedule="p3")):
+    from hogkit.cluster import Cluster
+    for kw in (dict(backend="ray"), dict(nodes=2), dict(cluster=Cluster(2))):
         with pytest.raises(TypeError, match=next(iter(kw))):
             hogkit.train("mf", **kw)
-    for kw in (dict(resume="/tmp/x"), dict(on_failure="restart"),
-               dict(checkpoint_every=5.0), dict(max_restarts=1)):
-        with pytest.raises(TypeError, match=next(iter(kw))):
-            hogkit.cluster.train("mf", nodes=2, workers=1, steps=100, **kw)
+    for kw, name in ((dict(outputs=hogkit.Outputs(resume="/tmp/x")), "resume"),
+                     (dict(workers=hogkit.Workers(1, on_failure="restart")), "on_failure"),
+                     (dict(outputs=hogkit.Outputs("/tmp/x", checkpoint_every=5.0)),
+                      "checkpoint_every"),
+                     (dict(workers=hogkit.Workers(1, max_restarts=1)), "max_restarts")):
+        with pytest.raises(InvalidArgument, match=name):
+            hogkit.cluster.train("mf", steps=100, cluster=Cluster(2), **kw)
 
 
 def test_policy_bound_of_each_policy():
@@ -377,5 +388,5 @@ def test_a_policy_with_no_cluster_bound_is_refused_before_ray_starts():
     cluster entry refuses it up front, naming the policies it takes (no Ray needed)."""
     import hogkit
     with pytest.raises(InvalidArgument, match="cluster_bound is None"):
-        hogkit.cluster.train("mf", nodes=2, workers=1, policy=hogkit.BoundedDelay(4),
-                             steps=100)
+        hogkit.cluster.train("mf", workers=1, policy=hogkit.BoundedDelay(4), steps=100,
+                             cluster=hogkit.cluster.Cluster(2))

@@ -17,6 +17,7 @@ import pytest
 import hogkit
 import hogkit.cluster
 from hogkit import BSP, SSP, Async
+from hogkit.cluster import Cluster
 from hogkit.cluster.backend import ShardFailed
 from hogkit.cluster.node import NodeFailed
 
@@ -54,11 +55,12 @@ def test_two_nodes_converge_like_one_node(ray_cluster, no_cluster_leaks, workloa
     """2 nodes x 1 worker reach within 10 % of the single-node loss after the same
     number of updates, and the clock lag every read recorded (against the whole
     cluster: the gate row) respects the bound."""
-    ray_run = hogkit.cluster.train(workload, nodes=2, workers=1, policy=policy,
-                                   steps=steps, seed=1, **extra)
+    ray_run = hogkit.cluster.train(workload, workers=1, policy=policy, steps=steps,
+                                   seed=1, cluster=Cluster(2, **extra))
     # a cluster runs whole minibatch steps: compare with the same lane on one node
-    one = hogkit.train(workload, workers=2, policy=policy, steps=steps, seed=1,
-                       progress=False, lane="batch")
+    one = hogkit.train(workload, workers=2, engine=hogkit.Engine(lane="batch"),
+                       outputs=hogkit.Outputs(progress=False), policy=policy, steps=steps,
+                       seed=1)
     assert ray_run.updates == one.updates == steps
     gained_ray = ray_run.initial_loss - ray_run.final_loss
     gained_one = one.initial_loss - one.final_loss
@@ -86,9 +88,9 @@ def test_a_sliced_prioritised_exchange_trains_like_one_node(ray_cluster, no_clus
     other schedules' message plans are checked in test_cluster.py)."""
     schedule = "p3:2000"
     kw = dict(policy=SSP(2), steps=600, seed=1)
-    ray_run = hogkit.cluster.train("mlp", nodes=2, workers=1, servers=2,
-                                   schedule=schedule, **kw)
-    one = hogkit.train("mlp", workers=2, progress=False, **kw)
+    ray_run = hogkit.cluster.train("mlp", workers=1,
+                                   cluster=Cluster(2, servers=2, schedule=schedule), **kw)
+    one = hogkit.train("mlp", workers=2, outputs=hogkit.Outputs(progress=False), **kw)
     assert ray_run.updates == 600
     assert abs(ray_run.final_loss - one.final_loss) <= 0.10 * one.final_loss, (
         ray_run.final_loss, one.final_loss)
@@ -104,7 +106,7 @@ def test_a_dead_worker_stops_the_run_naming_its_node_and_rank(ray_cluster, tmp_p
                 once=str(tmp_path / "fired"))
     t0 = time.monotonic()
     with pytest.raises(NodeFailed) as err:
-        hogkit.cluster.train(wl, nodes=2, workers=1, policy=SSP(2), seconds=60)
+        hogkit.cluster.train(wl, workers=1, policy=SSP(2), seconds=60, cluster=Cluster(2))
     assert time.monotonic() - t0 < 60
     assert err.value.node in (0, 1) and err.value.rank == 0
     assert f"node {err.value.node}" in str(err.value) and "SIGKILL" in str(err.value)
@@ -136,8 +138,8 @@ def test_a_dead_shard_is_a_clear_error_not_a_hang(ray_cluster, no_cluster_leaks)
     killer = _kill_named_when_running(ray_cluster, "-shard0", 4.0)
     t0 = time.monotonic()
     with pytest.raises((NodeFailed, ShardFailed)) as err:
-        hogkit.cluster.train("mf", nodes=2, workers=1, policy=Async(), backlog=64,
-                             seconds=90)
+        hogkit.cluster.train("mf", workers=1, policy=Async(), seconds=90,
+                             cluster=Cluster(2, backlog=64))
     killer.join(5)
     assert time.monotonic() - t0 < 60
     assert "shard" in str(err.value)
@@ -146,7 +148,7 @@ def test_a_dead_shard_is_a_clear_error_not_a_hang(ray_cluster, no_cluster_leaks)
 def test_a_dead_node_stops_the_run_naming_it(ray_cluster, no_cluster_leaks):
     killer = _kill_named_when_running(ray_cluster, "-node1", 4.0)
     with pytest.raises(NodeFailed) as err:
-        hogkit.cluster.train("mf", nodes=2, workers=1, policy=SSP(4), seconds=90)
+        hogkit.cluster.train("mf", workers=1, policy=SSP(4), seconds=90, cluster=Cluster(2))
     killer.join(5)
     assert err.value.node == 1 and "node 1" in str(err.value)
 
@@ -210,8 +212,8 @@ def test_dssp_and_hierarchical_local_sgd_across_nodes(ray_cluster, no_cluster_le
     """DSSP's bound (its grants included) holds across nodes through the gate row;
     local SGD merges within each node while the agents sync the nodes (HLSGD's two
     periods). Both train."""
-    run = hogkit.cluster.train("mlp", nodes=2, workers=1, policy=policy, steps=400,
-                               seed=1)
+    run = hogkit.cluster.train("mlp", workers=1, policy=policy, steps=400, seed=1,
+                               cluster=Cluster(2))
     s = run.summary()
     assert run.final_loss < run.initial_loss
     assert s["cross_node"]["exchanges"] > 0

@@ -100,7 +100,7 @@ def test_staleness_rules_cells_rerun_to_their_stored_figures(experiments_on_path
                       and r["workers"] == 4 and r["seed"] == 1 and r["workload"] == wl
                       and r["mode"] == "sim")
         cell = {k: stored[k] for k in ("workload", "rule", "momentum", "lr", "workers",
-                                       "seed")}
+                                       "seed", "o.order") if k in stored}
         row, = sweep({k: [v] for k, v in cell.items()}, base=base)
         assert row["final_loss"] == pytest.approx(stored["final_loss"], rel=1e-9), cell
         assert row["gap_mean"] == pytest.approx(stored["gap_mean"], rel=1e-9)
@@ -143,7 +143,8 @@ def test_policies_cells_rerun_to_their_stored_figures(experiments_on_path):
         stored = next(r for r in results["rows"] if r["scenario"] == label and
                       r["workload"] == "mf" and r["policy"] == policy and r["seed"] == 1
                       and r["lr"] == 0.1)
-        cell = {k: stored[k] for k in ("workload", "delays", "policy", "lr", "seed")}
+        cell = {k: stored[k] for k in ("workload", "delays", "policy", "lr", "seed",
+                                       "rule", "o.order")}
         row, = sweep({k: [v] for k, v in cell.items()},
                      base={"workers": cfg["workers"], "seconds": cfg["seconds"]})
         assert row["final_loss"] == pytest.approx(stored["final_loss"], rel=1e-9), cell
@@ -279,7 +280,8 @@ def test_a_random_sample_of_simulated_cells_reruns_to_its_stored_figures():
     from hogkit import sweep
     seed = int(os.environ.get("HOGKIT_RERUN_SEED") or random.SystemRandom().randrange(1 << 32))
     pool = [(name, r) for name, rows in _sweep_tables().items() for r in rows
-            if r.get("mode") == "sim" and r.get("engine") == "fused" and not r["diverged"]
+            if r.get("mode") == "sim" and r.get("engine") in ("fused", "compiled")
+            and not r["diverged"]
             and (r.get("wall_s") or 99) < 3]
     assert len(pool) > 900
     for name, stored in random.Random(seed).sample(pool, 4):

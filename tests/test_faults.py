@@ -13,6 +13,7 @@ import time
 import numpy as np
 import pytest
 
+import hogkit
 from hogkit import WorkerFailed, train
 from hogkit import workloads
 from helpers.faulty import Faulty, poisoned_mf
@@ -30,8 +31,9 @@ def hot():
 def test_sigkill_of_a_worker_mid_run(policy):
     from hogkit.parse import parse_policy
     with pytest.raises(WorkerFailed) as info:
-        train(Faulty(hot(), rank=1, step=200, fault="sigkill"), workers=2, steps=100_000,
-              policy=parse_policy(policy), progress=False, eval_every=None)
+        train(Faulty(hot(), rank=1, step=200, fault="sigkill"), workers=2,
+              outputs=hogkit.Outputs(progress=False, eval_every=None), steps=100_000,
+              policy=parse_policy(policy))
     assert info.value.rank == 1
     assert info.value.signal == "SIGKILL"
     assert "worker 1 was killed by SIGKILL" in str(info.value)
@@ -39,8 +41,8 @@ def test_sigkill_of_a_worker_mid_run(policy):
 
 def test_exception_in_a_worker_carries_its_traceback():
     with pytest.raises(WorkerFailed) as info:
-        train(Faulty(hot(), rank=0, step=50, fault="raise"), workers=2, steps=100_000,
-              progress=False, eval_every=None)
+        train(Faulty(hot(), rank=0, step=50, fault="raise"), workers=2,
+              outputs=hogkit.Outputs(progress=False, eval_every=None), steps=100_000)
     assert info.value.rank == 0 and info.value.step == 50
     assert info.value.exitcode == 1
     assert "planted failure at step 50" in info.value.traceback
@@ -51,8 +53,8 @@ def test_exception_in_a_worker_carries_its_traceback():
 
 def test_workers_are_capped_and_mf_workers_never_import_torch():
     with pytest.raises(WorkerFailed) as info:
-        train(Faulty(hot(), rank=1, step=3, fault="inspect"), workers=2, steps=1000,
-              progress=False, eval_every=None)
+        train(Faulty(hot(), rank=1, step=3, fault="inspect"), workers=2,
+              outputs=hogkit.Outputs(progress=False, eval_every=None), steps=1000)
     tb = info.value.traceback
     assert "INSPECT torch_loaded=False omp=1 numba_threads=1" in tb
 
@@ -61,30 +63,32 @@ def test_under_bsp_the_root_cause_is_blamed_not_the_blocked_peer():
     from hogkit.policy import BSP
     for _ in range(3):
         with pytest.raises(WorkerFailed) as info:
-            train(Faulty(hot(), rank=1, step=40, fault="raise"), workers=2, steps=100_000,
-                  policy=BSP(), progress=False, eval_every=None)
+            train(Faulty(hot(), rank=1, step=40, fault="raise"), workers=2,
+                  outputs=hogkit.Outputs(progress=False, eval_every=None), steps=100_000,
+                  policy=BSP())
         assert info.value.rank == 1 and "planted failure" in info.value.traceback
 
 
 @pytest.mark.timeout(120)               # liveness: 10**7 steps would take far longer
 def test_a_hung_worker_is_detected_by_its_heartbeat():
     with pytest.raises(WorkerFailed, match="no heartbeat") as info:
-        train(Faulty(hot(), rank=0, step=20, fault="sigstop"), workers=2, steps=10**7,
-              progress=False, eval_every=None, wait_timeout=1.5)
+        train(Faulty(hot(), rank=0, step=20, fault="sigstop"),
+              workers=hogkit.Workers(2, wait_timeout=1.5),
+              outputs=hogkit.Outputs(progress=False, eval_every=None), steps=10**7)
     assert info.value.rank == 0
 
 
 def test_worker_exit_code_is_reported():
     with pytest.raises(WorkerFailed) as info:
-        train(Faulty(hot(), rank=1, step=10, fault="exit"), workers=2, steps=100_000,
-              progress=False, eval_every=None)
+        train(Faulty(hot(), rank=1, step=10, fault="exit"), workers=2,
+              outputs=hogkit.Outputs(progress=False, eval_every=None), steps=100_000)
     assert info.value.rank == 1 and info.value.exitcode == 7
 
 
 def test_nan_gradient_raise_names_rank_and_step():
     with pytest.raises(WorkerFailed) as info:
-        train(Faulty(hot(), rank=1, step=30, fault="nan"), workers=2, steps=100_000,
-              progress=False, eval_every=None)
+        train(Faulty(hot(), rank=1, step=30, fault="nan"), workers=2,
+              outputs=hogkit.Outputs(progress=False, eval_every=None), steps=100_000)
     assert info.value.rank == 1
     assert "NonFiniteGradient" in info.value.traceback
     assert "step 30" in info.value.traceback
@@ -95,7 +99,8 @@ def test_nan_gradient_skip_keeps_parameters_finite():
     from hogkit.errors import RunNotice
     with pytest.warns(RunNotice, match=r"dropped 970 of 2000 steps \(48.5 %\)"):
         run = train(Faulty(hot(), rank=1, step=30, fault="nan", every=True), workers=2,
-                    steps=2000, nonfinite="skip", progress=False, eval_every=None)
+                    engine=hogkit.Engine(nonfinite="skip"),
+                    outputs=hogkit.Outputs(progress=False, eval_every=None), steps=2000)
     assert run.extra["nonfinite_skipped"] == 1000 - 30
     assert run.extra["nonfinite_skipped_share"] == 0.485
     assert run.updates == 2000 - (1000 - 30)
@@ -106,12 +111,15 @@ def test_nan_data_on_the_compiled_engine_raises_or_skips():
     """The compiled core's guard, live: every 50th rating is NaN, so some gradients
     are; "raise" stops the run naming the worker, "skip" drops exactly those updates
     and the parameters stay finite."""
-    kw = dict(workers=2, steps=4000, engine="compiled", progress=False, eval_every=None)
+    kw = dict(workers=2, steps=4000,
+              outputs=hogkit.Outputs(progress=False, eval_every=None))
     for lane in ("batch", "sample"):
         with pytest.raises(WorkerFailed) as info:
-            train(poisoned_mf(preset="hot"), lane=lane, **kw)
+            train(poisoned_mf(preset="hot"), engine=hogkit.Engine("compiled", lane=lane),
+                  **kw)
         assert "NonFiniteGradient" in info.value.traceback
-        run = train(poisoned_mf(preset="hot"), nonfinite="skip", lane=lane, **kw)
+        run = train(poisoned_mf(preset="hot"),
+                    engine=hogkit.Engine("compiled", lane=lane, nonfinite="skip"), **kw)
         assert run.extra["engine"] == "compiled" and run.extra["nonfinite_skipped"] > 0
         assert all(np.isfinite(v).all() for v in run.params.values())
         if lane == "batch":                 # a skipped minibatch is not an update
@@ -215,9 +223,11 @@ def test_a_killed_worker_is_restarted_and_the_run_finishes(policy, replication, 
     out = str(tmp_path / "run")
     run = train(Faulty(hot(), rank=1, step=300, fault="sigkill",
                        once=str(tmp_path / "fired")),
-                workers=2, steps=6000, policy=parse_policy(policy), progress=False,
-                eval_every=None, on_failure="restart", max_restarts=1, out=out,
-                checkpoint_every=None, replication=replication)
+                workers=hogkit.Workers(2, on_failure="restart", max_restarts=1),
+                engine=hogkit.Engine(replication=replication),
+                outputs=hogkit.Outputs(out, progress=False, eval_every=None,
+                                       checkpoint_every=None),
+                steps=6000, policy=parse_policy(policy))
     assert sum(w["iterations"] for w in run.per_worker) == 6000
     assert [w["iterations"] for w in run.per_worker] == [3000, 3000]
     assert len(run.extra["restarts"]) == 1
@@ -254,12 +264,13 @@ def test_a_restarted_compiled_replica_merges_every_step_it_runs():
             time.sleep(0.05)
 
     # compiled (and cached) first, so the kill lands while the workers step
-    train(hot(), workers=2, steps=100, progress=False, eval_every=None,
-          replication="worker:1000")
+    train(hot(), workers=2, engine=hogkit.Engine(replication="worker:1000"),
+          outputs=hogkit.Outputs(progress=False, eval_every=None), steps=100)
     t = threading.Thread(target=killer, daemon=True)
     t.start()
-    run = train(hot(), workers=2, seconds=10.0, progress=False, eval_every=None,
-                on_failure="restart", max_restarts=1, replication="worker:1000")
+    run = train(hot(), workers=hogkit.Workers(2, on_failure="restart", max_restarts=1),
+                engine=hogkit.Engine(replication="worker:1000"),
+                outputs=hogkit.Outputs(progress=False, eval_every=None), seconds=10.0)
     t.join()
     assert killed and len(run.extra["restarts"]) == 1
     r = run.extra["restarts"][0]
@@ -277,8 +288,9 @@ def test_restarts_run_out_and_then_the_run_stops(tmp_path):
     """Every incarnation of worker 1 dies at its 50th step: one restart, then the
     second death stops the run with the usual error."""
     with pytest.raises(WorkerFailed) as info:
-        train(Faulty(hot(), rank=1, step=50, fault="sigkill"), workers=2, steps=100_000,
-              progress=False, eval_every=None, on_failure="restart", max_restarts=1)
+        train(Faulty(hot(), rank=1, step=50, fault="sigkill"),
+              workers=hogkit.Workers(2, on_failure="restart", max_restarts=1),
+              outputs=hogkit.Outputs(progress=False, eval_every=None), steps=100_000)
     assert info.value.rank == 1 and info.value.signal == "SIGKILL"
     assert "restart budget (1) used up" in str(info.value)
 
@@ -311,7 +323,8 @@ def test_an_exception_already_leaving_wins_over_a_held_signal():
 _SCRIPT = """
 import hogkit
 if __name__ == "__main__":
-    hogkit.train("mf", workers=2, seconds=60, progress=False, out={out!r})
+    hogkit.train("mf", workers=2, seconds=60,
+                 outputs=hogkit.Outputs({out!r}, progress=False))
     print("not reached")
 """
 
@@ -371,7 +384,7 @@ def test_non_finite_data_or_weights_are_refused_before_anything_starts(where, wo
     from hogkit.errors import InvalidArgument
     before = {n for n in os.listdir("/dev/shm") if n.startswith(f"hogkit_{os.getpid()}_")}
     with pytest.raises(InvalidArgument) as e:
-        train(_NaNData(where), workers=2, steps=100, progress=False)
+        train(_NaNData(where), workers=2, outputs=hogkit.Outputs(progress=False), steps=100)
     assert words in str(e.value) and "learning rate" not in str(e.value)
     assert {n for n in os.listdir("/dev/shm")
             if n.startswith(f"hogkit_{os.getpid()}_")} == before
@@ -393,6 +406,7 @@ def test_a_finished_run_keeps_no_mapping_of_its_segments(tmp_path):
         return [x for x in out if "/dev/shm/hogkit_" in x]
     before = set(mapped())      # an earlier test's objects may still hold theirs
     for k in range(2):
-        train(hot(), workers=2, steps=3000, progress=False, out=str(tmp_path / str(k)),
-              checkpoint_every=0.2)
+        train(hot(), workers=2,
+              outputs=hogkit.Outputs(str(tmp_path / str(k)), progress=False, checkpoint_every=0.2),
+              steps=3000)
         assert set(mapped()) <= before

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from hogkit.cli import main
 from hogkit.errors import InvalidArgument
 from hogkit.workloads import files, get
+import hogkit
 
 
 def _write(path, text):
@@ -177,10 +178,10 @@ def _one_hot_file(path, d=40, per=60, seed=0):
 @pytest.mark.slow
 @pytest.mark.process
 def test_logreg_data_reaches_the_known_minimiser(tmp_path):
-    import hogkit
     path, w_star, best = _one_hot_file(tmp_path / "d.svm")
-    run = hogkit.train("logreg", workload_options={"data": path}, workers=2,
-                       steps=40_000, batch=8, lr=0.5, seed=0, progress=False)
+    run = hogkit.train(hogkit.workload("logreg", data=path), workers=2,
+                       outputs=hogkit.Outputs(progress=False), rule=hogkit.SGD(0.5),
+                       steps=40_000, batch=8, seed=0)
     assert run.final_loss - best < 2e-3
     # at a constant lr the weights keep moving around w*: each sample steps a weight by
     # lr / batch = 0.0625, so a weight's spread is ~0.2, and the largest of 40 (two

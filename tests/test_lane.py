@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import hogkit
 from hogkit import workloads
+from hogkit.engine.plan import make_plan
 from hogkit.engine.step import CompiledStep, lane_support, resolve_lane
 from hogkit.errors import InvalidArgument
 from hogkit.kernels import layout as KL
@@ -23,7 +24,7 @@ from hogkit.rules.core import (SGD, AdaGrad, DelayCompensated, GapAware, RMSProp
 from hogkit.rules.density import Density
 from tests.test_step import _control
 
-MF = workloads.get("mf", preset="hot")
+MF = workloads.get("mf", preset="hot", order="sweep")
 
 
 def _run(wl, rule, steps, batch, *, seed=0, lane="sample", nonfinite="raise", params=None,
@@ -73,7 +74,7 @@ TOL = dict(rtol=2e-4, atol=2e-5)
 def test_mf_fused_lane_matches_per_rating_numpy(reg):
     """SGD in mf's lane kernel, with and without the L2 term (the kernel has a loop
     for each), against a per-rating numpy loop."""
-    wl = workloads.get("mf", preset="hot", reg=reg)
+    wl = workloads.get("mf", preset="hot", reg=reg, order="sweep")
     p0, data = wl.build(3)
     params = {k: v.copy() for k, v in p0.items()}
     out, order, views, clocks, log, core, code = _run(wl, SGD(0.05), 40, 32, params=params,
@@ -181,7 +182,7 @@ def test_mf_lane_kernel_any_ids_and_prefetch(ids, prefetch, reg, rowwise, sgd):
     position; any other list, read through the ids, including one whose ends look like
     a run's): the per-rating numpy loop's result, and the prefetch distance changes no
     bit of it."""
-    wl = workloads.get("mf", preset="hot", reg=reg)
+    wl = workloads.get("mf", preset="hot", reg=reg, order="sweep")
     p0, data = wl.build(2)
     data = {k: v[:300] for k, v in data.items()}
     rule = SGD(0.05) if sgd else AdaGrad(0.1, rowwise=rowwise, initial_accumulator_value=1.0)
@@ -322,7 +323,7 @@ def test_one_tick_and_one_event_per_step():
 def test_guard_leaves_out_nonfinite_ratings():
     """NaN ratings: the lane leaves them out (skip) or stops (raise); the factors stay
     finite either way."""
-    wl = workloads.get("mf", preset="hot")
+    wl = workloads.get("mf", preset="hot", order="sweep")
     params, data = wl.build(0)
     data = dict(data, r=data["r"].copy())
     data["r"][::7] = np.nan
@@ -374,15 +375,14 @@ def test_auto_follows_the_workload_default():
 
 
 def test_simulator_refuses_the_sample_lane():
-    from hogkit.engine.plan import make_plan
-    plan = make_plan("mf", steps=10, lane="sample")
-    with pytest.raises(InvalidArgument, match="simulator models whole steps"):
-        plan.simulable()
+    with pytest.raises(InvalidArgument, match="the simulator models whole steps"):
+        make_plan("mf", steps=10, engine=hogkit.Engine(lane="sample"), mode="sim")
 
 
 def test_live_sample_lane_two_workers():
-    run = hogkit.train(MF, workers=2, steps=400, batch=32, lane="sample", eval_every=None,
-                       progress=False)
+    run = hogkit.train(MF, workers=2, engine=hogkit.Engine(lane="sample"),
+                       outputs=hogkit.Outputs(eval_every=None, progress=False), steps=400,
+                       batch=32)
     assert run.config["lane"] == "sample"
     assert run.final_loss < run.initial_loss
     assert run.updates == 400                     # one update a step of 32 samples
@@ -393,59 +393,53 @@ def test_live_sample_lane_two_workers():
 
 
 def test_defaults_take_the_lane_and_its_batch():
-    """mf and logreg default to the per-sample lane; on it mf takes its
-    default_lane_batch unless a batch is given; the Python engine keeps whole steps."""
-    from hogkit.engine.plan import make_plan
-    from hogkit.engine.runtime import _with_lane
-    given = dict(batch_given=False, rule_given=False)
-    plan = make_plan("mf", steps=100)
-    assert plan.batch == MF.default_batch == 64
-    assert _with_lane(plan, "compiled", **given).batch == MF.default_lane_batch == 4096
-    assert _with_lane(plan, "compiled", **given).lane == "sample"
-    assert _with_lane(make_plan("mf", steps=100, batch=32), "compiled", batch_given=True,
-                      rule_given=False).batch == 32
-    py = _with_lane(plan, "python", **given)
-    assert (py.lane, py.batch) == ("batch", 64)
-    lr = _with_lane(make_plan("logreg", steps=100), "compiled", **given)
-    assert (lr.lane, lr.batch) == ("sample", 64)
-    assert _with_lane(make_plan("mlp", steps=100), "python", **given).lane == "batch"
+    """mf and logreg default to the per-sample lane, mf with its 4,096-rating steps; a
+    run that cannot take the lane (the Python engine) keeps the same rule on the batch
+    lane, with the batch lane's minibatch, and says why; mlp has the batch lane."""
+    plan = make_plan("mf")
+    assert (plan.lane, plan.batch, plan.engine) == ("sample", 4096, "compiled")
+    assert MF.default_sample_batch == 4096 and "lane" not in plan.chosen
+    assert make_plan("mf", batch=32).batch == 32
+    py = make_plan("mf", engine="python")
+    assert (py.lane, py.batch, py.rule) == ("batch", MF.default_batch, plan.rule) == (
+        "batch", 64, plan.rule)
+    assert py.chosen["lane"] == (
+        "batch: engine='python' (the per-sample lane runs on the compiled step core); "
+        "mf's default lane is 'sample', with the same rule; a step of 64 samples, the "
+        "batch lane's minibatch (the sample lane's: 4096)")
+    given = make_plan("mf", engine="python", batch=128).chosen["lane"]
+    assert given.endswith("with the same rule")
+    lr = make_plan("logreg")
+    assert (lr.lane, lr.batch) == ("sample", workloads.get("logreg").default_batch)
+    assert make_plan("mlp", engine="python").lane == "batch"
 
 
-def test_lane_defaults_rule_and_order_by_name():
-    """On the per-sample lane mf takes row-wise AdaGrad from 1 at default_lane_lr when no
-    rule is given, and, made by name, the block order; what the caller gave (a rule, an
-    order, a workload object, the batch lane) is kept."""
-    from hogkit.engine.plan import make_plan
-    from hogkit.engine.runtime import _with_lane
-    from hogkit.rules.core import AdaGrad
-
-    def lane(workload="mf", rule=None, options=None, engine="compiled", **knobs):
-        plan = make_plan(workload, steps=100, rule=rule, workload_options=options, **knobs)
-        return _with_lane(plan, engine, batch_given=False, rule_given=rule is not None,
-                          by_name=workload if isinstance(workload, str) else None,
-                          options=options)
-
-    p = lane()
-    assert p.rule == AdaGrad(MF.default_lane_lr, rowwise=True, initial_accumulator_value=1.0)
-    assert (p.workload.order, p.workload.blocks) == ("blocks", 8)
-    assert p.workload.preset == "default"
-    big = lane(options={"preset": "hot"})
-    assert (big.workload.preset, big.workload.order) == ("hot", "blocks")
-    kept = lane(options={"order": "sweep"})
-    assert kept.workload.order == "sweep" and isinstance(kept.rule, AdaGrad)
-    assert lane(rule=SGD(0.1)).rule == SGD(0.1)
-    obj = lane(workloads.get("mf"))
-    assert obj.workload.order == "sweep" and isinstance(obj.rule, AdaGrad)
-    for batch_lane in (lane(lane="batch"), lane(engine="python")):
-        assert batch_lane.rule == SGD(MF.default_lr)
-        assert batch_lane.workload.order == "sweep"
-    # logreg has no lane rule: SGD at its default lr on either lane
-    assert lane("logreg").rule == SGD(workloads.get("logreg").default_lr)
+def test_one_set_of_defaults_by_name_or_as_an_object():
+    """mf's defaults (row-wise AdaGrad from 1, the block order, 4,096 ratings a step,
+    the per-sample lane) are the same whether the workload is named or built; what the
+    caller gave (a rule, an order, a batch, the batch lane) is kept."""
+    rule = AdaGrad(MF.default_rule_lr, rowwise=True, initial_accumulator_value=1.0)
+    for wl in ("mf", workloads.get("mf"), hogkit.workload("mf")):
+        p = make_plan(wl)
+        assert (p.rule, p.batch, p.lane) == (rule, 4096, "sample")
+        assert (p.workload.order, p.workload.blocks, p.workload.preset) == (
+            "blocks", 8, "default")
+        assert p.chosen == {"rule": "default", "batch": "default", "steps": "default",
+                            "why": MF.defaults_why}
+    assert make_plan(hogkit.workload("mf", preset="hot")).workload.order == "blocks"
+    kept = make_plan(hogkit.workload("mf", order="sweep"))
+    assert kept.workload.order == "sweep" and kept.rule == rule
+    assert make_plan("mf", rule=SGD(0.1)).rule == SGD(0.1)
+    batch_lane = make_plan("mf", engine=hogkit.Engine(lane="batch"))
+    assert (batch_lane.rule, batch_lane.batch, batch_lane.lane) == (rule, 64, "batch")
+    assert "lane" not in batch_lane.chosen            # the caller chose the lane
+    # logreg has no rule of its own: SGD at its default lr on either lane
+    assert make_plan("logreg").rule == SGD(workloads.get("logreg").default_lr)
 
 
 def test_train_by_name_runs_the_lane_defaults():
-    run = hogkit.train("mf", workers=2, steps=200, workload_options={"preset": "hot"},
-                       eval_every=None, progress=False)
+    run = hogkit.train(hogkit.workload("mf", preset="hot"), workers=2,
+                       outputs=hogkit.Outputs(eval_every=None, progress=False), steps=200)
     cfg = run.config
     assert (cfg["lane"], cfg["batch"], cfg["rule"]["name"]) == ("sample", 4096, "AdaGrad")
     assert cfg["workload_config"]["order"] == "blocks"
@@ -453,15 +447,13 @@ def test_train_by_name_runs_the_lane_defaults():
     assert run.extra["metrics"]["block_claims"] > 0
 
 
-def test_cli_default_budget_keeps_the_samples():
-    import argparse
-
-    from hogkit.cli import _default_steps
-    args = argparse.Namespace(lane="auto", batch=None, workers=2, backend="local")
-    assert _default_steps(MF, args) * 4096 == MF.default_steps * 64
-    for change in (dict(lane="batch"), dict(batch="64"), dict(backend="ray")):
-        assert _default_steps(MF, argparse.Namespace(**{**vars(args), **change})) \
-            == MF.default_steps
+def test_the_default_budget_keeps_the_samples():
+    """Given no budget a run takes the workload's samples (mf: 15,625 steps of 4,096
+    ratings), in steps of the batch it runs (the simulator's: the batch lane's 64)."""
+    assert make_plan("mf").steps == MF.default_steps == 15_625
+    assert make_plan("mf", batch=64).steps == 15_625 * 4096 // 64
+    assert make_plan("mf", mode="sim").steps == 15_625 * 4096 // 64
+    assert make_plan("mf", steps=10).steps == 10 and make_plan("mf", seconds=1.0).steps is None
 
 
 def test_mf_prefetch_follows_the_tables_size_against_the_l2_cache():
@@ -471,7 +463,7 @@ def test_mf_prefetch_follows_the_tables_size_against_the_l2_cache():
     from hogkit.workloads.mf import PREFETCH_AHEAD
     l2 = cache_bytes(2)
     assert l2 > 0 and cache_bytes(level=9, default=123) == 123
-    wl = workloads.get("mf", preset="hot")
+    wl = workloads.get("mf", preset="hot", order="sweep")
     small = {"P": np.zeros((4, 2), np.float32), "Q": np.zeros((4, 2), np.float32)}
     big = {"P": np.zeros((l2 // 4 + 1, 1), np.float32), "Q": np.zeros((1, 1), np.float32)}
     assert wl.prefetch_ahead(small) == 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import hogkit
 from hogkit import simulate, train, workloads
 from hogkit.errors import InvalidArgument
 from hogkit.kernels import logreg as klr
@@ -37,24 +38,25 @@ def test_a_locked_lane_writes_hogwilds_bits_and_frees_every_lock(lock):
 
 @pytest.mark.process
 def test_two_locked_workers_learn_and_one_matches_lock_free():
-    kw = dict(steps=1_000, progress=False, eval_every=None, seed=2)
+    kw = dict(steps=1_000, outputs=hogkit.Outputs(progress=False, eval_every=None), seed=2)
     free = train("logreg", workers=1, **kw)
-    one = train("logreg", workers=1, workload_options={"lock": "feature"}, **kw)
+    one = train(hogkit.workload("logreg", lock="feature"), workers=1, **kw)
     np.testing.assert_array_equal(one.params["w"], free.params["w"])
     assert one.config["workload_config"]["lock"] == "feature"
     assert "lock" not in free.config["workload_config"]      # a lock-free config as before
-    two = train("logreg", workers=2, workload_options={"lock": "model"}, **kw)
+    two = train(hogkit.workload("logreg", lock="model"), workers=2, **kw)
     assert two.final_loss < two.initial_loss and np.isfinite(two.params["w"]).all()
 
 
 def test_what_cannot_hold_the_locks_is_refused():
     opts = {"lock": "model"}
     with pytest.raises(InvalidArgument, match="lane='batch' cannot run this: lock='model'"):
-        train("logreg", steps=10, lane="batch", workload_options=opts)
+        train(hogkit.workload("logreg", **opts), steps=10,
+              engine=hogkit.Engine(lane="batch"))
     with pytest.raises(InvalidArgument, match="engine='python'"):
-        train("logreg", steps=10, engine="python", workload_options=opts)
+        train(hogkit.workload("logreg", **opts), steps=10, engine="python")
     with pytest.raises(InvalidArgument, match="the simulator cannot run this"):
-        simulate("logreg", steps=10, workload_options=opts)
+        simulate(hogkit.workload("logreg", **opts), steps=10)
     with pytest.raises(InvalidArgument, match="lock"):
         workloads.get("logreg", lock="row")
     wl = workloads.get("logreg", lock="feature", **SMALL)

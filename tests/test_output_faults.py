@@ -24,6 +24,7 @@ import warnings
 import numpy as np
 import pytest
 
+import hogkit
 from hogkit import WorkerFailed, train
 from hogkit import workloads
 from hogkit.cli import main
@@ -45,8 +46,9 @@ def hot():
 def test_a_failed_run_keeps_a_final_checkpoint_and_a_summary(tmp_path):
     out = str(tmp_path / "run")
     with pytest.raises(WorkerFailed) as info:
-        train(Faulty(hot(), rank=1, step=400, fault="sigkill"), workers=2, steps=10**7,
-              progress=False, out=out, checkpoint_every=None)
+        train(Faulty(hot(), rank=1, step=400, fault="sigkill"), workers=2,
+              outputs=hogkit.Outputs(out, progress=False, checkpoint_every=None),
+              steps=10**7)
     notes = " ".join(getattr(info.value, "__notes__", []))
     assert "kept: the parameters at the end" in notes and "--resume" in notes
     arrays, meta = read(os.path.join(out, "checkpoint.npz"))

@@ -34,7 +34,8 @@ def tiny_workload(**kw):
 @pytest.mark.process
 def test_a_users_module_trains_live_under_train():
     wl = tiny_workload()
-    run = hogkit.train(wl, workers=2, steps=3000, progress=False, eval_every=None)
+    run = hogkit.train(wl, workers=2,
+                       outputs=hogkit.Outputs(progress=False, eval_every=None), steps=3000)
     assert run.final_loss < 0.5 * run.initial_loss
     assert run.summary()["engine"] == "python"
     assert run.summary()["metrics"]["loss"] == pytest.approx(run.final_loss)
@@ -161,11 +162,11 @@ def test_a_label_out_of_range_is_named_before_anything_is_spawned():
     wl = hogkit.TorchWorkload(own.make_classifier, own.cross_entropy, {"x": X, "y": y})
     with pytest.raises(InvalidArgument, match=r"'y' holds 0\.\.10; the first is y=10 at "
                                               r"row 137\. A class label must lie in"):
-        hogkit.train(wl, workers=2, steps=100, progress=False)
+        hogkit.train(wl, workers=2, outputs=hogkit.Outputs(progress=False), steps=100)
     y[137] = 3                                     # fixed: it trains
-    assert np.isfinite(hogkit.train(
-        hogkit.TorchWorkload(own.make_classifier, own.cross_entropy, {"x": X, "y": y}),
-        workers=1, steps=50, progress=False).final_loss)
+    wl = hogkit.TorchWorkload(own.make_classifier, own.cross_entropy, {"x": X, "y": y})
+    assert np.isfinite(hogkit.train(wl, workers=1, outputs=hogkit.Outputs(progress=False),
+                                    steps=50).final_loss)
 
 
 def _per_sample(module, batch):
@@ -176,7 +177,7 @@ def test_a_lambda_loss_is_refused_before_anything_is_spawned():
     X, y = own.regression(50)
     wl = hogkit.TorchWorkload(own.make_tiny, lambda m, b: m(b["x"]).mean(), {"x": X, "y": y})
     with pytest.raises(InvalidArgument, match="top level"):
-        hogkit.train(wl, workers=2, steps=10, progress=False)
+        hogkit.train(wl, workers=2, outputs=hogkit.Outputs(progress=False), steps=10)
 
 
 # --- the workload contract, checked in the parent ------------------------------------
@@ -207,14 +208,14 @@ class Duck:
 def test_each_missing_piece_of_the_contract_is_named_before_spawn(missing):
     cls = type("Partial", (Duck,), {missing: None})
     with pytest.raises(InvalidArgument, match=missing):
-        hogkit.train(cls(), workers=2, steps=10, progress=False)
+        hogkit.train(cls(), workers=2, outputs=hogkit.Outputs(progress=False), steps=10)
     assert not [c for c in children(os.getpid()) if "spawn_main" in c[1]]
 
 
 def test_given_a_rule_and_a_batch_the_defaults_are_not_needed():
     cls = type("NoDefaults", (Duck,), {"default_lr": None, "default_batch": None})
     from hogkit.engine.plan import make_plan
-    plan = make_plan(cls(), rule=hogkit.SGD(0.1), batch=2, steps=10)
+    plan = make_plan(cls(), rule=hogkit.SGD(0.1), batch=2, steps=10, mode="sim")
     assert plan.batch == 2
 
 
@@ -228,7 +229,7 @@ def test_workload_is_exported():
 def test_a_script_without_the_main_guard_gets_a_one_line_hint(tmp_path):
     script = tmp_path / "unguarded.py"
     script.write_text("import hogkit\nhogkit.train('mf', workers=2, steps=100, "
-                      "progress=False)\n")
+                      "outputs=hogkit.Outputs(progress=False))\n")
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 1
@@ -241,7 +242,7 @@ def test_a_script_without_the_main_guard_gets_a_one_line_hint(tmp_path):
 def test_a_script_read_from_stdin_is_refused_with_the_fix():
     proc = subprocess.run([sys.executable, "-"], capture_output=True, text=True, timeout=120,
                           input="import hogkit\nhogkit.train('mf', workers=2, steps=100, "
-                                "progress=False)\n")
+                                "outputs=hogkit.Outputs(progress=False))\n")
     assert proc.returncode == 1
     last = proc.stderr.strip().splitlines()[-1]
     assert "standard input" in last and "python -c" in last, proc.stderr
@@ -430,8 +431,8 @@ def test_bad_optimizer_settings_are_named(make, words):
 @pytest.mark.process
 def test_spawn_trains_a_users_loop_and_records_staleness(tmp_path):
     model = own.TinyNet()
-    run = hogkit.spawn(own.train_loop, model, nprocs=2, args=(300,),
-                       policy=hogkit.SSP(2), eval_fn=own.full_mse, out=tmp_path / "r")
+    run = hogkit.spawn(own.train_loop, model, nprocs=2, outputs=tmp_path / "r", args=(300,),
+                       policy=hogkit.SSP(2), eval_fn=own.full_mse)
     assert run.final_loss < 0.5 * run.initial_loss
     assert own.full_mse(model) == pytest.approx(run.final_loss)   # the model holds it
     assert run.updates == 600
@@ -442,9 +443,9 @@ def test_spawn_trains_a_users_loop_and_records_staleness(tmp_path):
 
 @pytest.mark.process
 def test_spawn_under_bsp_does_not_wait_for_a_worker_that_finished():
-    run = hogkit.spawn(own.train_loop, own.TinyNet(), nprocs=2, args=(own.uneven, 0.05,
-                                                                        "GapAware"),
-                       policy=hogkit.BSP(), wait_timeout=20)
+    run = hogkit.spawn(own.train_loop, own.TinyNet(),
+                       nprocs=hogkit.Workers(2, wait_timeout=20),
+                       args=(own.uneven, 0.05, "GapAware"), policy=hogkit.BSP())
     assert run.updates == 210
     assert [w["iterations"] for w in run.per_worker] == [10, 200]
 
@@ -478,7 +479,8 @@ def test_spawn_sigint_of_the_parent_leaves_no_segment_or_process(tmp_path):
         import hogkit
         from helpers import own_models as own
         if __name__ == "__main__":
-            hogkit.spawn(own.until_stopped, own.TinyNet(), nprocs=2, progress=False)
+            hogkit.spawn(own.until_stopped, own.TinyNet(), nprocs=2,
+                         outputs=hogkit.Outputs(progress=False))
     """))
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True)

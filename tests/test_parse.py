@@ -13,11 +13,14 @@ from hogkit.rules.density import Density
 
 
 def test_every_string_form_has_one_parser_shared_by_cli_and_sweep():
-    """The command line and the sweep call the parse room's functions, not copies."""
+    """The command line and the sweep call the parse room's functions, not copies
+    (stragglers and delays as strings are read by the Workers they both build)."""
     from hogkit import cli, sweeps
-    for name in ("parse_policy", "parse_batch", "parse_density", "parse_rule",
-                 "parse_stragglers"):
+    from hogkit.engine import settings
+    for name in ("parse_policy", "parse_batch", "parse_density", "parse_rule"):
         assert getattr(cli, name) is getattr(sweeps, name), name
+    assert settings.parse_stragglers is parse_stragglers
+    assert settings.parse_delays is parse_delays
     import hogkit.engine.delays
     import hogkit.p3.propagation
     assert parse_delays is hogkit.engine.delays.parse_delays

@@ -26,6 +26,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import naive
+import hogkit
 from hogkit import workloads
 from hogkit.cluster.node import policy_bound
 from hogkit.engine.delays import LogNormal, Slowdown, StepTimes
@@ -296,8 +297,8 @@ def _same(a, b):
 
 
 def test_bounded_delay_holds_at_every_simulated_start(monkeypatch):
-    kw = dict(workers=4, steps=800, batch=8, delays=DELAYS, seed=3)
-    fused = simulate(MF, policy=BoundedDelay(2), engine="fused", **kw)
+    kw = dict(workers=hogkit.Workers(4, delays=DELAYS), steps=800, batch=8, seed=3)
+    fused = simulate(MF, policy=BoundedDelay(2), engine="compiled", **kw)
     seen = _watch_starts(monkeypatch, 2)
     python = simulate(MF, policy=BoundedDelay(2), engine="python", **kw)
     assert len(seen) == 800 and all(seen)
@@ -309,12 +310,12 @@ def test_bounded_delay_holds_at_every_simulated_start(monkeypatch):
 
 
 def test_a_policy_of_ones_own_simulates_on_both_engines():
-    kw = dict(workers=4, steps=600, batch=8, delays=DELAYS, seed=1)
-    fused = simulate(MF, policy=Lockstep1(), engine="fused", **kw)
+    kw = dict(workers=hogkit.Workers(4, delays=DELAYS), steps=600, batch=8, seed=1)
+    fused = simulate(MF, policy=Lockstep1(), engine="compiled", **kw)
     python = simulate(MF, policy=Lockstep1(), engine="python", **kw)
     _same(fused, python)
     assert fused.staleness["clock_lag"]["max"] == 1       # held to its bound, and met it
-    ssp = simulate(MF, policy=SSP(1), engine="fused", **kw)  # the kind it encodes as
+    ssp = simulate(MF, policy=SSP(1), engine="compiled", **kw)  # the kind it encodes as
     assert ssp.checksum() == fused.checksum() and ssp.staleness == fused.staleness
 
 
@@ -344,6 +345,7 @@ def test_a_policy_of_ones_own_runs_live(engine):
 
 def train_two(policy, engine):
     from hogkit import train
-    return train("mf", workers=2, steps=800, policy=policy, workload_options=HOT,
-                 stragglers={1: Slowdown(3.0)}, progress=False, eval_every=None,
-                 engine=engine)
+    return train(hogkit.workload("mf", **HOT),
+                 workers=hogkit.Workers(2, stragglers={1: Slowdown(3.0)}), engine=engine,
+                 outputs=hogkit.Outputs(progress=False, eval_every=None), steps=800,
+                 policy=policy)

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import hogkit
 from hogkit import train
 from hogkit.rules.batching import AdaptiveBatch, FixedBatch
 from hogkit.engine.delays import Slowdown
@@ -22,8 +23,10 @@ HOT = {"preset": "hot"}
 @pytest.mark.parametrize("policy, bound", [(BSP(), 0), (SSP(1), 1), (SSP(3), 3),
                                            (DSSP(1, 4), 4)])
 def test_no_read_lags_more_than_the_bound(policy, bound):
-    run = train("mf", workers=2, steps=800, policy=policy, workload_options=HOT,
-                stragglers={1: Slowdown(3.0)}, progress=False, eval_every=None)
+    run = train(hogkit.workload("mf", **HOT),
+                workers=hogkit.Workers(2, stragglers={1: Slowdown(3.0)}),
+                outputs=hogkit.Outputs(progress=False, eval_every=None), steps=800,
+                policy=policy)
     lag = run.staleness["clock_lag"]
     assert lag["count"] == run.updates == 800
     assert lag["max"] <= bound
@@ -33,23 +36,28 @@ def test_no_read_lags_more_than_the_bound(policy, bound):
 
 
 def test_dssp_reports_its_grants():
-    run = train("mf", workers=2, steps=800, policy=DSSP(0, 3), workload_options=HOT,
-                stragglers={1: Slowdown(3.0)}, progress=False, eval_every=None)
+    run = train(hogkit.workload("mf", **HOT),
+                workers=hogkit.Workers(2, stragglers={1: Slowdown(3.0)}),
+                outputs=hogkit.Outputs(progress=False, eval_every=None), steps=800,
+                policy=DSSP(0, 3))
     grants = run.summary()["dssp_grants"]
     assert sum(grants.values()) > 0
     assert all(0 <= int(r) <= 3 for r in grants)
 
 
 def test_async_with_a_straggler_lags_beyond_small_bounds():
-    run = train("mf", workers=2, steps=2000, policy=Async(), workload_options=HOT,
-                stragglers={1: Slowdown(3.0)}, progress=False, eval_every=None)
+    run = train(hogkit.workload("mf", **HOT),
+                workers=hogkit.Workers(2, stragglers={1: Slowdown(3.0)}),
+                outputs=hogkit.Outputs(progress=False, eval_every=None), steps=2000,
+                policy=Async())
     assert run.staleness["clock_lag"]["max"] > 3     # the harness can see lag
 
 
 @pytest.mark.parametrize("overlap", [False, True])
 def test_local_sgd_merges_and_converges(overlap):
-    run = train("mf", workers=2, steps=4000, policy=LocalSGD(8, overlap=overlap),
-                workload_options=HOT, progress=False, eval_every=None)
+    run = train(hogkit.workload("mf", **HOT), workers=2,
+                outputs=hogkit.Outputs(progress=False, eval_every=None), steps=4000,
+                policy=LocalSGD(8, overlap=overlap))
     assert run.final_loss < 0.3 * run.initial_loss
     # one shared update per merge: 2000 iterations / h=8 per worker
     assert [w["updates"] for w in run.per_worker] == [250, 250]
@@ -62,8 +70,9 @@ def test_local_sgd_merges_with_a_paced_cost_and_the_simulator_refuses_it():
     from hogkit import simulate
     from hogkit.errors import InvalidArgument
     for overlap in (False, True):
-        run = train("mf", workers=2, steps=1600, policy=LocalSGD(8, overlap=overlap, cost=1.0),
-                    workload_options=HOT, progress=False, eval_every=None)
+        run = train(hogkit.workload("mf", **HOT), workers=2,
+                    outputs=hogkit.Outputs(progress=False, eval_every=None), steps=1600,
+                    policy=LocalSGD(8, overlap=overlap, cost=1.0))
         assert [w["updates"] for w in run.per_worker] == [100, 100]
         assert run.final_loss < 0.5 * run.initial_loss
         assert run.config["policy"]["cost"] == 1.0
@@ -72,8 +81,9 @@ def test_local_sgd_merges_with_a_paced_cost_and_the_simulator_refuses_it():
 
 
 def test_adaptive_batch_gives_the_straggler_a_smaller_share():
-    kw = dict(workers=2, steps=400, policy=BSP(), stragglers={1: Slowdown(2.5)},
-              progress=False, eval_every=None)
+    kw = dict(workers=hogkit.Workers(2, stragglers={1: Slowdown(2.5)}),
+              outputs=hogkit.Outputs(progress=False, eval_every=None), steps=400,
+              policy=BSP())
     fixed = train("mlp", batch=FixedBatch(1024), **kw)
     adaptive = train("mlp", batch=AdaptiveBatch(1024), **kw)
     assert fixed.summary()["samples"] == adaptive.summary()["samples"] == 400 * 512
@@ -91,8 +101,9 @@ def test_adaptive_batch_gives_the_straggler_a_smaller_share():
 def test_ssp_bound_holds_for_any_workers_and_straggler(s, workers, slow, steps):
     """Property, on real processes: whatever s, W and the straggler, the reader's
     record of every read has clock lag <= s, and every worker finishes its share."""
-    run = train("mf", workers=workers, steps=steps * workers, policy=SSP(s),
-                workload_options=HOT, stragglers={workers - 1: Slowdown(slow)},
-                progress=False, eval_every=None, keep_params=False)
+    run = train(hogkit.workload("mf", **HOT),
+                workers=hogkit.Workers(workers, stragglers={workers - 1: Slowdown(slow)}),
+                outputs=hogkit.Outputs(progress=False, eval_every=None, keep_params=False),
+                steps=steps * workers, policy=SSP(s))
     assert run.staleness["clock_lag"]["max"] <= s
     assert [w["iterations"] for w in run.per_worker] == [steps] * workers

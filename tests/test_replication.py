@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import hogkit
 from hogkit import simulate, train, workloads
 from hogkit.cli import main
 from hogkit.engine.local_phase import LocalPhase
@@ -46,18 +47,22 @@ def test_bad_spellings_say_what_is_expected(bad, match):
 
 def test_replicas_refuse_what_they_do_not_run_with():
     with pytest.raises(InvalidArgument, match="Async policy with replicas"):
-        make_plan("logreg", steps=10, policy=SSP(2), replication="worker")
+        make_plan("logreg", steps=10, policy=SSP(2),
+                  engine=hogkit.Engine(replication="worker"))
     with pytest.raises(InvalidArgument, match="local SGD already keeps a replica"):
-        make_plan("logreg", steps=10, policy=LocalSGD(4), replication="worker:4")
+        make_plan("logreg", steps=10, policy=LocalSGD(4),
+                  engine=hogkit.Engine(replication="worker:4"))
     with pytest.raises(InvalidArgument, match="shards=1"):
-        make_plan("logreg", steps=10, shards=2, replication="worker")
-    for kw in ({"policy": SSP(2)}, {"policy": LocalSGD(4)}, {"shards": 2}):
-        assert make_plan("logreg", steps=10, replication="auto", **kw)  # shared, later
+        make_plan("logreg", steps=10, engine=hogkit.Engine(shards=2, replication="worker"))
+    for policy, shards in ((SSP(2), 1), (LocalSGD(4), 1), (None, 2)):   # shared, later
+        assert make_plan("logreg", steps=10, policy=policy,
+                         engine=hogkit.Engine(replication="auto", shards=shards))
 
 
 def test_the_plan_names_the_local_phase_of_a_policy_or_a_replication():
     assert make_plan("logreg", steps=10).local is None
-    p = make_plan("logreg", steps=10, workers=3, replication="worker:8")
+    p = make_plan("logreg", steps=10, workers=3,
+                  engine=hogkit.Engine(replication="worker:8"))
     assert p.local == LocalPlan(8, 1, False, True) and p.local.merges_after(15)
     assert p.config()["replication"] == {"mode": "worker", "merge_every": 8}
     assert "replication" not in make_plan("logreg", steps=10).config()   # keys as before
@@ -98,8 +103,8 @@ def test_any_schedule_of_merges_matches_a_numpy_reference(data, workers, n, dtyp
 
 def test_a_merge_counts_its_phase_steps_and_its_gap_the_others_merged_updates():
     K, W = 4, 3
-    run = simulate("logreg", workers=W, steps=W * 30, batch=4, replication=f"worker:{K}",
-                   seed=3)
+    run = simulate("logreg", workers=W, engine=hogkit.Engine(replication=f"worker:{K}"),
+                   steps=W * 30, batch=4, seed=3)
     assert run.extra["engine"] == "python"
     for pw in run.per_worker:                 # 30 steps: 7 merges of 4, one of 2
         assert pw["updates"] == pw["iterations"] == 30
@@ -112,7 +117,8 @@ def test_a_merge_counts_its_phase_steps_and_its_gap_the_others_merged_updates():
 
 
 def test_replicas_are_the_summed_local_sgd_with_steps_counted():
-    a = simulate("logreg", workers=3, steps=90, batch=4, replication="worker:5", seed=1)
+    a = simulate("logreg", workers=3, engine=hogkit.Engine(replication="worker:5"),
+                 steps=90, batch=4, seed=1)
     b = simulate("logreg", workers=3, steps=90, batch=4, seed=1,
                  policy=LocalSGD(5, merge="sum"))
     for k in a.params:
@@ -123,8 +129,8 @@ def test_replicas_are_the_summed_local_sgd_with_steps_counted():
 # --------------------------------------------------------------------------- auto
 
 def _decide(name, workers=2, policy=None, **options):
-    plan = make_plan(name, workers=workers, steps=100, policy=policy, replication="auto",
-                     workload_options=options)
+    plan = make_plan(hogkit.workload(name, **options), workers=workers,
+                     engine=hogkit.Engine(replication="auto"), steps=100, policy=policy)
     params, data = plan.workload.build(0)
     return resolve_auto(plan, params, data)
 
@@ -190,9 +196,9 @@ def test_the_cores_merge_gives_the_python_merges_bits():
     paced merge (LocalSGD's ``cost``) still returns to the worker loop's Python merge.
     One worker, so the runs are deterministic: the same parameters either way, the
     merges counted as steps in the core and as merges in Python."""
-    kw = dict(workers=1, steps=120, progress=False, eval_every=None, rule=None, lr=0.5,
-              seed=4)
-    core = train("logreg", replication="worker:8", **kw)
+    kw = dict(workers=1, outputs=hogkit.Outputs(progress=False, eval_every=None),
+              rule=hogkit.SGD(0.5), steps=120, seed=4)
+    core = train("logreg", engine=hogkit.Engine(replication="worker:8"), **kw)
     py = train("logreg", policy=LocalSGD(8, merge="sum", cost=1e-6), **kw)
     for k in core.params:
         np.testing.assert_array_equal(core.params[k], py.params[k])
@@ -205,8 +211,9 @@ def test_live_replicas_merge_count_steps_and_learn():
     # lr 0.25: at 0.5 a replica's merge overshoots on the hot features often enough
     # that one clean-clone CI ended at 0.72 from 0.69, and the simulator's 32 seeds
     # reach 0.69; at 0.25 they end at 0.44-0.58
-    run = train("logreg", workers=2, steps=400, replication="worker:8", progress=False,
-                eval_every=None, rule=None, lr=0.25)
+    run = train("logreg", workers=2, engine=hogkit.Engine(replication="worker:8"),
+                outputs=hogkit.Outputs(progress=False, eval_every=None),
+                rule=hogkit.SGD(0.25), steps=400)
     assert run.config["replication"] == {"mode": "worker", "merge_every": 8}
     assert [w["updates"] for w in run.per_worker] == [200, 200]
     gaps = run.staleness["update_gap"]
@@ -233,12 +240,14 @@ def test_a_cluster_run_refuses_replicas(tmp_path, capsys):
 
 
 def test_async_is_the_only_policy_replicas_accept():
-    plan = make_plan("logreg", steps=10, policy=Async(), replication="worker")
+    plan = make_plan("logreg", steps=10, policy=Async(),
+                     engine=hogkit.Engine(replication="worker"))
     assert plan.local.h == DEFAULT_MERGE_EVERY
 
 
 def test_auto_replicas_on_the_fused_engine_are_refused_after_the_choice():
     with pytest.raises(InvalidArgument, match="replicas run on the Python engine"):
-        simulate("logreg", workers=2, steps=20, replication="auto", engine="fused")
-    run = simulate("logreg", workers=2, steps=20, replication="auto")
+        simulate("logreg", workers=2, engine=hogkit.Engine("compiled", replication="auto"),
+                 steps=20)
+    run = simulate("logreg", workers=2, engine=hogkit.Engine(replication="auto"), steps=20)
     assert run.extra["engine"] == "python" and run.config["replication"]["mode"] == "worker"

@@ -13,6 +13,7 @@ import time
 import numpy as np
 import pytest
 
+import hogkit
 from hogkit import SGD, Density, GapAware, train
 from hogkit.report import read_events
 from hogkit.state.checkpoint import read
@@ -29,15 +30,16 @@ def _types(folder):
 @pytest.mark.process
 def test_periodic_checkpoints_then_a_resumed_segment_covers_the_whole_run(tmp_path):
     out = str(tmp_path / "run")
-    first = train("mf", workers=2, steps=20_000, out=out, progress=False,
-                  checkpoint_every=0.05, workload_options=HOT)
+    first = train(hogkit.workload("mf", **HOT), workers=2,
+                  outputs=hogkit.Outputs(out, progress=False, checkpoint_every=0.05),
+                  steps=20_000)
     arrays, meta = read(os.path.join(out, "checkpoint.npz"))
     assert meta["consistency"] == "quiesced"
     assert sum(meta["state"]["iterations"]) == 20_000 and meta["updates"] == first.updates
     assert set(arrays) == set(first.params)
     # extend the same run to 50,000 iterations
-    run = train("mf", workers=2, steps=50_000, resume=out, progress=False,
-                workload_options=HOT)
+    run = train(hogkit.workload("mf", **HOT), workers=2,
+                outputs=hogkit.Outputs(resume=out, progress=False), steps=50_000)
     assert run.extra["segments"] == 2 and run.config["steps"] == 50_000
     assert sum(w["iterations"] for w in run.per_worker) == 50_000
     assert run.updates == 50_000
@@ -56,19 +58,23 @@ def test_periodic_checkpoints_then_a_resumed_segment_covers_the_whole_run(tmp_pa
 @pytest.mark.process
 def test_resume_refuses_what_it_cannot_continue(tmp_path):
     out = str(tmp_path / "run")
-    train("mf", workers=2, steps=4_000, out=out, progress=False, workload_options=HOT)
+    train(hogkit.workload("mf", **HOT), workers=2,
+          outputs=hogkit.Outputs(out, progress=False), steps=4_000)
     with pytest.raises(InvalidArgument, match="nothing left to run"):
-        train("mf", workers=2, steps=4_000, resume=out, progress=False,
-              workload_options=HOT)
+        train(hogkit.workload("mf", **HOT), workers=2,
+              outputs=hogkit.Outputs(resume=out, progress=False), steps=4_000)
     with pytest.raises(InvalidArgument, match="workers was 2, now 1"):
-        train("mf", workers=1, steps=8_000, resume=out, progress=False,
-              workload_options=HOT)
+        train(hogkit.workload("mf", **HOT), workers=1,
+              outputs=hogkit.Outputs(resume=out, progress=False), steps=8_000)
     with pytest.raises(InvalidArgument, match="workload_config"):
-        train("mf", workers=2, steps=8_000, resume=out, progress=False)
+        train("mf", workers=2, outputs=hogkit.Outputs(resume=out, progress=False),
+              steps=8_000)
     with pytest.raises(InvalidArgument, match="has no checkpoint.npz"):
-        train("mf", workers=2, steps=8_000, resume=str(tmp_path), progress=False)
-    with pytest.raises(InvalidArgument, match="checkpoint_every needs out="):
-        train("mf", workers=2, steps=8_000, checkpoint_every=1.0, progress=False)
+        train("mf", workers=2, outputs=hogkit.Outputs(resume=str(tmp_path), progress=False),
+              steps=8_000)
+    with pytest.raises(InvalidArgument, match="checkpoint_every needs a results folder"):
+        train("mf", workers=2, outputs=hogkit.Outputs(checkpoint_every=1.0, progress=False),
+              steps=8_000)
 
 
 def _hogkit(*args, **kw):
@@ -146,12 +152,13 @@ def test_one_worker_resumed_from_its_end_equals_one_uninterrupted_run(tmp_path, 
     Without that state this fails: momentum and residuals would restart from zero
     and the minibatches would differ. The sweep order: the block order's scheduler is
     not checkpointed, so a resumed run draws its blocks afresh (docs/algorithms.md)."""
-    kw = dict(workers=1, rule=rule, density=density, engine=engine, progress=False,
-              workload_options={**HOT, "order": "sweep"}, checkpoint_every=None)
-    whole = train("mf", steps=602, **kw)
+    kw = dict(workload=hogkit.workload("mf", **{**HOT, "order": "sweep"}), workers=1,
+              engine=engine, rule=rule, density=density, batch=64)
+    quiet = dict(progress=False, checkpoint_every=None)
+    whole = train(steps=602, outputs=hogkit.Outputs(**quiet), **kw)
     out = str(tmp_path / "run")
-    train("mf", steps=301, out=out, **kw)
-    resumed = train("mf", steps=602, resume=out, **kw)
+    train(steps=301, outputs=hogkit.Outputs(out, **quiet), **kw)
+    resumed = train(steps=602, outputs=hogkit.Outputs(resume=out, **quiet), **kw)
     assert _resume_event(out)["worker_state"] > 0
     for name, a in whole.params.items():
         np.testing.assert_array_equal(resumed.params[name], a, err_msg=name)

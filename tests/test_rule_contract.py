@@ -191,7 +191,7 @@ def test_adam_runs_on_both_simulator_engines_alike():
     from hogkit import workloads
     wl = workloads.get("mf", preset="hot")
     kw = dict(workers=4, steps=400, batch=8, rule=Adam(0.01), seed=2)
-    fused = hogkit.simulate(wl, engine="fused", **kw)
+    fused = hogkit.simulate(wl, engine="compiled", **kw)
     python = hogkit.simulate(wl, engine="python", **kw)
     assert fused.checksum() == python.checksum()
     a, b = strip_wall(fused.summary()), strip_wall(python.summary())
@@ -206,9 +206,10 @@ def test_a_live_adam_run_shares_its_moments_and_counts_every_workers_updates(tmp
     it counted the other's too."""
     from hogkit import train, workloads
     from hogkit.state.checkpoint import read
-    run = train(workloads.get("mf", preset="hot"), workers=2, steps=4000, batch=16,
-                rule=Adam(0.01), seed=1, lane="batch", out=str(tmp_path / "run"),
-                progress=False)
+    run = train(workloads.get("mf", preset="hot"), workers=2,
+                engine=hogkit.Engine(lane="batch"),
+                outputs=hogkit.Outputs(str(tmp_path / "run"), progress=False), steps=4000,
+                batch=16, rule=Adam(0.01), seed=1)
     assert run.final_loss < run.initial_loss
     arrays, _ = read(str(tmp_path / "run" / "worker_state.npz"))
     assert not [k for k in arrays if k.startswith(("0/rule/", "1/rule/"))]

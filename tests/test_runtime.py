@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+import hogkit
 from hogkit import InvalidArgument, InvalidType, train
 from hogkit.engine.delays import Slowdown
 from hogkit.state.store import ParamStore
@@ -17,8 +18,9 @@ pytestmark = pytest.mark.process
 
 
 def test_two_workers_converge_and_measure_staleness(tmp_path):
-    run = train("mf", workers=2, steps=6000, seed=1, workload_options=HOT, out=tmp_path,
-                progress=False, events="all")
+    run = train(hogkit.workload("mf", **HOT), workers=2,
+                outputs=hogkit.Outputs(tmp_path, progress=False, events="all"), steps=6000,
+                seed=1)
     assert run.updates == 6000
     assert [w["iterations"] for w in run.per_worker] == [3000, 3000]
     assert run.final_loss < 0.5 * run.initial_loss
@@ -59,8 +61,8 @@ def test_the_default_event_file_is_bounded_and_says_what_it_holds(tmp_path):
     events a second (plus one per drain's first second), the histograms count every
     update, and the summary says what the file holds."""
     from hogkit.engine.plan import EVENTS_FILE_PER_S
-    run = train("mf", workers=2, seconds=3.0, workload_options=HOT, out=tmp_path / "s",
-                progress=False)
+    run = train(hogkit.workload("mf", **HOT), workers=2,
+                outputs=hogkit.Outputs(tmp_path / "s", progress=False), seconds=3.0)
     ev = run.summary()["events"]
     lines = (tmp_path / "s" / "events.jsonl").read_text().splitlines()
     updates = [ln for ln in lines if '"type":"update"' in ln]
@@ -69,26 +71,28 @@ def test_the_default_event_file_is_bounded_and_says_what_it_holds(tmp_path):
     assert ev["updates_drained"] > len(updates)
     assert run.staleness["update_gap"]["count"] == run.updates
     assert ev["file_bytes"] == (tmp_path / "s" / "events.jsonl").stat().st_size < 1_000_000
-    none = train("mf", workers=2, steps=2000, workload_options=HOT, out=tmp_path / "n",
-                 progress=False, events="none")
+    none = train(hogkit.workload("mf", **HOT), workers=2,
+                 outputs=hogkit.Outputs(tmp_path / "n", progress=False, events="none"),
+                 steps=2000)
     kinds = {json.loads(ln)["type"] for ln in
              (tmp_path / "n" / "events.jsonl").read_text().splitlines()}
     assert "update" not in kinds and {"start", "end"} <= kinds
     assert none.summary()["events"]["updates_in_file"] == 0
     with pytest.raises(InvalidArgument, match="events"):
-        train("mf", workers=2, steps=100, events="some")
+        train("mf", workers=2, outputs=hogkit.Outputs(events="some"), steps=100)
 
 
 def test_one_worker_has_zero_staleness():
-    run = train("mf", workers=1, steps=500, workload_options=HOT, progress=False,
-                eval_every=None)
+    run = train(hogkit.workload("mf", **HOT), workers=1,
+                outputs=hogkit.Outputs(progress=False, eval_every=None), steps=500)
     assert run.staleness["update_gap"]["max"] == 0
     assert run.staleness["clock_lag"]["max"] == 0
 
 
 @pytest.mark.timeout(120)               # liveness: no step budget, only the seconds
 def test_seconds_budget_stops_the_run():
-    run = train("logreg", workers=2, seconds=1.0, progress=False, eval_every=None)
+    run = train("logreg", workers=2,
+                outputs=hogkit.Outputs(progress=False, eval_every=None), seconds=1.0)
     assert run.updates > 0 and run.config["seconds"] == 1.0
     assert run.wall_s >= 1.0 * 0.9                        # it trained for its budget
 
@@ -97,8 +101,9 @@ def test_straggler_is_slowed_by_its_factor():
     """The straggler's pacer adds (factor - 1) x its compute time as pauses (sleep only
     overshoots), and the summary says what it realised; the other worker is not paced.
     Behaviour, not a comparison of the two workers' speeds."""
-    run = train("mf", workers=2, seconds=1.0, workload_options=HOT, progress=False,
-                stragglers={1: Slowdown(4.0)}, eval_every=None)
+    run = train(hogkit.workload("mf", **HOT),
+                workers=hogkit.Workers(2, stragglers={1: Slowdown(4.0)}),
+                outputs=hogkit.Outputs(progress=False, eval_every=None), seconds=1.0)
     fast, slow = run.per_worker
     assert "slowdown_realised" not in fast
     assert slow["slowdown_realised"] >= 4.0 * 0.95
@@ -107,20 +112,25 @@ def test_straggler_is_slowed_by_its_factor():
 @pytest.mark.parametrize("kwargs, error", [
     ({"workers": 0}, InvalidArgument),
     ({"workers": 2.5}, InvalidType),
-    ({"steps": None}, InvalidArgument),
     ({"steps": 1}, InvalidArgument),
-    ({"nonfinite": "ignore"}, InvalidArgument),
-    ({"stragglers": {5: Slowdown(2.0)}}, InvalidArgument),
+    ({"engine": "gpu"}, InvalidArgument),
+    ({"workers": lambda: hogkit.Workers(2, stragglers={5: Slowdown(2.0)})}, InvalidArgument),
     ({"seconds": -1.0}, InvalidArgument),
     ({"policy": "ssp:2"}, InvalidType),
     ({"rule": 0.1}, InvalidType),
-    ({"stragglers": {1: 3.0}}, InvalidType),
-    ({"wait_timeout": 0}, InvalidArgument),
+    ({"workers": lambda: hogkit.Workers(2, stragglers={1: 3.0})}, InvalidType),
+    ({"workers": lambda: hogkit.Workers(2, wait_timeout=0)}, InvalidArgument),
+    ({"engine": lambda: hogkit.Engine(nonfinite="ignore")}, InvalidArgument),
+    ({"outputs": lambda: hogkit.Outputs(events="some")}, InvalidArgument),
+    ({"workers": lambda: hogkit.Workers(2, delays="constant:1")}, InvalidArgument),
 ])
 def test_bad_settings_fail_before_spawning(kwargs, error):
-    settings = {"workers": 2, "steps": 100, "progress": False, **kwargs}
+    """Bad knobs, given flat or in a settings object (checked where it is built), are
+    refused before anything is spawned."""
+    settings = {"workers": 2, "steps": 100, "outputs": hogkit.Outputs(progress=False)}
     with pytest.raises(error):
-        train("mf", workload_options=HOT, **settings)
+        settings.update({k: v() if callable(v) else v for k, v in kwargs.items()})
+        train(hogkit.workload("mf", **HOT), **settings)
 
 
 def test_unknown_workload_names_the_choices():
@@ -134,7 +144,8 @@ def test_per_shard_staleness_counts_only_conflicting_updates():
     from helpers.faulty import Partitioned
     from hogkit import workloads
     wl = Partitioned(workloads.get("mf", preset="default"), parts=2)
-    run = train(wl, workers=2, steps=4000, shards=2, progress=False, eval_every=None,
+    run = train(wl, workers=2, engine=hogkit.Engine(shards=2),
+                outputs=hogkit.Outputs(progress=False, eval_every=None), steps=4000,
                 batch=8)
     gap = run.staleness["update_gap"]
     assert gap["count"] == run.updates == 4000
@@ -146,8 +157,9 @@ def test_held_back_steps_are_not_updates():
     """Temporal density (every 4th step sends) writes nothing on the other steps:
     they are iterations, not updates, and nobody's staleness counts them."""
     from hogkit import Density
-    run = train("mf", workers=2, steps=800, density=Density(1.0, every=4),
-                workload_options=HOT, progress=False, eval_every=None)
+    run = train(hogkit.workload("mf", **HOT), workers=2,
+                outputs=hogkit.Outputs(progress=False, eval_every=None), steps=800,
+                density=Density(1.0, every=4))
     assert [w["iterations"] for w in run.per_worker] == [400, 400]
     assert [w["updates"] for w in run.per_worker] == [100, 100]
     assert run.staleness["update_gap"]["count"] == 200
@@ -157,8 +169,8 @@ def test_held_back_steps_are_not_updates():
 def test_adaptive_batch_with_empty_shares_is_refused():
     from hogkit.rules.batching import AdaptiveBatch
     with pytest.raises(InvalidArgument, match="min_batch"):
-        train("mlp", workers=2, steps=10, batch=AdaptiveBatch(64, min_batch=0),
-              progress=False)
+        train("mlp", workers=2, outputs=hogkit.Outputs(progress=False), steps=10,
+              batch=AdaptiveBatch(64, min_batch=0))
 
 
 @pytest.mark.parametrize("name, engine", [("mf", "compiled"), ("mf", "python"),

@@ -24,6 +24,7 @@ from hogkit.rules.density import Density
 from hogkit.calibrate import agreement, compare_gaps, fit_delays
 from hogkit.engine.simulator import simulate, strip_wall
 from hogkit.testing import assert_staleness_bounded, delay_models, staleness_bounds
+import hogkit
 
 LOGREG = workloads.get("logreg", n_samples=400, n_features=120, min_nnz=3, max_nnz=8)
 MF = workloads.get("mf", preset="hot")
@@ -41,9 +42,10 @@ def _same(a, b):
 
 # --------------------------------------------------------------------------- determinism
 
-@pytest.mark.parametrize("engine", ["fused", "python"])
+@pytest.mark.parametrize("engine", ["compiled", "python"])
 def test_same_seed_same_run_different_seed_differs(engine):
-    kw = dict(workers=5, steps=300, batch=8, delays=MIXED, policy=SSP(2), engine=engine)
+    kw = dict(workers=hogkit.Workers(5, delays=MIXED), engine=engine, steps=300, batch=8,
+              policy=SSP(2))
     a, b = simulate(LOGREG, seed=3, **kw), simulate(LOGREG, seed=3, **kw)
     assert strip_wall(a.summary()) == strip_wall(b.summary())
     assert a.checksum() == b.checksum()
@@ -54,7 +56,7 @@ def test_same_seed_same_run_different_seed_differs(engine):
 
 
 def test_summary_has_the_live_keys_plus_virtual_time(tmp_path):
-    run = simulate(MF, workers=3, steps=60, batch=16, seed=0, out=tmp_path)
+    run = simulate(MF, workers=3, outputs=tmp_path, steps=60, batch=16, seed=0)
     s = run.summary()
     for key in ("config", "workers", "updates", "wall_s", "updates_per_s", "initial_loss",
                 "final_loss", "staleness", "wait_fraction", "per_worker",
@@ -78,11 +80,12 @@ def test_summary_has_the_live_keys_plus_virtual_time(tmp_path):
 @pytest.mark.parametrize("policy,rule", [(Async(), "sgd"), (SSP(1), "aware"), (BSP(), "sgd")])
 def test_fused_engine_equals_python_engine(wl, policy, rule):
     rule = SGD(wl.default_lr / 4) if rule == "sgd" else StalenessAware(wl.default_lr)
-    kw = dict(workers=6, steps=400, batch=8, seed=11, delays=MIXED, policy=policy,
-              rule=rule, eval_every=0.02)
-    a = simulate(wl, engine="fused", **kw)
+    kw = dict(workers=hogkit.Workers(6, delays=MIXED),
+              outputs=hogkit.Outputs(eval_every=0.02), steps=400, batch=8, seed=11,
+              policy=policy, rule=rule)
+    a = simulate(wl, engine="compiled", **kw)
     b = simulate(wl, engine="python", **kw)
-    assert a.extra["engine"] == "fused" and b.extra["engine"] == "python"
+    assert a.extra["engine"] == "compiled" and b.extra["engine"] == "python"
     _same(a, b)
 
 
@@ -96,7 +99,8 @@ def test_evaluation_points_leave_no_thread_and_raise_the_loss_error(monkeypatch)
     def evals():
         return [t for t in threading.enumerate() if t.name.startswith("hogkit-eval")]
     wl = workloads.get("logreg", n_samples=400, n_features=120, min_nnz=3, max_nnz=8)
-    kw = dict(workers=3, steps=300, batch=8, seed=2, eval_every=0.01, engine="fused")
+    kw = dict(workers=3, engine="compiled", outputs=hogkit.Outputs(eval_every=0.01),
+              steps=300, batch=8, seed=2)
     run = simulate(wl, **kw)
     assert len(run.loss_curve) > 5 and not evals()
     seen = []
@@ -151,7 +155,7 @@ def test_event_queue_gives_the_scans_next_event(case):
         assert gi[L.G_QUEUE + 1] == K._pop(ist, fst)
 
 
-@pytest.mark.parametrize("engine", ["fused", "python"])
+@pytest.mark.parametrize("engine", ["compiled", "python"])
 @pytest.mark.parametrize("policy", [Async(), SSP(1), BSP(), DSSP(1, 3)],
                          ids=["async", "ssp1", "bsp", "dssp"])
 def test_the_event_queue_and_the_scan_give_the_same_run(engine, policy, monkeypatch):
@@ -159,8 +163,9 @@ def test_the_event_queue_and_the_scan_give_the_same_run(engine, policy, monkeypa
     keeps the tree: the same run either way, blocking policies, stragglers, pauses,
     evaluation points and time budgets included."""
     from hogkit.kernels import layout as L
-    kw = dict(workers=7, steps=300, batch=8, seed=5, delays=MIXED, policy=policy,
-              engine=engine, eval_every=0.02)
+    kw = dict(workers=hogkit.Workers(7, delays=MIXED), engine=engine,
+              outputs=hogkit.Outputs(eval_every=0.02), steps=300, batch=8, seed=5,
+              policy=policy)
     scan = simulate(LOGREG, **kw)
     budget = simulate(LOGREG, **{**kw, "steps": None, "seconds": 0.05})
     monkeypatch.setattr(L, "QUEUE_MIN_WORKERS", 1)
@@ -171,13 +176,13 @@ def test_the_event_queue_and_the_scan_give_the_same_run(engine, policy, monkeypa
 def test_auto_engine_picks_fused_only_where_supported():
     # the fused engine runs the compiled step core: every rule, density and policy but
     # local SGD, on compiled workloads
-    assert simulate(LOGREG, workers=2, steps=10, batch=4).extra["engine"] == "fused"
+    assert simulate(LOGREG, workers=2, steps=10, batch=4).extra["engine"] == "compiled"
     run = simulate(LOGREG, workers=2, steps=10, batch=4, density=Density(0.5))
-    assert run.extra["engine"] == "fused"
+    assert run.extra["engine"] == "compiled"
     run = simulate(LOGREG, workers=2, steps=10, batch=4, policy=LocalSGD(2))
     assert run.extra["engine"] == "python"
-    with pytest.raises(InvalidArgument, match="engine='fused' cannot run"):
-        simulate(LOGREG, workers=2, steps=10, policy=LocalSGD(2), engine="fused")
+    with pytest.raises(InvalidArgument, match="engine='compiled' cannot run"):
+        simulate(LOGREG, workers=2, engine="compiled", steps=10, policy=LocalSGD(2))
 
 
 # --------------------------------------------------------------------------- policies
@@ -186,23 +191,24 @@ def test_auto_engine_picks_fused_only_where_supported():
 @given(s=staleness_bounds(max_value=4), times=delay_models(max_workers=2),
        workers=st.integers(2, 5), seed=st.integers(0, 2**16))
 def test_ssp_never_exceeds_its_bound(s, times, workers, seed):
-    run = simulate(LOGREG, workers=workers, steps=20 * workers, batch=2, delays=times,
-                   policy=SSP(s), seed=seed)
+    run = simulate(LOGREG, workers=hogkit.Workers(workers, delays=times),
+                   steps=20 * workers, batch=2, policy=SSP(s), seed=seed)
     assert_staleness_bounded(run, s)
     for pw in run.per_worker:
         assert pw["iterations"] == 20 and pw["updates"] == 20
 
 
 def test_ssp_bound_holds_on_the_python_engine_and_blocks_the_fast():
-    run = simulate(MF, workers=4, steps=200, batch=8, policy=SSP(1), engine="python",
-                   delays=StepTimes(stragglers={0: Slowdown(5.0)}))
+    run = simulate(MF,
+                   workers=hogkit.Workers(4, delays=StepTimes(stragglers={0: Slowdown(5.0)})),
+                   engine="python", steps=200, batch=8, policy=SSP(1))
     assert_staleness_bounded(run, 1)
     fast_wait = [pw["wait_fraction"] for pw in run.per_worker[1:]]
     assert min(fast_wait) > 0.3 and run.per_worker[0]["wait_fraction"] == 0.0
 
 
 def test_bsp_is_ssp0_and_async_is_ssp_inf():
-    kw = dict(workers=4, steps=120, batch=4, delays=MIXED, seed=5)
+    kw = dict(workers=hogkit.Workers(4, delays=MIXED), steps=120, batch=4, seed=5)
     _same(simulate(LOGREG, policy=BSP(), **kw), simulate(LOGREG, policy=SSP(0), **kw))
     _same(simulate(LOGREG, policy=Async(), **kw),
           simulate(LOGREG, policy=SSP(math.inf), **kw))
@@ -212,8 +218,9 @@ def test_bsp_is_ssp0_and_async_is_ssp_inf():
 
 
 def test_dssp_stays_within_s_hi_and_records_grants():
-    kw = dict(workers=4, steps=240, batch=4, policy=DSSP(1, 4), seed=2,
-              delays=StepTimes(base=LogNormal(1e-3, 0.3), stragglers={3: Slowdown(3.0)}))
+    times = StepTimes(base=LogNormal(1e-3, 0.3), stragglers={3: Slowdown(3.0)})
+    kw = dict(workers=hogkit.Workers(4, delays=times),
+              steps=240, batch=4, policy=DSSP(1, 4), seed=2)
     a, b = simulate(MF, **kw), simulate(MF, **kw)
     _same(a, b)
     assert_staleness_bounded(a, 4)
@@ -251,18 +258,19 @@ RULES = [SGD(0.05), SGD(0.02, momentum=0.9), StalenessAware(0.05),
 @pytest.mark.parametrize("rule", RULES, ids=repr)
 def test_one_worker_equals_sequential_application(rule):
     times = StepTimes(base=LogNormal(1e-3, 0.6), pauses=Pauses(0.1, 1e-3), load=Load(1.0, 0.01))
-    run = simulate(MF, workers=1, steps=25, batch=16, rule=rule, seed=7, delays=times)
+    run = simulate(MF, workers=hogkit.Workers(1, delays=times), steps=25, batch=16,
+                   rule=rule, seed=7)
     ref = _sequential(MF, rule, workers=1, rounds=25, batch=16, seed=7)
     for k in ref:
         np.testing.assert_array_equal(run.params[k], ref[k])
     assert run.staleness["update_gap"]["max"] == 0
 
 
-@pytest.mark.parametrize("engine", ["fused", "python"])
+@pytest.mark.parametrize("engine", ["compiled", "python"])
 def test_instantaneous_compute_is_round_robin_sequential_sgd(engine):
     rule = SGD(LOGREG.default_lr)
-    run = simulate(LOGREG, workers=4, steps=4 * 30, batch=4, rule=rule, seed=9,
-                   delays=Constant(0.0), engine=engine)
+    run = simulate(LOGREG, workers=hogkit.Workers(4, delays=Constant(0.0)), engine=engine,
+                   steps=4 * 30, batch=4, rule=rule, seed=9)
     ref = _sequential(LOGREG, rule, workers=4, rounds=30, batch=4, seed=9)
     np.testing.assert_array_equal(run.params["w"], ref["w"])
     assert run.staleness["update_gap"]["max"] == 0
@@ -272,7 +280,8 @@ def test_instantaneous_compute_is_round_robin_sequential_sgd(engine):
 def test_constant_delays_give_exact_gaps():
     # W workers start together and finish together each round: the k-th finisher of
     # a round has seen k updates by others since its read (FINISH before START).
-    run = simulate(LOGREG, workers=4, steps=40, batch=2, delays=Constant(1e-3), seed=0)
+    run = simulate(LOGREG, workers=hogkit.Workers(4, delays=Constant(1e-3)), steps=40,
+                   batch=2, seed=0)
     assert run.staleness["update_gap"]["histogram"] == {0: 10, 1: 10, 2: 10, 3: 10}
     assert run.extra["virtual_time_s"] == pytest.approx(10e-3)
 
@@ -281,11 +290,11 @@ def test_constant_delays_give_exact_gaps():
 
 def test_nonfinite_raise_and_skip_on_both_engines():
     kw = dict(workers=2, steps=60, batch=16, rule=SGD(40.0), seed=0)
-    for engine in ("fused", "python"):
+    for engine in ("compiled", "python"):
         with pytest.raises(NonFiniteGradient, match="virtual worker"):
             simulate(MF, engine=engine, **kw)
-    a = simulate(MF, engine="fused", nonfinite="skip", **kw)
-    b = simulate(MF, engine="python", nonfinite="skip", **kw)
+    a = simulate(MF, engine=hogkit.Engine("compiled", nonfinite="skip"), **kw)
+    b = simulate(MF, engine=hogkit.Engine("python", nonfinite="skip"), **kw)
     assert a.extra["nonfinite_skipped"] > 0
     assert a.updates + a.extra["nonfinite_skipped"] == 60
     _same(a, b)
@@ -300,16 +309,16 @@ class _OwnPolicy:
 
 @pytest.mark.parametrize("kwargs,exc,match", [
     (dict(workers=0, steps=5), InvalidArgument, "workers=0"),
-    (dict(workers=2), InvalidArgument, "steps="),
+    (dict(workers=2, seconds=-1.0), InvalidArgument, "seconds="),
     (dict(workers=4, steps=2), InvalidArgument, "at least 4"),
     (dict(workers=2, steps=4, batch=1.5), InvalidType, "batch"),
-    (dict(workers=2, steps=4, delays="gamma:1"), InvalidArgument, "unknown kind"),
-    (dict(workers=2, steps=4, stragglers={5: Slowdown(2.0)}), InvalidArgument,
+    (dict(workers=hogkit.Workers(2, stragglers={5: Slowdown(2.0)}), steps=4), InvalidArgument,
      "rank=5 must be <= 1; ranks run from 0 to workers-1 = 1"),
     (dict(workers=2, steps=4, engine="gpu"), InvalidArgument, "engine"),
     # what the simulator cannot model: refused in one place (RunPlan.simulable)
     (dict(workers=2, steps=4, batch=AdaptiveBatch(8)), InvalidType, "adaptive batch"),
-    (dict(workers=2, steps=4, shards=4), InvalidArgument, "per-shard staleness"),
+    (dict(workers=2, steps=4, engine=hogkit.Engine(shards=4)), InvalidArgument,
+     "per-shard staleness"),
     (dict(workers=2, steps=4, policy=_OwnPolicy()), InvalidType, "simulator models"),
 ])
 def test_bad_arguments_are_named(kwargs, exc, match):
@@ -317,14 +326,22 @@ def test_bad_arguments_are_named(kwargs, exc, match):
         simulate(LOGREG, **kwargs)
 
 
-def test_both_front_doors_take_the_same_knobs_with_the_same_defaults():
+def test_bad_delays_are_refused_where_the_settings_are_built():
+    with pytest.raises(InvalidArgument, match="unknown kind"):
+        hogkit.Workers(2, delays="gamma:1")
+
+
+def test_every_front_door_takes_the_same_knobs_with_the_same_defaults():
+    """train, simulate and a cluster run share one signature (a cluster adds its
+    ``cluster``), at most 12 parameters each; spawn is torch's shape."""
     import inspect
+
+    from hogkit import cluster, spawn
     from hogkit.engine.runtime import train
-    t, s = (inspect.signature(f).parameters for f in (train, simulate))
-    shared = set(t) & set(s)
-    assert {"workers", "policy", "rule", "batch", "steps", "eval_every", "shards",
-            "stragglers", "keep_params"} <= shared
-    assert {n: t[n].default for n in shared} == {n: s[n].default for n in shared}
+    t, s, c = (inspect.signature(f).parameters for f in (train, simulate, cluster.train))
+    assert list(t) == list(s) == [n for n in c if n != "cluster"]
+    assert {n: p.default for n, p in t.items()} == {n: p.default for n, p in s.items()}
+    assert all(len(p) <= 12 for p in (t, s, c, inspect.signature(spawn).parameters))
 
 
 def test_parse_delays():
@@ -345,8 +362,9 @@ def test_parse_delays():
 
 def test_fit_and_compare_on_synthetic_runs():
     # a time budget (not a step count) lets the fast worker run more iterations
-    a = simulate(LOGREG, workers=2, seconds=0.3, batch=2, seed=0,
-                 delays=StepTimes(stragglers={1: Slowdown(2.0)}))
+    a = simulate(LOGREG,
+                 workers=hogkit.Workers(2, delays=StepTimes(stragglers={1: Slowdown(2.0)})),
+                 seconds=0.3, batch=2, seed=0)
     times = fit_delays(a)
     assert times.speeds == pytest.approx((1.0, 2.0), rel=0.02)
     assert times.base.seconds == pytest.approx(1e-3, rel=0.02)
@@ -368,8 +386,9 @@ def test_simulated_gaps_agree_with_a_real_two_worker_run(tmp_path):
     """
     from hogkit.engine.runtime import train
     wl = workloads.get("logreg", n_samples=5000, n_features=2000)
-    real = train(wl, workers=2, seconds=2.0, batch=16, seed=0, eval_every=None,
-                 progress=False, out=tmp_path)
+    real = train(wl, workers=2,
+                 outputs=hogkit.Outputs(tmp_path, eval_every=None, progress=False),
+                 seconds=2.0, batch=16, seed=0)
     res = agreement(real, wl, batch=16, events=tmp_path / "events.jsonl")
     assert res["simulated"]["updates"] == real.updates
     assert 1 / 4 < res["mean_ratio"] < 4, {k: res[k] for k in ("tv", "mean_a", "mean_b")}
@@ -379,8 +398,9 @@ def test_simulated_gaps_agree_with_a_real_two_worker_run(tmp_path):
 
 def test_held_back_steps_are_not_updates_in_the_simulator():
     from hogkit import Density
-    run = simulate("mf", workers=4, steps=400, density=Density(1.0, every=4),
-                   workload_options={"preset": "hot"}, seed=0, keep_params=False)
+    run = simulate(hogkit.workload("mf", preset="hot"), workers=4,
+                   outputs=hogkit.Outputs(keep_params=False), steps=400,
+                   density=Density(1.0, every=4), seed=0)
     assert [w["iterations"] for w in run.per_worker] == [100] * 4
     assert run.updates == 100 and run.staleness["update_gap"]["count"] == 100
 
@@ -391,25 +411,6 @@ def test_hogkit_simulate_stays_the_function_after_the_module_is_imported():
     assert callable(hogkit.simulate) and hogkit.simulate.__name__ == "simulate"
 
 
-def test_lr_alone_is_plain_sgd_and_lr_with_a_rule_is_refused():
-    """``lr=`` alone is ``rule=SGD(lr)`` (as ``hogkit run --lr``): the same run, bit for
-    bit; with a rule too it is refused before anything runs, naming the fix."""
-    from hogkit import train
-    from hogkit.errors import InvalidArgument
-    from hogkit.rules.core import SGD
-    kw = dict(workload="mf", workers=4, steps=400, seed=3, workload_options={"preset": "hot"})
-    a = simulate(lr=0.07, **kw)
-    b = simulate(rule=SGD(0.07), **kw)
-    assert a.config["rule"] == b.config["rule"] == {"name": "SGD", "lr": 0.07, "momentum": 0.0}
-    assert a.checksum() == b.checksum()
-    for call in (simulate, train):
-        with pytest.raises(InvalidArgument, match=r"rule=SGD\(lr=0.1, momentum=0.9\)"):
-            call(lr=0.1, rule=SGD(0.05), **kw)
-    with pytest.raises(InvalidArgument, match="lr"):
-        simulate(lr=-1.0, **kw)
-
-
-
 def test_a_shared_rule_state_is_one_buffer_on_both_engines():
     """rule_state="shared": one momentum buffer (and Gap-Aware's moments and counts)
     for every simulated worker, a parameter server's; both engines agree bit for bit,
@@ -417,15 +418,15 @@ def test_a_shared_rule_state_is_one_buffer_on_both_engines():
     from hogkit import sweep
     from hogkit.rules.core import GapAware
     kw = dict(workers=4, steps=200, batch=8, rule=GapAware(0.4, momentum=0.9), seed=3)
-    a = simulate(LOGREG, rule_state="shared", engine="fused", **kw)
-    b = simulate(LOGREG, rule_state="shared", engine="python", **kw)
+    a = simulate(LOGREG, engine=hogkit.Engine("compiled", rule_state="shared"), **kw)
+    b = simulate(LOGREG, engine=hogkit.Engine("python", rule_state="shared"), **kw)
     _same(a, b)
     assert a.config["rule_state"] == "shared"
     private = simulate(LOGREG, **kw)
     assert "rule_state" not in private.config
     assert not np.array_equal(a.params["w"], private.params["w"])
     with pytest.raises(InvalidArgument, match="rule_state"):
-        simulate(LOGREG, rule_state="server", **kw)
+        simulate(LOGREG, engine=hogkit.Engine(rule_state="server"), **kw)
     with pytest.raises(InvalidArgument, match="simulated cells only"):
         sweep({"rule_state": ["shared"]}, base={"workload": "logreg", "steps": 4},
               mode="live")

@@ -20,6 +20,7 @@ from hogkit.rules.core import SGD, AdaGrad, DelayCompensated, GapAware, RMSProp,
 from hogkit.engine.simulator import simulate, strip_wall
 from hogkit.engine.step import CompiledStep, PythonStep, compiled_support, encode_pacer
 from hogkit.engine.worker_loop import clock_counts_all, control_specs, runtime_specs
+import hogkit
 
 MF = workloads.get("mf", preset="hot")
 LOGREG = workloads.get("logreg", n_samples=300, n_features=80, min_nnz=2, max_nnz=9)
@@ -192,11 +193,12 @@ def test_a_clock_fresh_step_leaves_out_writes_no_update_counted(rule):
         _one_step_after_a_write(rule, clock_fresh=False, counted=True))
 
 
-@pytest.mark.parametrize("engine", ["fused", "python"])
+@pytest.mark.parametrize("engine", ["compiled", "python"])
 def test_the_simulator_and_the_compiled_step_encode_the_clock_flag(engine, monkeypatch):
     """The wiring: both simulator engines encode their rule clock-fresh (every write is
     a whole update they count), a CompiledStep asked to carries the clock flag into its
     core, and one not asked to does not."""
+    import hogkit.engine.simulator as SIM
     import hogkit.engine.step as ES
     seen, real = [], ES.encode_rule
 
@@ -204,7 +206,8 @@ def test_the_simulator_and_the_compiled_step_encode_the_clock_flag(engine, monke
         seen.append(clock_fresh)
         return real(*a, clock_fresh=clock_fresh, **kw)
     monkeypatch.setattr(ES, "encode_rule", spy)
-    simulate(LOGREG, workers=3, steps=30, batch=4, rule=RULES["dc"], engine=engine, seed=1)
+    monkeypatch.setattr(SIM, "encode_rule", spy)
+    simulate(LOGREG, workers=3, engine=engine, steps=30, batch=4, rule=RULES["dc"], seed=1)
     assert seen and all(seen)
     params, data = LOGREG.build(0)
     views, clocks, log = _control()
@@ -391,10 +394,11 @@ DELAYS = StepTimes(base=LogNormal(1e-3, 0.5), stragglers={1: Slowdown(3.0)})
     (DelayCompensated(0.05), Density(1.0, how="threshold", threshold=0.01), SSP(0)),
 ], ids=["sgd-async", "ga-ssp2", "sa-topk-ssp1", "dca-random-dssp", "ga-every2", "dc-threshold-bsp"])
 def test_fused_and_python_simulators_are_identical(wl, rule, density, policy):
-    kw = dict(workers=5, steps=300, batch=8, rule=rule, density=density, policy=policy,
-              delays=DELAYS, seed=3)
-    fused, python = simulate(wl, engine="fused", **kw), simulate(wl, engine="python", **kw)
-    assert fused.extra["engine"] == "fused" and python.extra["engine"] == "python"
+    kw = dict(workers=hogkit.Workers(5, delays=DELAYS), steps=300, batch=8, rule=rule,
+              density=density, policy=policy, seed=3)
+    fused, python = simulate(wl, engine="compiled", **kw), simulate(wl, engine="python",
+                                                                    **kw)
+    assert fused.extra["engine"] == "compiled" and python.extra["engine"] == "python"
     assert fused.checksum() == python.checksum()
     a, b = strip_wall(fused.summary()), strip_wall(python.summary())
     a.pop("engine"), b.pop("engine")

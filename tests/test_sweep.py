@@ -42,15 +42,15 @@ def test_every_cell_is_checked_before_the_first_runs(tmp_path):
     with pytest.raises(InvalidArgument, match="simulated cells only"):
         sweep({"seed": [0]}, base={**HOT, "delays": "constant:1e-3"}, mode="live", out=out)
     with pytest.raises(InvalidArgument, match="engine"):
-        sweep({"engine": ["python", "compiled"]}, base=HOT, out=out)     # sim: fused
+        sweep({"engine": ["python", "gpu"]}, base=HOT, out=out)
     with pytest.raises(InvalidArgument, match="RANK:load"):
         sweep({"straggler": ["1:load:2"]}, base=HOT, mode="live", out=out)
     assert not out.exists()
 
 
 def test_the_engine_knob_picks_the_step_and_both_give_the_same_run():
-    fused, python = sweep({"engine": ["fused", "python"]}, base=HOT)
-    assert (fused["engine"], python["engine"]) == ("fused", "python")
+    fused, python = sweep({"engine": ["compiled", "python"]}, base=HOT)
+    assert (fused["engine"], python["engine"]) == ("compiled", "python")
     assert fused["final_loss"] == python["final_loss"]
 
 
@@ -74,13 +74,16 @@ def test_a_simulated_sweep_resumes_without_redoing_cells(tmp_path):
 
 
 def test_a_diverging_cell_is_a_row_not_a_crash(tmp_path):
-    rows = sweep({"lr": [0.05, 1e6]}, base=HOT, out=tmp_path / "t.jsonl")
+    # SGD: mf's default rule (row-wise AdaGrad) scales its steps to lr, so it ends far
+    # off at lr 1e6 but finite
+    rows = sweep({"lr": [0.01, 1e6]}, base={**HOT, "rule": "sgd"}, out=tmp_path / "t.jsonl")
     ok, bad = rows
     assert not ok["diverged"] and ok["final_loss"] is not None
     assert bad["diverged"] and bad["final_loss"] is None and "non-finite" in bad["error"]
     # finite (or skipped) gradients, overflowing parameters: a diverged row too, never an
     # inf/nan that JSON cannot hold (it crashed a sweep once)
-    over, = sweep({"lr": [1.0]}, base={**HOT, "nonfinite": "skip"}, out=tmp_path / "t.jsonl")
+    over, = sweep({"lr": [1.0]}, base={**HOT, "rule": "sgd", "nonfinite": "skip"},
+                  out=tmp_path / "t.jsonl")
     assert over["diverged"] and "overflowed" in over["error"]
     assert load(tmp_path / "t.jsonl")[-1] == over
 
@@ -89,7 +92,7 @@ def test_a_diverging_cell_is_a_row_not_a_crash(tmp_path):
 def test_a_live_cell_whose_worker_hits_a_non_finite_gradient_is_a_diverged_row():
     """The worker's NonFiniteGradient reaches the parent as WorkerFailed; the sweep tells
     it from other failures by the worker's exception type (WorkerFailed.cause)."""
-    bad, = sweep({"lr": [1e6]}, base={**HOT, "workers": 2}, mode="live")
+    bad, = sweep({"lr": [1e6]}, base={**HOT, "rule": "sgd", "workers": 2}, mode="live")
     assert bad["diverged"] and bad["final_loss"] is None and bad["mode"] == "live"
 
 
@@ -209,7 +212,7 @@ def test_tune_records_the_bound_it_hit_and_never_climbs_past_divergence(tmp_path
     assert not low["bracketed"] and low["bound"] == "high"
     assert sorted(low["tried"]) == [1e-5, 2e-5, 4e-5] and low["extended"]["high"] == 1
     # a grid that diverges everywhere is widened downwards only
-    div = sweep_tune({"lr": [1e6]}, base=HOT, extend=2)[0]
+    div = sweep_tune({"lr": [1e6]}, base={**HOT, "rule": "sgd"}, extend=2)[0]
     assert div["extended"]["high"] == 0 and min(div["tried"]) < 1e6
 
 

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import find, given, settings
 from hypothesis.errors import NoSuchExample
 
+import hogkit
 from hogkit import workloads
 from hogkit.engine.delays import StepTimes
 from hogkit.errors import InvalidArgument
@@ -130,8 +131,8 @@ def test_ci_profile_is_registered():
 
 def test_assert_staleness_bounded():
     wl = workloads.get("logreg", n_samples=200, n_features=50, min_nnz=2, max_nnz=4)
-    run = simulate(wl, workers=3, steps=60, batch=2, policy=Async(),
-                   delays="lognormal:1e-3:0.8", seed=0)
+    run = simulate(wl, workers=hogkit.Workers(3, delays="lognormal:1e-3:0.8"), steps=60,
+                   batch=2, policy=Async(), seed=0)
     assert_staleness_bounded(run, math.inf)
     assert_staleness_bounded(run, run.staleness["clock_lag"]["max"])
     with pytest.raises(AssertionError, match="exceeds the bound s=0"):

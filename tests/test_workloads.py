@@ -34,7 +34,8 @@ def tol(dtype):
 
 
 def tiny_mf(dtype="float64", **kw):
-    kw = dict(n_rows=7, n_cols=5, rank=3, k_true=2, n_ratings=15, dtype=dtype) | kw
+    kw = dict(n_rows=7, n_cols=5, rank=3, k_true=2, n_ratings=15, dtype=dtype,
+              order="sweep") | kw
     return MatrixFactorization(**kw)
 
 
@@ -301,16 +302,20 @@ def test_gradient_grows_for_a_larger_batch_and_rejects_batch_zero(make):
 # --- sequential SGD with the defaults converges ------------------------------------------
 
 @jit_only
-@pytest.mark.parametrize("name, steps, factor", [("mf", 20_000, 0.3), ("logreg", 4000, 0.6),
-                                                 ("mlp", 600, 0.1)])
-def test_sequential_sgd_with_default_lr_and_batch_reduces_the_loss(name, steps, factor):
+@pytest.mark.parametrize("name, steps, factor, batch", [("mf", 20_000, 0.3, 64),
+                                                        ("logreg", 4000, 0.6, None),
+                                                        ("mlp", 600, 0.1, None)])
+def test_sequential_sgd_at_the_default_lr_reduces_the_loss(name, steps, factor, batch):
+    """SGD at ``default_lr`` (mf's: the lr of a rule named without one, on minibatches
+    of 64; its default rule is row-wise AdaGrad) trains sequentially."""
     wl = get(name)
+    batch = batch or wl.default_batch
     params, data = wl.build(0)
     ctx = wl.setup(params, data, rank=0, seed=0)
     rng = np.random.default_rng(0)
     start = wl.loss(params, data)
     for _ in range(steps):
-        sgd_apply(params, wl.gradient(ctx, rng, wl.default_batch), wl.default_lr)
+        sgd_apply(params, wl.gradient(ctx, rng, batch), wl.default_lr)
     end = wl.loss(params, data)
     assert np.isfinite(end)
     assert end < factor * start, (start, end)

@@ -1,8 +1,8 @@
 """Past one machine: the same training on a Ray cluster, with shared-memory Hogwild!
 inside each node.
 
-:func:`train` (``hogkit.cluster.train(workload, nodes=N, workers=per_node, ...)``, and
-``hogkit run --backend ray``) is the entry. Rooms:
+:func:`train` (``hogkit.cluster.train(workload, workers=per_node, cluster=Cluster(N,
+...))``, and ``hogkit run --backend ray``) is the entry. Rooms:
 
 - :mod:`~hogkit.cluster.shard`: a parameter shard (rows of every parameter, version
   vector, node clocks), push-then-pull in one atomic exchange;
@@ -19,58 +19,29 @@ starts), then hands them to :func:`~hogkit.cluster.backend.run_cluster`.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
+from typing import Optional
 
 from hogkit.cluster.backend import check_address, require_ray, run_cluster
 from hogkit.cluster.node import policy_bound
 from hogkit.engine.mainguard import check_main_guard
 from hogkit.engine.plan import eval_interval, make_plan
 from hogkit.engine.run import Run
-from hogkit.engine.runtime import choose_engine
-from hogkit.errors import InvalidArgument
+from hogkit.engine.settings import Outputs, Workers
+from hogkit.errors import InvalidArgument, InvalidType
 from hogkit.p3.propagation import parse_schedule
 from hogkit.policy import SSP, Async
 from hogkit.report import environment
 from hogkit.validation import check_float, check_int
 
-__all__ = ["train", "node_plans"]
+__all__ = ["train", "Cluster", "node_plans"]
 
 
-def node_plans(plan, nodes, stragglers, make):
-    """One plan per node, each checked by ``make`` (:func:`~hogkit.engine.plan.make_plan`'s
-    keywords): the steps split over the nodes (as a plan splits them over its
-    workers), each node's own random stream (``stream = node``: the same data and
-    initial model, different samples), stragglers keyed by global rank ``node ·
-    workers + local rank`` moved to their node."""
-    W = plan.workers
-    if plan.steps is None:
-        steps = [None] * nodes
-    else:
-        q, r = divmod(plan.steps, nodes)
-        steps = [q + (n < r) for n in range(nodes)]
-        if min(steps) < W:
-            raise InvalidArgument(f"steps={plan.steps} gives a node fewer steps than its "
-                                  f"{W} workers; use steps >= {nodes * W}")
-    out = []
-    for n in range(nodes):
-        mine = {g - n * W: m for g, m in stragglers.items() if n * W <= g < (n + 1) * W}
-        p = make(steps=steps[n], stragglers=mine or None, out=None, keep_params=False,
-                 eval_every=None)
-        out.append(dataclasses.replace(p, stream=n))
-    return out
+@dataclass(frozen=True)
+class Cluster:
+    """Where a cluster run runs and how its nodes exchange.
 
-
-def train(workload="mf", *, nodes, workers, policy=None, rule=None, density=None,
-          batch=None, steps=None, seconds=None, seed=0, nonfinite="raise", stragglers=None,
-          eval_every="auto", out=None, keep_params=True, workload_options=None, shards=1,
-          engine="auto", events="sampled", wait_timeout=60.0, grace=2.0, address=None,
-          servers=1, sync_every=1, push_fraction=1.0, backlog=None, schedule=None,
-          call_timeout=30.0, start_timeout=120.0) -> Run:
-    """Train ``workload`` on ``nodes`` nodes of ``workers`` worker processes each: every
-    node a single-node run whose agent exchanges deltas with ``servers`` parameter-shard
-    actors, the policy's bound held across nodes. Returns one
-    :class:`~hogkit.engine.run.Run` whose summary adds ``nodes`` and ``cross_node``.
-
-    nodes, workers : Ray node actors, and worker processes in each (≥ 1).
+    nodes : Ray node actors (each a single-node run of ``workers`` processes).
     address : None (start a local Ray instance for the run), ``"auto"`` (join the
         cluster ``ray start --head`` made on this machine) or ``"ray://host:port"``.
     servers : parameter-shard actors; the rows of every parameter are cut over them.
@@ -84,54 +55,121 @@ def train(workload="mf", *, nodes, workers, policy=None, rule=None, density=None
         about N parameters (input side first under priority and p3), each merged as it
         arrives; None: one message per shard.
     call_timeout, start_timeout : seconds an exchange, and the actors' start, may take.
+    """
 
-    The rest as in :func:`hogkit.train`; ``steps`` and straggler ranks are over the
-    whole cluster (node n's worker r is rank ``n · workers + r``). Not (yet) on a
-    cluster: resuming, restarting workers, checkpoints.
+    nodes: int = 2
+    address: Optional[str] = None
+    servers: int = 1
+    sync_every: int = 1
+    push_fraction: float = 1.0
+    backlog: Optional[int] = None
+    schedule: object = None
+    call_timeout: float = 30.0
+    start_timeout: float = 120.0
+
+    def __post_init__(self):
+        n, servers, sync_every, fraction, backlog = _exchange_settings(
+            self.nodes, self.servers, self.sync_every, self.push_fraction, self.backlog)
+        for name, v in (("nodes", n), ("servers", servers), ("sync_every", sync_every),
+                        ("push_fraction", fraction), ("backlog", backlog),
+                        ("address", check_address(self.address)),
+                        ("call_timeout", check_float("call_timeout", self.call_timeout,
+                                                     min_value=0.0, exclude_min=True)),
+                        ("start_timeout", check_float("start_timeout", self.start_timeout,
+                                                      min_value=0.0, exclude_min=True))):
+            object.__setattr__(self, name, v)
+        if self.schedule is not None:
+            object.__setattr__(self, "schedule", parse_schedule(self.schedule))
+
+
+def node_plans(plan, nodes, stragglers, make):
+    """One plan per node, each checked by ``make(steps, stragglers)``
+    (:func:`~hogkit.engine.plan.make_plan` for a node): the steps split over the nodes
+    (as a plan splits them over its workers), each node's own random stream (``stream =
+    node``: the same data and initial model, different samples), stragglers keyed by
+    global rank ``node · workers + local rank`` moved to their node."""
+    W = plan.workers
+    if plan.steps is None:
+        steps = [None] * nodes
+    else:
+        q, r = divmod(plan.steps, nodes)
+        steps = [q + (n < r) for n in range(nodes)]
+        if min(steps) < W:
+            raise InvalidArgument(f"steps={plan.steps} gives a node fewer steps than its "
+                                  f"{W} workers; use steps >= {nodes * W}")
+    out = []
+    for n in range(nodes):
+        mine = {g - n * W: m for g, m in stragglers.items() if n * W <= g < (n + 1) * W}
+        out.append(dataclasses.replace(make(steps[n], mine), stream=n))
+    return out
+
+
+def train(workload="mf", *, workers=2, policy=None, rule=None, density=None, batch=None,
+          steps=None, seconds=None, seed=0, engine=None, outputs=None,
+          cluster=None) -> Run:
+    """Train ``workload`` on ``cluster.nodes`` nodes of ``workers`` worker processes
+    each: every node a single-node run whose agent exchanges deltas with the parameter-
+    shard actors, the policy's bound held across nodes. Returns one
+    :class:`~hogkit.engine.run.Run` whose summary adds ``nodes`` and ``cross_node``.
+
+    workers : worker processes per node, or :class:`~hogkit.engine.settings.Workers`
+        (straggler ranks over the whole cluster: node n's worker r is rank ``n ·
+        workers + r``; ``wait_timeout`` and ``grace`` hold in each node).
+    cluster : :class:`Cluster` (nodes, Ray's address, shard actors, the exchange).
+
+    The rest as in :func:`hogkit.train`; ``steps`` are over the whole cluster, and the
+    nodes run whole steps (the batch lane). Not (yet) on a cluster: resuming,
+    restarting workers, checkpoints.
 
     Raises InvalidArgument / InvalidType before Ray starts, NodeFailed (the node, and
     the worker's rank) or ShardFailed when a node or shard fails, Interrupted on
     SIGINT/SIGTERM; every actor is killed and no segment is left.
     """
     check_main_guard("hogkit.cluster.train()")
-    nodes, servers, sync_every, push_fraction, backlog = _exchange_settings(
-        nodes, servers, sync_every, push_fraction, backlog)
-    timeouts = _timeouts(call_timeout, start_timeout, wait_timeout, grace)
-    address = check_address(address)
-    schedule = None if schedule is None else parse_schedule(schedule)
-    W = check_int("workers", workers, min_value=1, fix="workers per node: 1 or more")
-    stragglers = _global_stragglers(stragglers, nodes, W)
+    c = cluster if cluster is not None else Cluster()
+    if not isinstance(c, Cluster):
+        raise InvalidType(f"cluster={c!r} must be a hogkit.cluster.Cluster(nodes, ...)")
+    wk, outs = Workers.of(workers), Outputs.of(outputs)
+    wk.refuse("on_failure", "max_restarts", where="a cluster run (it stops at the first "
+              "failure)")
+    if outs.resume is not None or outs.checkpoint_every not in ("auto", None):
+        raise InvalidArgument("a cluster run writes no checkpoints and cannot resume yet; "
+                              "drop Outputs(resume=..., checkpoint_every=...)")
+    W = wk.n
+    stragglers = _global_stragglers(wk.stragglers, c.nodes, W)
 
-    def make(**kw):
-        return make_plan(workload, workers=W, policy=policy, rule=rule, density=density,
-                         batch=batch, seconds=seconds, seed=seed, nonfinite=nonfinite,
-                         shards=shards, workload_options=workload_options, events=events,
-                         spawn=True, lane="batch", **kw)
+    def make(node_steps, mine, outputs=Outputs(keep_params=False, eval_every=None,
+                                               events=outs.events)):
+        return make_plan(workload, workers=dataclasses.replace(wk, stragglers=mine or None),
+                         policy=policy, rule=rule, density=density, batch=batch,
+                         steps=node_steps, seconds=seconds, seed=seed, engine=engine,
+                         outputs=outputs, mode="node")
 
-    plan = make(steps=steps, out=out, keep_params=keep_params, eval_every=eval_every)
-    plans = node_plans(plan, nodes, stragglers, make)
+    plan = make(steps, {}, outputs=dataclasses.replace(outs, checkpoint_every=None))
+    plans = node_plans(plan, c.nodes, stragglers, make)
     policy_bound(plan.policy)               # a policy refused across nodes: before Ray starts
-    if backlog is not None:
+    if c.backlog is not None:
         if plan.policy != Async():
-            raise InvalidArgument(f"backlog={backlog} is for policy=Async() (a bounded policy "
-                                  f"already bounds each node against the others); got "
-                                  f"{plan.policy!r}")
+            raise InvalidArgument(f"backlog={c.backlog} is for policy=Async() (a bounded "
+                                  f"policy already bounds each node against the others); "
+                                  f"got {plan.policy!r}")
         # the node's workers admit against the gate row, which follows the node's own
         # clock at its last exchange (hogkit.cluster.agent, *backlog*)
-        plans = [dataclasses.replace(p, policy=SSP(backlog)) for p in plans]
-    engine = choose_engine(engine, plan.workload, rule=plan.rule, density=plan.density,
-                           batch=plan.batch, shards=plan.shards, policy=plan.policy,
-                           stragglers=plans[0].stragglers or None)
+        plans = [dataclasses.replace(p, policy=SSP(c.backlog)) for p in plans]
     require_ray()
-    config = plan.config(engine=engine, environment=environment())
-    config.update(backend="ray", nodes=nodes, workers=nodes * W, workers_per_node=W,
-                  servers=servers, sync_every=sync_every, push_fraction=push_fraction,
-                  backlog=backlog, schedule=None if schedule is None else schedule.spec,
-                  address=address, steps=steps, seconds=plan.seconds)
-    return run_cluster(plans, engine, nodes=nodes, servers=servers, address=address,
-                       sync_every=sync_every, fraction=push_fraction, backlog=backlog,
-                       schedule=schedule, eval_every=eval_interval(plan, live=True)[0],
-                       out=plan.out, keep_params=keep_params, config=config, **timeouts)
+    config = plan.config(engine=plan.engine, environment=environment())
+    config.update(backend="ray", nodes=c.nodes, workers=c.nodes * W, workers_per_node=W,
+                  servers=c.servers, sync_every=c.sync_every, push_fraction=c.push_fraction,
+                  backlog=c.backlog, schedule=None if c.schedule is None else c.schedule.spec,
+                  address=c.address, steps=steps if steps is not None else plan.steps,
+                  seconds=plan.seconds)
+    return run_cluster(plans, plan.engine, nodes=c.nodes, servers=c.servers,
+                       address=c.address, sync_every=c.sync_every, fraction=c.push_fraction,
+                       backlog=c.backlog, schedule=c.schedule,
+                       eval_every=eval_interval(plan, live=True)[0], out=plan.out,
+                       keep_params=outs.keep_params, config=config,
+                       call_timeout=c.call_timeout, start_timeout=c.start_timeout,
+                       wait_timeout=wk.wait_timeout, grace=wk.grace)
 
 
 def _exchange_settings(nodes, servers, sync_every, push_fraction, backlog) -> tuple:
@@ -148,17 +186,6 @@ def _exchange_settings(nodes, servers, sync_every, push_fraction, backlog) -> tu
         backlog = check_int("backlog", backlog, min_value=0,
                             fix="iterations a node may run ahead of its last exchange")
     return nodes, servers, sync_every, push_fraction, backlog
-
-
-def _timeouts(call_timeout, start_timeout, wait_timeout, grace) -> dict:
-    """The cluster's timeouts and the nodes' supervision settings, checked."""
-    return {"call_timeout": check_float("call_timeout", call_timeout, min_value=0.0,
-                                        exclude_min=True),
-            "start_timeout": check_float("start_timeout", start_timeout, min_value=0.0,
-                                         exclude_min=True),
-            "wait_timeout": check_float("wait_timeout", wait_timeout, min_value=0.0,
-                                        exclude_min=True),
-            "grace": check_float("grace", grace, min_value=0.0)}
 
 
 def _global_stragglers(stragglers, nodes, workers) -> dict:

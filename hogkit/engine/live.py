@@ -19,7 +19,6 @@ histograms, counters and loss curve where the run was.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import math
 import os
 import tempfile

@@ -41,11 +41,17 @@ memory/cache contention and OS scheduling (compute times do not grow with the
 worker count), the cost of the policy wait itself, and adaptive batch sizing.
 
 **Engines** (the same event loop, two implementations of the step, as in
-:mod:`hogkit.engine.step`): ``engine="fused"`` runs the compiled step core's halves inside
-the loop (compiled workloads: ``mf``, ``logreg``, a user's own; every rule, density
-and policy but local SGD and replicas); ``engine="python"`` hands each half back to
-the Python reference step (any workload, local SGD, replicas). ``engine="auto"`` takes the fused one where
-it can. Both give bit-identical results (``tests/test_simulate.py``).
+:mod:`hogkit.engine.step`; the same words as a live run's): ``engine="compiled"`` runs
+the compiled step core's halves inside the loop (the *fused* engine: compiled
+workloads, ``mf``, ``logreg``, a user's own; every rule, density and policy but local
+SGD and replicas); ``engine="python"`` hands each half back to the Python reference
+step (any workload, local SGD, replicas). ``engine="auto"`` takes the compiled one
+where it can. Both give bit-identical results (``tests/test_simulate.py``).
+
+**Defaults** are the workload's one set, as :func:`hogkit.train` takes them
+(:func:`~hogkit.engine.plan.make_plan`): the same rule, batch and order; the simulator
+models the batch lane, and a summary whose workload defaults to the per-sample lane
+says so (``config["chosen"]["lane"]``).
 
 Calibration against real runs lives in :mod:`hogkit.calibrate`; replaying
 element-level races in :mod:`hogkit.races`.
@@ -61,19 +67,22 @@ from typing import Optional
 
 import numpy as np
 
-from hogkit.state.clocks import RUNNING, Clocks
 from hogkit.engine.delays import CHUNK, StepTimes, step_times
+from hogkit.engine.local_phase import LocalPhase
+from hogkit.engine.plan import eval_interval, make_plan
 from hogkit.engine.replication import resolve_auto
+from hogkit.engine.run import Run, note_skipped
+from hogkit.engine.settings import Engine, Outputs, Workers
+from hogkit.engine.step import (PythonStep, compiled_support, encode_density,
+                                encode_rule)
 from hogkit.errors import InvalidArgument, NonFiniteGradient
 from hogkit.kernels import clock as _kc
 from hogkit.kernels import layout as L
 from hogkit.kernels import sim as K
-from hogkit.engine.local_phase import LocalPhase
-from hogkit.engine.plan import eval_interval, make_plan, rule_from_lr
+from hogkit.kernels.step import cacheable
+from hogkit.report import environment, write_outputs
+from hogkit.state.clocks import RUNNING, Clocks
 from hogkit.state.reader import Reader, StalenessLog
-from hogkit.report import write_outputs
-from hogkit.engine.run import Run, note_skipped
-from hogkit.validation import check_choice
 from hogkit.workloads.base import metrics_of
 
 __all__ = ["simulate", "strip_wall", "fused_supported"]
@@ -84,7 +93,6 @@ _WALL_KEYS = ("wall_s", "updates_per_s", "engine_wall_s", "engine_updates_per_s"
 
 
 def _environment():
-    from hogkit.report import environment
     env = environment()
     env.pop("time", None)          # the only field that changes between equal runs
     env["start_method"] = None     # one process
@@ -101,7 +109,6 @@ def strip_wall(summary: dict) -> dict:
 def fused_supported(workload, rule, policy, density, batch=None, local=None) -> Optional[str]:
     """None when the fused engine can run this combination, else the reason
     (``local``: the run's :attr:`~hogkit.engine.plan.RunPlan.local` phase)."""
-    from hogkit.engine.step import compiled_support
     if getattr(policy, "local_steps", 0):
         return f"policy {policy!r} (local SGD runs on the Python engine)"
     if local is not None:
@@ -136,31 +143,26 @@ class _Setup:
 
 
 def simulate(workload="mf", *, workers=2, policy=None, rule=None, density=None, batch=None,
-             delays=None, stragglers=None, steps=None, seconds=None, seed=0,
-             nonfinite="raise", eval_every="auto", evals=20, engine="auto", out=None,
-             workload_options=None, keep_params=True, shards=1, lr=None,
-             replication="shared", rule_state=None) -> Run:
+             steps=None, seconds=None, seed=0, engine=None, outputs=None) -> Run:
     """Simulate a Hogwild! run of ``workers`` virtual workers; returns a :class:`Run`.
 
-    Arguments as :func:`hogkit.train`, with the same defaults (``workload``,
-    ``workers``, ``policy``, ``rule``, ``lr``, ``density``, ``batch`` (an int),
-    ``steps`` = total iterations split evenly over the workers, ``seed``, ``nonfinite``,
-    ``stragglers``, ``out``, ``keep_params``, ``shards`` (1 only), ``replication``),
-    plus:
+    Arguments as :func:`hogkit.train`, with the same defaults; what differs:
 
-    delays : compute-time model: ``None`` (``Constant(1e-3)``), a string for
-        :func:`parse_delays` (``"lognormal:1e-3:0.5,straggler:3:4"``), or a
-        ``Constant``/``LogNormal``/``StepTimes`` from :mod:`hogkit.engine.delays`.
+    workers : virtual workers (any number), or
+        :class:`~hogkit.engine.settings.Workers`: ``delays`` (the compute time a step
+        takes: ``None``, ``Constant(1e-3)``; a string such as
+        ``"lognormal:1e-3:0.5,straggler:3:4"``; a model of :mod:`hogkit.engine.delays`)
+        and ``stragglers``.
     seconds : a budget in **virtual** seconds: no worker starts an iteration at or
-        after it. ``steps`` and/or ``seconds`` must be given.
-    eval_every : virtual seconds between loss evaluations; "auto": ``evals`` points
-        evenly spaced in applied updates (in time when only ``seconds`` is given);
-        None: only at the start and the end.
-    engine : ``"auto"`` | ``"fused"`` | ``"python"`` (see the module docstring).
-    rule_state : ``"worker"`` (each worker's rule state is its own) or ``"shared"``:
-        one state for all workers, a parameter server's (e.g. one momentum buffer, and
-        Gap-Aware's second moment and step counts, as Barkai et al. keep them on the
-        server); None: as a live run keeps it (the rule's ``shared_state``).
+        after it.
+    engine : ``"auto"`` | ``"compiled"`` | ``"python"`` (the module docstring), or
+        :class:`~hogkit.engine.settings.Engine`, whose ``rule_state`` is the simulator's:
+        ``"worker"`` (each worker's rule state its own) or ``"shared"`` (one state, a
+        parameter server's: one momentum buffer, Gap-Aware's second moment and step
+        counts as Barkai et al. keep them on the server); None: as a live run keeps it.
+    outputs : as ``train``'s; ``eval_every`` counts virtual seconds, and "auto" is
+        ``evals`` points evenly spaced in applied updates (in time when only
+        ``seconds`` is given).
 
     What the simulator cannot model (adaptive batches, per-shard staleness, a policy
     of your own, overlapped local-SGD merges) is refused by
@@ -171,31 +173,27 @@ def simulate(workload="mf", *, workers=2, policy=None, rule=None, density=None, 
     and ``run.checksum()`` of the final parameters.
     """
     t_wall = time.perf_counter()
-    rule = rule_from_lr(rule, lr)
-    plan = make_plan(workload, workers=workers, policy=policy, rule=rule, density=density,
-                     batch=batch, steps=steps, seconds=seconds, seed=seed,
-                     nonfinite=nonfinite, stragglers=stragglers, eval_every=eval_every,
-                     out=out, workload_options=workload_options, keep_params=keep_params,
-                     shards=shards, time_unit="virtual seconds", max_workers=1 << 20,
-                     lane="batch", replication=replication)
+    wk, en, outs = Workers.of(workers), Engine.of(engine), Outputs.of(outputs)
+    plan = make_plan(workload, workers=wk, policy=policy, rule=rule, density=density,
+                     batch=batch, steps=steps, seconds=seconds, seed=seed, engine=en,
+                     outputs=outs, mode="sim")
     plan.simulable()
-    check_choice("engine", engine, ("auto", "fused", "python"))
+    rule_state = en.rule_state
     if rule_state is None:
-        rule_state = "shared" if plan.rule.shared_state else "worker"
-    check_choice("rule_state", rule_state, ("worker", "shared"))
-    times = step_times(delays, plan.stragglers)
+        rule_state = "shared" if getattr(plan.rule, "shared_state", False) else "worker"
+    times = step_times(wk.delays, plan.stragglers)
     times.arrays(plan.workers)          # checks straggler ranks against W
-    every, every_updates = eval_interval(plan, live=False, evals=evals)
-    use_fused = _use_fused(engine, plan)          # refused before anything is built
+    every, every_updates = eval_interval(plan, live=False, evals=outs.evals)
+    use_fused = _use_fused(en.kind, plan)         # refused before anything is built
     wl = plan.workload
     params, data = wl.build(plan.seed)
     plan, chosen = resolve_auto(plan, params, data)
     if plan.local is not None and chosen is not None:     # auto took replicas
-        use_fused = _use_fused(engine, plan)
+        use_fused = _use_fused(en.kind, plan)
     config = plan.config(stragglers={}, delays=times.config(), environment=_environment())
     if chosen is not None:
         config["replication"] = chosen
-    if rule_state != ("shared" if plan.rule.shared_state else "worker"):
+    if rule_state != ("shared" if getattr(plan.rule, "shared_state", False) else "worker"):
         config["rule_state"] = rule_state
     initial_loss = float(wl.loss(params, data))
     W = plan.workers
@@ -217,14 +215,15 @@ def simulate(workload="mf", *, workers=2, policy=None, rule=None, density=None, 
 
 
 def _use_fused(engine, plan) -> bool:
-    """Whether ``engine`` ("auto" | "fused" | "python") runs ``plan`` on the fused
-    engine; "fused" where it cannot is refused, naming why."""
+    """Whether ``engine`` ("auto" | "compiled" | "python") runs ``plan`` on the fused
+    engine (the compiled step core in the event loop); "compiled" where it cannot is
+    refused, naming why."""
     why = fused_supported(plan.workload, plan.rule, plan.policy, plan.density, plan.batch,
                           local=plan.local)
-    if engine == "fused" and why is not None:
-        raise InvalidArgument(f"engine='fused' cannot run this: {why}; use "
+    if engine == "compiled" and why is not None:
+        raise InvalidArgument(f"engine='compiled' cannot run this: {why}; use "
                               f"engine='python' or engine='auto'")
-    return engine == "fused" or (engine == "auto" and why is None)
+    return engine == "compiled" or (engine == "auto" and why is None)
 
 
 def _collect(plan, S, res, config, initial_loss, use_fused, wall) -> Run:
@@ -259,7 +258,7 @@ def _collect(plan, S, res, config, initial_loss, use_fused, wall) -> Run:
                      "samples": iterations * plan.batch,
                      "virtual_time_s": t_end,
                      "virtual_updates_per_s": total / t_end if t_end > 0 else 0.0,
-                     "engine": "fused" if use_fused else "python",
+                     "engine": "compiled" if use_fused else "python",
                      "engine_wall_s": round(loop_s, 4),
                      "engine_updates_per_s": round(total / loop_s, 1) if loop_s > 0 else 0.0,
                      "engine_setup_s": round(res["setup_s"], 4),
@@ -379,8 +378,6 @@ def _log_arrays(S):
 
 def _run_fused(S):
     """The fused engine: the step core's halves inside the event loop."""
-    from hogkit.kernels.step import cacheable
-    from hogkit.engine.step import encode_density, encode_rule
     st = _loop_state(S)
     W = S.W
     ctxs = [S.wl.setup(S.params, S.data, rank=r, seed=S.seed) for r in range(W)]
@@ -432,7 +429,6 @@ def _stack_bufs(ctxs):
 
 def _run_python(S):
     """The Python engine: the same event loop, the reference step's halves in Python."""
-    from hogkit.engine.step import PythonStep
     st = _loop_state(S)
     W, slots, ist, fst, gi = S.W, st["slots"], st["ist"], st["fst"], st["gi"]
     views = {"clk_slots": slots, "clk_shard_updates": np.zeros((W, 1), np.int64),

@@ -26,11 +26,12 @@ knobs (and why not), so ``train`` can fall back with a one-line notice.
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Mapping
 
 import numpy as np
 
-from hogkit.errors import InvalidArgument
+from hogkit.errors import EngineNotice, InvalidArgument, user_stacklevel
 from hogkit.kernels import clock as _kc
 from hogkit.kernels import guard as _kg
 from hogkit.kernels import density as _kd
@@ -40,13 +41,17 @@ from hogkit.rules.base import Rule
 from hogkit.validation import check_array, check_choice
 from hogkit.workloads.base import as_rows
 
-__all__ = ["CompiledStep", "PythonStep", "compiled_support", "lane_support", "resolve_lane",
-           "lane_lr_scale", "LANES", "encode_rule", "encode_density", "encode_pacer"]
+__all__ = ["CompiledStep", "PythonStep", "compiled_support", "choose_engine", "lane_support",
+           "resolve_lane", "lane_lr_scale", "LANES", "ENGINES", "encode_rule",
+           "encode_density", "encode_pacer"]
 
 #: ``lane=``: "batch" (the exact minibatch step), "sample" (per-sample Hogwild!: each
 #: sample's update applied at once, on the compiled core), "auto" (the workload's
 #: ``default_lane`` where the run allows it, else "batch")
 LANES = ("auto", "batch", "sample")
+#: ``engine=``: "auto" (the compiled step core where it can run the knobs), "compiled",
+#: "python" (the reference), for live runs and the simulator alike
+ENGINES = ("auto", "compiled", "python")
 
 
 # --- which engine can run what ---------------------------------------------------------
@@ -76,6 +81,28 @@ def compiled_support(workload, *, rule, density, batch, shards=1, policy=None,
         if getattr(model, "pacer", None) is None:
             return f"straggler model {model!r} has no compiled pacer"
     return None
+
+
+def choose_engine(engine, wl, *, rule, density, batch, shards=1, policy=None,
+                  stragglers=None):
+    """``"compiled"`` or ``"python"`` for ``engine`` = "auto" | "compiled" | "python":
+    "auto" takes the compiled step core when it can run the knobs and says in one line
+    (a :class:`~hogkit.errors.EngineNotice` warning, at the caller's line outside
+    hogkit) why not when it cannot."""
+    check_choice("engine", engine, ENGINES)
+    if engine == "python":
+        return "python"
+    why = compiled_support(wl, rule=rule, density=density, batch=batch, shards=shards,
+                           policy=policy, stragglers=stragglers)
+    if why is None:
+        return "compiled"
+    if engine == "compiled":
+        raise InvalidArgument(f"engine='compiled' cannot run this: {why}; use "
+                              f"engine='auto' or engine='python'")
+    if not getattr(wl, "needs_torch", False):     # torch workloads: Python is expected
+        warnings.warn(f"hogkit: the Python step runs this: {why}", EngineNotice,
+                      stacklevel=user_stacklevel())
+    return "python"
 
 
 def lane_support(workload, *, rule, density, batch, shards=1, engine="compiled"):

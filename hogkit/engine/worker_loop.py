@@ -423,7 +423,8 @@ def warm(workload, rule, density, params, data, seed, batch, engine="python", *,
     spawning, numba compiles and caches the machine code; in a worker, before the start
     barrier, it loads it (a few hundred ms a process for the Python engine's kernels,
     which would otherwise count as training time and slow the first steps). Nothing
-    shared is written; the samples come from a private rng and a private context.
+    shared is written (the data the workers write, ``workload.writes_data``, is
+    copied); the samples come from a private rng and a private context.
 
     The Python engine runs one step on its lean lane and one on the general path (an
     adaptive-batch weight), the compiled engine two steps of the core; both then use
@@ -434,6 +435,7 @@ def warm(workload, rule, density, params, data, seed, batch, engine="python", *,
     """
     from hogkit.engine.step import CompiledStep, PythonStep
     views, clocks, log = private_control()
+    data = {**data, **{k: data[k].copy() for k in getattr(workload, "writes_data", ())}}
     if engine in ("compiled", "python"):     # ("reader": only the kernels around it)
         scratch = {k: v.copy() for k, v in params.items()}
         ctx = workload.setup(scratch, data, rank=0, seed=seed)
@@ -481,8 +483,9 @@ def run_worker(spec: WorkerSpec) -> None:
             batch = int(spec.plan.batch)
         else:
             batch = int(spec.plan.batch) if isinstance(spec.plan.batch, (int, np.integer)) else 1
-        warm(spec.plan.workload, spec.plan.rule, spec.plan.density, params, data, spec.plan.seed, batch,
-             "python" if spec.engine != "compiled" else "reader", local=worker.local is not None)
+        warm(spec.plan.workload, spec.plan.rule, spec.plan.density, params, data,
+             spec.plan.seed, batch, "python" if spec.engine != "compiled" else "reader",
+             local=worker.local is not None)
         clocks = worker.clocks
         clocks.set_state(spec.rank, RUNNING)
         clocks.beat(spec.rank)

@@ -57,7 +57,7 @@ from hogkit.kernels import rule as _kr
 from hogkit.validation import (FLOAT_DTYPES, check_array, check_float, check_grads,
                                check_indices, check_int)
 
-__all__ = ["Rule", "State", "from_string", "names", "spellings", "classes"]
+__all__ = ["Rule", "State", "from_string", "names", "spellings", "classes", "has_momentum"]
 
 _INT64 = np.dtype(np.int64)
 
@@ -104,12 +104,16 @@ def from_string(text, *, lr, momentum=0.0):
     cls = _REGISTRY.get(name)
     if cls is None:
         raise InvalidArgument(f"unknown rule {text!r}; expected one of {spellings()}")
-    if momentum and "momentum" not in {f.name for f in dataclasses.fields(cls)}:
-        with_momentum = ", ".join(n for n, c in _REGISTRY.items() if "momentum" in
-                                  {f.name for f in dataclasses.fields(c)})
+    if momentum and not has_momentum(cls):
+        with_momentum = ", ".join(n for n, c in _REGISTRY.items() if has_momentum(c))
         raise InvalidArgument(f"--momentum {momentum} with --rule {name}: {name} has no "
                               f"momentum term; drop --momentum or pick {with_momentum}")
     return cls.from_spell(name, arg, lr=lr, momentum=momentum)
+
+
+def has_momentum(cls) -> bool:
+    """Whether the rule class takes a ``momentum`` hyper-parameter."""
+    return "momentum" in {f.name for f in dataclasses.fields(cls)}
 
 
 # --- the boundary: validate, then hand views to the kernels --------------------------
@@ -351,6 +355,15 @@ class Rule:
     def _start(self):
         """The first state array's start value (0.0; AdaGrad's may differ)."""
         return 0.0
+
+    def with_lr(self, lr):
+        """This rule at learning rate ``lr``: every learning-rate hyper-parameter
+        (:attr:`lr_fields`) that equals ``lr`` now moves to the new value, the others
+        keep their ratio to it (Gap-Aware's ``lr_max``)."""
+        old = self.lr
+        return dataclasses.replace(self, **{
+            f: lr if getattr(self, f) == old else getattr(self, f) * (lr / old)
+            for f in self.lr_fields})
 
     def scaled(self, factor):
         """This rule with every learning-rate hyper-parameter (:attr:`lr_fields`)

@@ -13,8 +13,8 @@ Your own model: :class:`~hogkit.workloads.module.TorchWorkload` (any ``nn.Module
 or a :class:`~hogkit.workloads.base.Workload` subclass (a numba workload: see
 ``examples/own_workload.py``).
 
-``get(name, **kwargs)`` builds one by name. Modules load on first use, so asking for
-``mf`` never imports torch.
+``get(name, **kwargs)`` (``hogkit.workload``) builds one by name. Modules load on first
+use, so asking for ``mf`` never imports torch.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ _CLASSES = {
     "rnn": ("hogkit.workloads.rnn", "CharRNNWorkload"),
 }
 
-__all__ = ["NAMES", "Workload", "get", "workload_class",
+__all__ = ["NAMES", "Workload", "get", "workload", "workload_class",
            "MatrixFactorization", "SparseLogReg", "DigitsMLP", "CharRNNWorkload",
            "TorchWorkload"]
 
@@ -70,6 +70,10 @@ def get(name, **kwargs) -> Workload:
         raise InvalidArgument(f"workload {name!r} has no setting(s) {unknown}; its settings "
                               f"are {accepted}")
     return cls(**kwargs)
+
+
+#: ``hogkit.workload("mf", preset="large")``: the face's name for :func:`get`
+workload = get
 
 
 def __getattr__(attr):

@@ -47,8 +47,11 @@ same numbers. ``mf`` and ``logreg`` are built this way; ``examples/`` has a user
 
 from __future__ import annotations
 
+import math
 import os
-from typing import Mapping, NamedTuple
+import dataclasses
+from dataclasses import dataclass
+from typing import Mapping, NamedTuple, Optional
 
 import numpy as np
 
@@ -58,6 +61,51 @@ from hogkit.rules.grads import Grad
 from hogkit.validation import check_array, check_choice, check_int
 
 PARAM_DTYPES = ("float32", "float64")
+#: passes over a data file that a run given no budget makes (LIBMF's default iterations)
+DATA_PASSES = 20
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """A workload's defaults: one set, taken alike by ``train``, ``simulate``, ``hogkit
+    run`` and ``hogkit sim``, a sweep, and a workload made by name or built as an
+    object (:meth:`Workload.defaults`). What a run takes from them, and why, is in its
+    summary (``config["chosen"]``).
+
+    rule : the rule a run takes when none is given (None: ``SGD(lr)``).
+    lr : the learning rate of a rule named without one (``hogkit run --rule NAME``).
+    batch : samples a step on the batch lane (the minibatch of the exact step).
+    lane : the lane a run takes where its engine and knobs allow it ("batch" or
+        "sample"); the simulator and a cluster node run the batch lane, with the same
+        rule.
+    steps : the steps of a run given no budget, at the default lane's batch
+        (:meth:`steps_at` keeps the samples for another batch).
+    sample_batch : samples a step on the per-sample lane, where a step is the unit of
+        the clocks and the record rather than a minibatch (None: ``batch``).
+    why : what chose them, one line.
+    """
+
+    rule: object
+    lr: float
+    batch: int
+    lane: str = "batch"
+    steps: int = 10_000
+    sample_batch: Optional[int] = None
+    why: str = ""
+
+    def batch_for(self, lane) -> int:
+        """Samples a step on ``lane`` ("batch" or "sample")."""
+        return (self.sample_batch or self.batch) if lane == "sample" else self.batch
+
+    @property
+    def samples(self) -> int:
+        """The samples of a run given no budget."""
+        return self.steps * self.batch_for(self.lane)
+
+    def steps_at(self, batch) -> int:
+        """The default budget in steps of ``batch`` samples (as many samples as
+        :attr:`steps` of the default lane's batch)."""
+        return max(1, math.ceil(self.samples / max(int(batch), 1)))
 
 
 class Workload:
@@ -69,24 +117,29 @@ class Workload:
 
     name: str = ""
     needs_torch: bool = False
+    # --- the defaults (:meth:`defaults` collects them) -----------------------------
+    #: the learning rate of a rule named without one; SGD's, when ``default_rule``
+    #: gives no rule
     default_lr: float = 0.0
+    #: samples a step on the batch lane (the exact step's minibatch)
     default_batch: int = 0
-    #: total iterations of a plain ``hogkit run`` (about 10-20 s on 2 cores)
+    #: samples a step on the per-sample lane, where a step is the unit of the clocks,
+    #: the policy and the record (None: ``default_batch``)
+    default_sample_batch = None
+    #: a run given no budget: this many steps of the default lane's batch
     default_steps: int = 10_000
+    #: the lane a run takes where the engine and knobs allow (docs/algorithms.md §1):
+    #: "batch" (the exact minibatch step) or "sample" (per-sample Hogwild!, compiled)
+    default_lane: str = "batch"
+    #: what chose these defaults (the summary says it)
+    defaults_why: str = ""
     #: "mean": the gradient is averaged over the batch (its scale does not grow with the
     #: batch); "sum": summed per-sample gradients (lr is per sample). Adaptive batching
     #: reweights mean-reduced gradients only.
     grad_reduction: str = "mean"
-    #: the lane ``lane="auto"`` takes where the knobs allow (docs/algorithms.md §1):
-    #: "batch" (the exact minibatch step) or "sample" (per-sample Hogwild!, compiled)
-    default_lane: str = "batch"
-    #: samples per step on the per-sample lane when ``batch`` is not given (None: the
-    #: ``default_batch``): a step there is only the unit of clocks and record, so it
-    #: can be larger than the batch lane's best minibatch
-    default_lane_batch = None
-    #: options a workload made *by name* (``train("mf")``, ``hogkit run mf``) takes on the
-    #: per-sample lane where the caller gave none of them (mf: the block order)
-    default_lane_options: dict = {}
+    #: the data arrays the workers write (a shared scheduler); the rest of the data is
+    #: read-only. A warm-up works on copies of these, so it leaves no trace in the run.
+    writes_data: tuple = ()
     _fields: tuple = ()
 
     # --- the contract -------------------------------------------------------------
@@ -124,10 +177,28 @@ class Workload:
             paths.append(path)
         return paths
 
-    def default_lane_rule(self):
-        """The update rule a run on the per-sample lane takes when none is given (None:
-        ``SGD(default_lr)``, as on the batch lane)."""
+    def default_rule(self):
+        """The rule a run takes when none is given (None: ``SGD(default_lr)``)."""
         return None
+
+    def defaults(self) -> Defaults:
+        """This workload's defaults, from its ``default_*`` attributes and
+        :meth:`default_rule` (the one place a workload states them); with a data file
+        (``data``) the budget is :data:`DATA_PASSES` passes over its training samples
+        (``n_ratings`` or ``n_samples``)."""
+        d = Defaults(rule=self.default_rule(), lr=self.default_lr, batch=self.default_batch,
+                     lane=self.default_lane, steps=self.default_steps,
+                     sample_batch=self.default_sample_batch, why=self.defaults_why)
+        n = getattr(self, "n_ratings", None) or getattr(self, "n_samples", None)
+        if getattr(self, "data", None) is not None and n and d.batch:
+            d = dataclasses.replace(d, steps=max(1, math.ceil(
+                DATA_PASSES * n / d.batch_for(d.lane))))
+        return d
+
+    def for_workers(self, n):
+        """This workload as a run of ``n`` workers takes it (mf: a block grid that
+        leaves the workers free blocks); ``self`` when the count changes nothing."""
+        return self
 
     def compiled(self, params, data):
         """The workload's compiled part for the step core (:class:`CompiledParts`), or

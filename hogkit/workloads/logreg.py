@@ -76,6 +76,8 @@ class SparseLogReg(Workload):
     #: batch lane at 1 worker (benchmarks/RESULTS.md, the lanes)
     default_lane = "sample"
     default_steps = 200_000
+    defaults_why = ("SGD at the generated data's tuned lr, 64 samples a step, per-sample "
+                    "Hogwild! (hogkit bench dense, hogkit bench lane)")
     lock = "none"                   # (set per instance; the class value: lock-free)
     _fields = ("n_samples", "n_features", "min_nnz", "max_nnz", "zipf", "values",
                "normalize", "margin_scale", "reg", "init_scale", "dtype")

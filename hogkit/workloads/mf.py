@@ -36,24 +36,27 @@ docs/algorithms.md, "The block order"). ``build`` then adds ``blk_off`` (the blo
 offsets) and ``blk_sched`` (the scheduler) to the data; the parameters, the ratings'
 set and the loss are the sweep's. ``metrics`` adds the scheduler's counts.
 
-What ``train("mf")`` and ``hogkit run`` take (docs/algorithms.md §1, "The lane's
-defaults"): the per-sample lane, 4,096 ratings a step, the block order and row-wise
-AdaGrad from 1 at lr 0.2 (``default_lane_*``), measured fastest to the target by
-``hogkit bench peers``; an object built here keeps the sweep, and the batch lane and the
-simulator keep SGD at ``default_lr``.
+The defaults (one set, however the workload is reached: by name, as an object, from
+the CLI, in the simulator): row-wise AdaGrad from 1 at lr 0.2, 4,096 ratings a step,
+the block order and the per-sample lane where the run allows it (the simulator models
+the batch lane with the same rule, batch and order), measured fastest to the target by
+``hogkit bench peers`` (docs/algorithms.md §1, "The defaults").
 """
 
 from __future__ import annotations
 
+import copy
 import os
+import warnings
 import weakref
 
 import numpy as np
 
-from hogkit.errors import InvalidArgument
+from hogkit.errors import InvalidArgument, RunNotice, user_stacklevel
 from hogkit.procfs import cache_bytes
 from hogkit.kernels import blocks as _kb
 from hogkit.kernels.mf import MFArrays, mf_predict, mf_scratch, mf_sse
+from hogkit.rules.core import AdaGrad
 from hogkit.validation import check_array, check_choice, check_float, check_int, check_indices
 from hogkit.workloads.base import (CompiledParts, KernelCtx, Workload, check_dtype,
                                    check_keys, check_param, check_seed, sample_from,
@@ -72,15 +75,18 @@ PRESETS = {
 }
 
 _INT32_MAX = 2**31 - 1
-#: the block order's grid side when ``blocks`` is not given: 64 blocks, room for up to 7
-#: workers to choose among free blocks (FPSG wants the grid above the thread count;
-#: LIBMF's default is 20 x 20 for its ~2 x threads); capped by the rows and columns
+#: the block order's least grid side when ``blocks`` is not given; a run of ``W``
+#: workers takes at least ``2W + 1`` (:meth:`MatrixFactorization.for_workers`: a worker
+#: holds up to two blocks across a step, so a smaller grid leaves the workers circling
+#: on the few blocks that are free; LIBMF warns below ``2 x threads`` bins); capped by
+#: the rows and columns
 DEFAULT_GRID = 8
 #: the per-sample lane's prefetch distance (ratings ahead) when the factor tables
 #: outgrow one core's L2 cache (``prefetch=None``); on the large preset (98 MiB of
 #: factors) it takes SGD from 1.09x to 0.62x the plain loop's time, on the default
 #: preset (1.2 MiB, inside L2) it would cost (1.21x -> 1.46x; benchmarks/lane.json)
 PREFETCH_AHEAD = 32
+#: ``order``: "blocks" where the ratings allow a grid (the default), else "sweep"
 ORDERS = ("sweep", "blocks")
 
 
@@ -103,43 +109,36 @@ class MatrixFactorization(Workload):
 
     name = "mf"
     needs_torch = False
+    #: a rule named without an lr (``--rule gap-aware``) steps at SGD's scale
     default_lr = 0.05
-    #: the compiled step core's sweet spot: 33M ratings/s with 2 workers on 2 cores
-    #: (batch 256: 25M; small batches pay more clock traffic per rating)
+    #: the batch lane's minibatch: the compiled step core's best for SGD at
+    #: ``default_lr`` (a summed gradient: a larger minibatch needs a smaller lr)
     default_batch = 64
-    #: per-sample Hogwild! (docs/algorithms.md §1): on the default preset 2.2x the batch
-    #: lane's ratings/s with 1 worker and 2.0x with 2 (benchmarks/RESULTS.md, "hogkit's
-    #: defaults"). 4,096 ratings a step: one worker's rate against the plain loop's,
-    #: in the same rounds, 0.86 and 0.84 where 256 gave 0.82 and 0.82 (the step's clock
-    #: reads, tick and record paid 16x less often; benchmarks/RESULTS.md, "The lane's
-    #: step size"); the record is coarser (an event per step, ~45 µs of one worker)
+    #: 4,096 ratings a step on the per-sample lane: the unit of its clocks and record
+    #: (its clock reads, tick and record paid once a step)
+    default_sample_batch = 4096
+    #: per-sample Hogwild! where the run allows it (docs/algorithms.md §1)
     default_lane = "sample"
-    default_lane_batch = 4096
-    #: made by name, the per-sample lane takes the block order (workers on blocks no
-    #: other worker holds); with the rule below, 2 workers reach MSE 0.012 2.6x sooner
-    #: than per-sample SGD in the sweep on the default preset, and on the large preset
-    #: where SGD does not get there (benchmarks/RESULTS.md, "hogkit's defaults"); an
-    #: object built here keeps its order
-    default_lane_options = {"order": "blocks"}
-    #: the per-sample lane's rule when none is given: LIBMF's row-wise AdaGrad
-    #: (accumulator from 1) at the lr the benchmark found fastest to the target
-    default_lane_lr = 0.2
-    #: a plain ``hogkit run``: ~2-3 s of training on 2 cores
-    default_steps = 1_000_000
+    #: a run given no budget: 15,625 steps of 4,096 ratings, 64 M ratings (~2-3 s of
+    #: training on 2 cores)
+    default_steps = 15_625
+    #: AdaGrad's lr (the rule is :meth:`default_rule`)
+    default_rule_lr = 0.2
+    defaults_why = ("LIBMF's row-wise AdaGrad, its block order and 4,096-rating steps: "
+                    "the fastest to the target of hogkit bench peers")
     grad_reduction = "sum"
     _fields = ("preset", "n_rows", "n_cols", "rank", "k_true", "n_ratings", "zipf",
                "noise", "reg", "init_scale", "dtype")
 
-    def default_lane_rule(self):
-        """Row-wise AdaGrad from 1 (LIBMF's FPSG step, PAKDD 2015) at ``default_lane_lr``:
+    def default_rule(self):
+        """Row-wise AdaGrad from 1 (LIBMF's FPSG step, PAKDD 2015) at ``default_rule_lr``:
         on the default preset it reaches the target in half the epochs of SGD at its best
-        lr (5 against 12, benchmarks/peers_defaults.json)."""
-        from hogkit.rules.core import AdaGrad
-        return AdaGrad(self.default_lane_lr, rowwise=True, initial_accumulator_value=1.0)
+        lr (benchmarks/RESULTS.md)."""
+        return AdaGrad(self.default_rule_lr, rowwise=True, initial_accumulator_value=1.0)
 
     def __init__(self, preset="default", *, n_rows=None, n_cols=None, rank=None,
                  k_true=None, n_ratings=None, zipf=None, noise=0.1, reg=0.0,
-                 init_scale=0.1, dtype="float32", order="sweep", blocks=None,
+                 init_scale=0.1, dtype="float32", order=None, blocks=None,
                  prefetch=None, data=None, test_fraction=0.0):
         self.preset = check_choice("preset", preset, tuple(PRESETS))
         base = dict(zipf=1.1)
@@ -170,6 +169,7 @@ class MatrixFactorization(Workload):
                                       fix="zero factors are a saddle point SGD cannot leave")
         self.dtype = check_dtype(dtype)
         self.order, self.blocks = self._check_order(order, blocks)
+        self._grid_given = blocks is not None
         self.prefetch = None if prefetch is None else check_int(
             "prefetch", prefetch, min_value=0, max_value=4096,
             fix="ratings ahead whose rows the per-sample lane prefetches: 0 never, "
@@ -200,8 +200,42 @@ class MatrixFactorization(Workload):
         memory, not from the workload object)."""
         return {k: v for k, v in self.__dict__.items() if k != "_file"}
 
+    def for_workers(self, n):
+        """This workload for a run of ``n`` workers: the block order's grid, when not
+        given, grows to ``2n + 1`` (:data:`DEFAULT_GRID` at least; capped by the rows,
+        columns and ``blocks.MAX_GRID``). A grid given smaller than that is kept, with
+        a :class:`~hogkit.errors.RunNotice`."""
+        if self.order != "blocks":
+            return self
+        want = 2 * n + 1
+        if self._grid_given:
+            if self.blocks < want:
+                warnings.warn(f"hogkit: blocks={self.blocks} with {n} workers: a worker "
+                              f"holds up to two blocks across a step, so the workers "
+                              f"circle on the few free blocks and some are never trained; "
+                              f"use blocks>={want} (or leave blocks out)", RunNotice,
+                              stacklevel=user_stacklevel())
+            return self
+        grid = min(max(DEFAULT_GRID, want), self.n_rows, self.n_cols, _kb.MAX_GRID)
+        if grid == self.blocks:
+            return self
+        other = copy.copy(self)
+        other.blocks = grid
+        return other
+
+    @property
+    def writes_data(self) -> tuple:
+        """The block order's workers write its scheduler (claims, passes)."""
+        return ("blk_sched",) if self.order == "blocks" else ()
+
     def _check_order(self, order, blocks):
-        """``(order, grid side or None)``; see the module docstring."""
+        """``(order, grid side or None)``; see the module docstring. ``order=None`` is
+        the block order where the ratings allow a grid (at least 2 rows and 2 columns,
+        at most ``blocks.MAX_RATINGS`` ratings), else the sweep."""
+        if order is None:
+            fits = (min(self.n_rows, self.n_cols) >= 2
+                    and self.n_ratings <= _kb.MAX_RATINGS)
+            order = "blocks" if fits else "sweep"
         order = check_choice("order", order, ORDERS,
                              fix="'sweep' reads the shuffled ratings in turn; 'blocks' "
                                  "gives each worker blocks no other worker holds")

@@ -48,6 +48,7 @@ class DigitsMLP(ModuleWorkload):
     default_lr = 0.1
     default_batch = 32
     default_steps = 40_000
+    defaults_why = "SGD at the lr tuned on the digits, 32 samples a step"
     eval_rows = None               # the loss is over the whole train set (1437 rows)
     train_keys = ("X", "y")
     _fields = ("hidden", "test_fraction", "split_seed", "dtype")

@@ -344,6 +344,7 @@ class TorchWorkload(ModuleWorkload):
         self.default_lr = check_float("lr", lr, min_value=0.0, exclude_min=True,
                                       fix="the default learning rate, e.g. 0.05")
         self.default_batch = check_int("batch", batch, min_value=1)
+        self.defaults_why = "the lr and batch it was built with"
         self.eval_rows = (None if eval_rows is None else
                           check_int("eval_rows", eval_rows, min_value=1))
         if name is not None and (not isinstance(name, str) or not name):

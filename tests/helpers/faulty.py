@@ -30,6 +30,9 @@ class _Wrapper:
         self.default_lr = inner.default_lr
         self.default_batch = inner.default_batch
 
+    def defaults(self):
+        return self.inner.defaults()
+
     def build(self, seed):
         return self.inner.build(seed)
 

@@ -1,6 +1,7 @@
 """Where the worker's rate goes on the device: the same kernel in the parent, in a
 spawned child (private and shared-memory factors), and hogkit's 1-worker run."""
 import multiprocessing as mp, os, statistics, time, numpy as np
+import hogkit
 
 def setup():
     from hogkit import workloads
@@ -50,7 +51,8 @@ if __name__ == "__main__":
             p = ctx.Process(target=child, args=(shm,)); p.start(); p.join()
         got = []
         for _ in range(3):
-            run = train(wl, workers=1, seconds=2.0, rule=SGD(0.05), lane="sample", batch=256,
-                        engine="compiled", eval_every=None, progress=False, keep_params=False)
+            run = train(wl, workers=1, engine=hogkit.Engine("compiled", lane="sample"),
+                        outputs=hogkit.Outputs(eval_every=None, progress=False, keep_params=False),
+                        seconds=2.0, rule=SGD(0.05), batch=256)
             got.append(run.extra["samples"] / run.wall_s / 1e6)
         print(f"hogkit train 1w r{rnd}: " + ", ".join(f"{g:.1f}" for g in got) + " M/s", flush=True)
